@@ -1,0 +1,155 @@
+"""The contract between compilers and the runtime: ``ArgSpec``, ``Signature``, ``Executable``.
+
+An ``Executable`` is device-independent compiled code plus the metadata the host needs to call it
+safely. The runtime never looks inside it: it validates arguments through ``Signature.validate``
+(invariant 2: native code never sees an unchecked size), allocates output buffers of
+``Signature.output_capacity`` bytes, and calls a ``Launcher`` with raw addresses kept as ints.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import attrs
+import numpy as np
+
+from ..dtypes import DType
+from ..errors import DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ..symbolic import Dim, Var, check_bindings, compile_dims, upper
+
+__all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
+
+
+@attrs.frozen
+class ArgSpec:
+    """One input or output: its name, shape (ints and symbolic dims) and dtype."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: DType
+
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape at the upper bound of every var."""
+        return tuple(upper(d) for d in self.shape)
+
+    @property
+    def capacity(self) -> int:
+        """Bytes needed to hold this argument at the upper bound of every var."""
+        return int(np.prod(self.max_shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@attrs.define(eq=False)
+class Signature:
+    """Inputs, outputs and vars of a plan, with the host-side checks done before every call.
+
+    Var values travel as a tuple of ints in ``vars`` order; shapes are evaluated from them by
+    functions compiled once (``symbolic.compile_dims``), so a replay does not walk expressions.
+    """
+
+    inputs: tuple[ArgSpec, ...]
+    outputs: tuple[ArgSpec, ...]
+    vars: tuple[Var, ...]
+    _in_shapes: object = attrs.field(init=False, repr=False)
+    _out_shapes: object = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._in_shapes = [compile_dims(a.shape, self.vars) for a in self.inputs]
+        self._out_shapes = [compile_dims(a.shape, self.vars) for a in self.outputs]
+
+    @property
+    def var_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.vars)
+
+    @property
+    def output_capacity(self) -> tuple[int, ...]:
+        """Bytes to allocate for each output (upper bounds of every var)."""
+        return tuple(a.capacity for a in self.outputs)
+
+    def var_values(self, bindings: Mapping[str, int] | None) -> tuple[int, ...]:
+        """Check ``bindings`` against the vars' bounds and order them.
+
+        Vars missing from ``bindings`` take their upper bound. Unknown names are an error.
+
+        Raises:
+            VarBoundsError: a value out of bounds, not an int, or a name the plan does not have.
+        """
+        bindings = dict(bindings or {})
+        unknown = set(bindings) - set(self.var_names)
+        if unknown:
+            raise VarBoundsError(
+                f"unknown var(s) {sorted(unknown)}; this plan has {list(self.var_names)}"
+            )
+        full = {v.name: bindings.get(v.name, v.max) for v in self.vars}
+        check_bindings(self.vars, full)
+        return tuple(int(full[v.name]) for v in self.vars)
+
+    def input_shapes(self, values: Sequence[int]) -> list[tuple[int, ...]]:
+        return [f(values) for f in self._in_shapes]  # type: ignore[attr-defined]
+
+    def output_shapes(self, values: Sequence[int]) -> list[tuple[int, ...]]:
+        return [f(values) for f in self._out_shapes]  # type: ignore[attr-defined]
+
+    def validate(
+        self,
+        shapes: Sequence[tuple[int, ...]],
+        dtypes: Sequence[DType],
+        values: Sequence[int],
+    ) -> None:
+        """Check argument shapes and dtypes against the specs at the given (checked) var values.
+
+        Raises:
+            ShapeMismatchError / DTypeMismatchError: naming the input, expected and given.
+        """
+        if len(shapes) != len(self.inputs):
+            raise ShapeMismatchError(
+                f"expected {len(self.inputs)} inputs ({[a.name for a in self.inputs]}), got {len(shapes)}"
+            )
+        expected = self.input_shapes(values)
+        for spec, want, shape, dtype in zip(self.inputs, expected, shapes, dtypes, strict=True):
+            if dtype != spec.dtype:
+                raise DTypeMismatchError(
+                    f"input {spec.name!r}: expected dtype {spec.dtype.name}, got {dtype.name}"
+                )
+            if tuple(shape) != want:
+                binding = dict(zip(self.var_names, values, strict=True))
+                raise ShapeMismatchError(
+                    f"input {spec.name!r}: expected shape {want} (spec {_fmt(spec.shape)} at "
+                    f"{binding}), got {tuple(shape)}"
+                )
+
+
+def _fmt(shape: Sequence[Dim]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class Launcher(Protocol):
+    """Calls compiled code once: ``addrs`` = input addresses then output addresses.
+
+    Unchecked: callers validate first (``Signature.validate``). Not thread-safe: a launcher owns
+    scratch memory, so each concurrent caller (each device queue) holds its own.
+    """
+
+    def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None: ...
+
+
+class Executable(abc.ABC):
+    """Compiled code for one plan, independent of any device; load it to run it."""
+
+    name: str
+    signature: Signature
+
+    @abc.abstractmethod
+    def launcher(self) -> Launcher:
+        """A fresh launcher with its own scratch memory."""
+
+    @abc.abstractmethod
+    def serialize(self) -> bytes:
+        """Bytes that ``deserialize`` of the same executable kind turns back into an equal plan."""
+
+    @property
+    def flops_estimate(self) -> int:
+        """Rough work at the upper bounds, for the runtime's inline-vs-queue choice (0 if unknown)."""
+        return 0

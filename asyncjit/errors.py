@@ -1,0 +1,112 @@
+"""The ``JitError`` hierarchy, in one place.
+
+The variants named by the jit-wrapper design (``NotPreparedError``, ``BuildError``, ...) are the
+user-facing set. Others are named for who is at fault. Where an error resembles a builtin, it also
+subclasses it, so existing ``except ValueError`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BufferDeletedError",
+    "BuildError",
+    "CacheError",
+    "ClosedError",
+    "CompileError",
+    "DTypeMismatchError",
+    "DeviceError",
+    "DuplicateInputBufferError",
+    "InputBufferNotFoundError",
+    "JitError",
+    "KernelRuntimeError",
+    "ModelFormatError",
+    "NotPreparedError",
+    "OutputLayoutMismatchError",
+    "ShapeMismatchError",
+    "StaticArgumentError",
+    "TensorError",
+    "VarBoundsError",
+    "WouldBlock",
+]
+
+
+class JitError(Exception):
+    """Base class of every error asyncjit raises on purpose."""
+
+
+class NotPreparedError(JitError):
+    """A per-step method was called before ``prepare``, or no output buffer exists yet."""
+
+
+class InputBufferNotFoundError(JitError, KeyError):
+    """An input name or buffer id could not be resolved inside a prepared plan."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateInputBufferError(JitError):
+    """Two declared inputs map to the same device buffer."""
+
+
+class BuildError(JitError):
+    """The user's ``build`` raised; the original exception is the ``__cause__``."""
+
+
+class TensorError(JitError, ValueError):
+    """A tensor operation was given operands it cannot accept (shape, dtype, axis)."""
+
+
+class ShapeMismatchError(TensorError):
+    """An argument's shape does not match the shape its spec requires."""
+
+
+class DTypeMismatchError(TensorError, TypeError):
+    """An argument's dtype does not match the dtype its spec requires."""
+
+
+class VarBoundsError(TensorError):
+    """A symbolic var was bound to a value outside its declared ``[min, max]``, or not bound."""
+
+
+class DeviceError(JitError):
+    """A device or buffer operation failed (bad device, wrong memory space, closed client)."""
+
+
+class BufferDeletedError(DeviceError):
+    """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class ClosedError(DeviceError):
+    """The client or device was closed by your code, and cannot accept more work."""
+
+
+class OutputLayoutMismatchError(JitError):
+    """``JitRecurrent`` found an output that is not ``[head | h | c]`` of the declared sizes."""
+
+
+class KernelRuntimeError(JitError, RuntimeError):
+    """A compiled kernel (or its host-side launcher) failed while executing.
+
+    Named so that it does not shadow the builtin ``RuntimeError``; it still subclasses it.
+    """
+
+
+class CompileError(JitError):
+    """Lowering or native compilation of a graph failed; this is asyncjit's bug or a limit."""
+
+
+class CacheError(JitError):
+    """The compile cache directory is unusable (for example writable by other users)."""
+
+
+class StaticArgumentError(JitError, TypeError):
+    """A static argument of ``jit`` is unhashable or otherwise unusable as a cache key."""
+
+
+class ModelFormatError(JitError, ValueError):
+    """A model or weights file is missing, malformed, or not the network we expect."""
+
+
+class WouldBlock(JitError):
+    """Raised by ``X_nowait`` functions when ``X`` would have to wait."""

@@ -1,0 +1,29 @@
+"""The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
+
+from ._node import Node as Node
+from ._node import graph_vars as graph_vars
+from ._node import make_node as make_node
+from ._node import shape_str as shape_str
+from ._node import structural_key as structural_key
+from ._node import toposort as toposort
+from ._ops import OPS as OPS
+from ._ops import OpDef as OpDef
+from ._ops import cast_array as cast_array
+from ._ops import conv_out_len as conv_out_len
+from ._ops import reduce_identity as reduce_identity
+from ._ops import slice_length as slice_length
+
+__all__ = [
+    "OPS",
+    "Node",
+    "OpDef",
+    "cast_array",
+    "conv_out_len",
+    "graph_vars",
+    "make_node",
+    "reduce_identity",
+    "shape_str",
+    "slice_length",
+    "structural_key",
+    "toposort",
+]

@@ -1,0 +1,148 @@
+"""SSA graph nodes: an op, its input nodes, a dtype, a shape of ints and symbolic dims, attrs.
+
+Nodes are immutable once made and compared by identity; ``structural_key`` gives the value key
+that CSE and cache keys use. ``make_node`` is the only constructor that callers should use: it
+runs the op's shape/dtype rule, so an ill-typed node never exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from attrs import define, field
+
+from ..dtypes import DType
+from ..symbolic import Dim, Var, free_vars
+
+__all__ = ["Node", "make_node", "structural_key", "toposort", "graph_vars"]
+
+_ids = itertools.count()
+
+
+@define(eq=False, repr=False)
+class Node:
+    """One SSA value. Build with ``make_node``; never mutate."""
+
+    op: str
+    inputs: tuple[Node, ...]
+    dtype: DType
+    shape: tuple[Dim, ...]
+    attrs: Mapping[str, Any]
+    id: int = field(init=False, factory=lambda: next(_ids))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        extra = "".join(f" {k}={_short(v)}" for k, v in self.attrs.items())
+        ins = ",".join(f"%{i.id}" for i in self.inputs)
+        return f"%{self.id} = {self.op}({ins}){extra} : {self.dtype.name}[{dims}]"
+
+
+def _short(v: object) -> str:
+    if isinstance(v, np.ndarray):
+        return f"<array {v.dtype}{list(v.shape)}>"
+    return str(v)
+
+
+def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
+    """Create a node after checking it with the op's shape/dtype rule.
+
+    Raises:
+        TensorError: if the op rejects the inputs or attrs (the message names both shapes).
+    """
+    from ._ops import OPS
+
+    try:
+        opdef = OPS[op]
+    except KeyError:
+        raise ValueError(f"unknown op {op!r}") from None
+    ins = tuple(inputs)
+    shape, dtype = opdef.infer(ins, node_attrs)
+    return Node(op, ins, dtype, tuple(shape), MappingProxyType(dict(node_attrs)))
+
+
+def _freeze(value: Any) -> Hashable:
+    if isinstance(value, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
+        return ("ndarray", value.dtype.str, value.shape, digest)
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict | MappingProxyType):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return (type(value).__name__, value)
+
+
+def structural_key(node: Node, input_keys: Iterable[Hashable]) -> Hashable:
+    """A hashable value equal for nodes that compute the same thing from the same inputs."""
+    return (
+        node.op,
+        tuple(input_keys),
+        node.dtype,
+        node.shape,
+        tuple(sorted((k, _freeze(v)) for k, v in node.attrs.items())),
+    )
+
+
+def toposort(outputs: Iterable[Node]) -> list[Node]:
+    """Every node reachable from ``outputs``, inputs before users (iterative: deep graphs are fine)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in outputs:
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if node.id in seen:
+                continue
+            seen.add(node.id)
+            stack.append((node, True))
+            stack.extend((i, False) for i in reversed(node.inputs) if i.id not in seen)
+    return order
+
+
+def graph_vars(nodes: Iterable[Node]) -> tuple[Var, ...]:
+    """The vars a graph's shapes and symbolic attrs use, sorted by name.
+
+    Raises:
+        ValueError: if two different vars share a name.
+    """
+    found: set[Var] = set()
+    for n in nodes:
+        found |= free_vars(n.shape)
+        for v in n.attrs.values():
+            found |= _attr_vars(v)
+    by_name: dict[str, Var] = {}
+    for v in found:
+        other = by_name.setdefault(v.name, v)
+        if other != v:
+            raise ValueError(f"two different vars named {v.name!r}: {other!r} and {v!r}")
+    return tuple(sorted(found, key=lambda v: v.name))
+
+
+def _attr_vars(value: Any) -> frozenset[Var]:
+    from ..symbolic import Expr
+
+    if isinstance(value, Expr):
+        return free_vars(value)
+    if isinstance(value, list | tuple):
+        out: frozenset[Var] = frozenset()
+        for v in value:
+            out |= _attr_vars(v)
+        return out
+    return frozenset()
+
+
+def shape_str(shape: Sequence[Dim]) -> str:
+    """``(b, 3, t//2)`` style text for messages."""
+    inner = ", ".join(str(d) for d in shape)
+    return f"({inner}{',' if len(shape) == 1 else ''})"

@@ -1,0 +1,140 @@
+"""The reference backend: runs any graph with numpy, for any binding of its vars within bounds.
+
+This interpreter defines what every graph means (see ``asyncjit.graph._ops`` for the semantics
+decisions); compiled code is tested against it. It is slow by design and never on a hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from .dtypes import from_numpy
+from .errors import DTypeMismatchError, InputBufferNotFoundError, ShapeMismatchError, VarBoundsError
+from .graph import OPS, Node, graph_vars, shape_str, toposort
+from .symbolic import check_bindings
+from .symbolic import evaluate as eval_dim
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["evaluate", "run_nodes"]
+
+InputKey = "Tensor | Node | str"
+
+
+def _as_node(x: Any) -> Node:
+    if isinstance(x, Node):
+        return x
+    node = getattr(x, "node", None)
+    if isinstance(node, Node):
+        return node
+    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
+
+
+@overload
+def evaluate(
+    outputs: Tensor | Node,
+    inputs: Mapping[Any, Any] | None = ...,
+    var_values: Mapping[str, int] | None = ...,
+) -> np.ndarray: ...
+
+
+@overload
+def evaluate(
+    outputs: Sequence[Tensor | Node],
+    inputs: Mapping[Any, Any] | None = ...,
+    var_values: Mapping[str, int] | None = ...,
+) -> list[np.ndarray]: ...
+
+
+def evaluate(
+    outputs: Tensor | Node | Sequence[Tensor | Node],
+    inputs: Mapping[Any, Any] | None = None,
+    var_values: Mapping[str, int] | None = None,
+) -> np.ndarray | list[np.ndarray]:
+    """Evaluate one output (returns an array) or a sequence of outputs (returns a list).
+
+    Args:
+        outputs: ``Tensor``/``Node`` or a sequence of them.
+        inputs: arrays keyed by placeholder ``Tensor``, ``Node`` or name. Arrays must have the
+            placeholder's dtype exactly and its shape under ``var_values``.
+        var_values: a value for every var the graph uses, within its bounds.
+
+    Raises:
+        VarBoundsError: a var is unbound, out of bounds, or unknown to the graph.
+        InputBufferNotFoundError: a placeholder has no array, or a name matches no placeholder.
+        ShapeMismatchError / DTypeMismatchError: an input does not match its placeholder.
+    """
+    single = not isinstance(outputs, Sequence)
+    out_nodes = [_as_node(outputs)] if single else [_as_node(o) for o in outputs]  # type: ignore[union-attr]
+    results = run_nodes(out_nodes, inputs or {}, var_values or {})
+    return results[0] if single else results
+
+
+def run_nodes(
+    out_nodes: Sequence[Node], inputs: Mapping[Any, Any], var_values: Mapping[str, int]
+) -> list[np.ndarray]:
+    """``evaluate`` on nodes; returns one array per output node."""
+    order = toposort(out_nodes)
+    variables = graph_vars(order)
+    bindings = dict(var_values)
+    unknown = set(bindings) - {v.name for v in variables}
+    if unknown:
+        raise VarBoundsError(
+            f"unknown var(s) {sorted(unknown)}; the graph uses {[v.name for v in variables]}"
+        )
+    check_bindings(variables, bindings)
+
+    placeholders = {n.attrs["name"]: n for n in order if n.op == "placeholder"}
+    feed: dict[int, Any] = {}
+    for key, value in inputs.items():
+        if isinstance(key, str):
+            if key not in placeholders:
+                raise InputBufferNotFoundError(
+                    f"no placeholder named {key!r} in this graph (have {sorted(placeholders)})"
+                )
+            feed[placeholders[key].id] = value
+        else:
+            feed[_as_node(key).id] = value
+
+    values: dict[int, np.ndarray] = {}
+    for node in order:
+        if node.op == "placeholder":
+            values[node.id] = _bind_input(node, feed, bindings)
+            continue
+        args = [values[i.id] for i in node.inputs]
+        result = OPS[node.op].reference(node, args, bindings)
+        want = tuple(eval_dim(d, bindings) for d in node.shape)
+        if result.shape != want or result.dtype != node.dtype.np:
+            raise AssertionError(
+                f"reference of {node!r} gave {result.dtype}{result.shape}, expected "
+                f"{node.dtype.name}{want}: this is an asyncjit bug"
+            )
+        values[node.id] = result
+    return [values[n.id] for n in out_nodes]
+
+
+def _bind_input(node: Node, feed: Mapping[int, Any], bindings: Mapping[str, int]) -> np.ndarray:
+    name = node.attrs["name"]
+    if node.id not in feed:
+        raise InputBufferNotFoundError(f"no array given for placeholder {name!r}")
+    arr = np.asarray(feed[node.id])
+    try:
+        got = from_numpy(arr.dtype)
+    except TypeError as exc:
+        raise DTypeMismatchError(f"input {name!r}: {exc}") from None
+    if got != node.dtype:
+        raise DTypeMismatchError(
+            f"input {name!r}: expected dtype {node.dtype.name}, got {arr.dtype} "
+            f"(convert with .astype(np.{node.dtype.np}))"
+        )
+    want = tuple(eval_dim(d, bindings) for d in node.shape)
+    if arr.shape != want:
+        raise ShapeMismatchError(
+            f"input {name!r}: expected shape {want} (placeholder {shape_str(node.shape)} at "
+            f"{dict(bindings)}), got {arr.shape}"
+        )
+    return arr

@@ -1,0 +1,740 @@
+"""Bounded symbolic integers: ``Var(name, min, max)`` and expressions over vars and ints.
+
+Shapes in asyncjit are tuples of ``Dim = int | Expr``. An expression is a hashable value object
+kept in one canonical form, built by the operators (``+ - * // %``) and ``smin``/``smax``:
+
+* a linear combination ``c0 + c1*a1 + c2*a2 + ...`` (``Sum``) over *atoms*;
+* atoms are ``Var``, products of atoms (``Prod``), ``FloorDiv``/``Mod`` by a positive int, and
+  ``Min``/``Max``.
+
+Simplification happens at construction, so two expressions that are provably equal by these
+rules compare equal: ``t//2*2 + t%2 == t``, ``(4*t + 2)//2 == 2*t + 1``, ``(t + 3)//4`` stays as
+written. An expression that simplifies to a constant *is* an ``int``. Division and modulo follow
+Python's floor semantics, which the generated native code reproduces.
+
+``bounds(e)`` gives exact ``(lo, hi)`` for affine expressions over distinct vars and safe (possibly
+loose) bounds otherwise. ``evaluate(e, bindings)`` computes a value; ``substitute`` replaces vars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeAlias
+
+import attrs
+
+from .errors import VarBoundsError
+
+__all__ = [
+    "Dim",
+    "Expr",
+    "FloorDiv",
+    "Index",
+    "Max",
+    "Min",
+    "Mod",
+    "Prod",
+    "Sum",
+    "Var",
+    "as_dim",
+    "bounds",
+    "check_bindings",
+    "compile_dims",
+    "evaluate",
+    "free_vars",
+    "from_json",
+    "is_dim",
+    "prod",
+    "render",
+    "smax",
+    "smin",
+    "substitute",
+    "to_json",
+    "upper",
+]
+
+
+class Expr:
+    """Base class of symbolic integer expressions; use the operators to build them."""
+
+    __slots__ = ()
+
+    # -- arithmetic (each returns ``int`` when the result simplifies to a constant) --
+    def __add__(self, other: Dim) -> Dim:
+        return _add(self, other)
+
+    def __radd__(self, other: Dim) -> Dim:
+        return _add(other, self)
+
+    def __sub__(self, other: Dim) -> Dim:
+        return _add(self, _mul(other, -1))
+
+    def __rsub__(self, other: Dim) -> Dim:
+        return _add(other, _mul(self, -1))
+
+    def __neg__(self) -> Dim:
+        return _mul(self, -1)
+
+    def __mul__(self, other: Dim) -> Dim:
+        return _mul(self, other)
+
+    def __rmul__(self, other: Dim) -> Dim:
+        return _mul(other, self)
+
+    def __floordiv__(self, other: Dim) -> Dim:
+        return _floordiv(self, other)
+
+    def __rfloordiv__(self, other: Dim) -> Dim:
+        return _floordiv(other, self)
+
+    def __mod__(self, other: Dim) -> Dim:
+        return _mod(self, other)
+
+    def __rmod__(self, other: Dim) -> Dim:
+        return _mod(other, self)
+
+    def __index__(self) -> int:
+        raise TypeError(f"symbolic dim {self} has no concrete value; bind its vars first")
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"the truth value of symbolic dim {self} is unknown at trace time")
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+Dim: TypeAlias = "int | Expr"
+
+
+@attrs.frozen(repr=False)
+class Var(Expr):
+    """A named integer known only at execution time, with inclusive bounds ``1 <= min <= max``."""
+
+    name: str
+    min: int
+    max: int
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"Var name must be an identifier, got {self.name!r}")
+        for label, v in (("min", self.min), ("max", self.max)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
+        if not 1 <= self.min <= self.max:
+            raise ValueError(
+                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}"
+            )
+
+    def __repr__(self) -> str:
+        return f"Var({self.name!r}, {self.min}, {self.max})"
+
+
+@attrs.frozen(repr=False)
+class Index(Expr):
+    """A loop index ``0 <= name < extent`` used by compilers for index arithmetic (not a user var).
+
+    ``extent`` may be symbolic; the index's bounds are ``(0, upper(extent) - 1)``.
+    """
+
+    name: str
+    extent: Dim
+
+    def __repr__(self) -> str:
+        return f"Index({self.name!r}, {self.extent})"
+
+
+@attrs.frozen(repr=False)
+class Sum(Expr):
+    """``const + sum(coeff * atom)``, terms sorted, no zero coefficients."""
+
+    terms: tuple[tuple[Expr, int], ...]
+    const: int
+
+    def __repr__(self) -> str:
+        return f"Sum({render(self)})"
+
+
+@attrs.frozen(repr=False)
+class Prod(Expr):
+    """A product of two or more atoms, sorted (``b*t``)."""
+
+    factors: tuple[Expr, ...]
+
+    def __repr__(self) -> str:
+        return f"Prod({render(self)})"
+
+
+@attrs.frozen(repr=False)
+class FloorDiv(Expr):
+    """``num // den`` with an int ``den >= 2`` (Python floor semantics)."""
+
+    num: Expr
+    den: int
+
+    def __repr__(self) -> str:
+        return f"FloorDiv({render(self)})"
+
+
+@attrs.frozen(repr=False)
+class Mod(Expr):
+    """``num % den`` with an int ``den >= 2``; the result lies in ``[0, den)``."""
+
+    num: Expr
+    den: int
+
+    def __repr__(self) -> str:
+        return f"Mod({render(self)})"
+
+
+@attrs.frozen(repr=False)
+class Min(Expr):
+    """The minimum of two or more expressions (at most one int among them)."""
+
+    args: tuple[Dim, ...]
+
+    def __repr__(self) -> str:
+        return f"Min({render(self)})"
+
+
+@attrs.frozen(repr=False)
+class Max(Expr):
+    """The maximum of two or more expressions (at most one int among them)."""
+
+    args: tuple[Dim, ...]
+
+    def __repr__(self) -> str:
+        return f"Max({render(self)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# canonical construction
+
+
+def is_dim(value: object) -> bool:
+    """True for an ``int`` (not ``bool``) or an ``Expr``."""
+    return isinstance(value, Expr) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def as_dim(value: object) -> Dim:
+    """Accept ints (including numpy integers) and ``Expr``; reject anything else with TypeError."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"expected an int or symbolic dim, got bool {value!r}")
+    try:
+        import operator
+
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"expected an int or symbolic dim, got {type(value).__name__} {value!r}") from None
+
+
+def _key(e: Expr) -> str:
+    return render(e)
+
+
+def _linear(x: Dim) -> tuple[dict[Expr, int], int]:
+    """Split ``x`` into ({atom: coeff}, const)."""
+    if isinstance(x, int):
+        return {}, x
+    if isinstance(x, Sum):
+        return dict(x.terms), x.const
+    return {x: 1}, 0
+
+
+def _from_linear(terms: Mapping[Expr, int], const: int) -> Dim:
+    """Build the canonical expression for a linear form, recombining ``c*(n//c) + n%c -> n``."""
+    work = {a: c for a, c in terms.items() if c != 0}
+    changed = True
+    while changed:
+        changed = False
+        for atom, coeff in list(work.items()):
+            if not isinstance(atom, FloorDiv):
+                continue
+            # k*n - k*c*(n//c) -> k*(n%c): keeps `t - 4*(t//4)` provably in [0, 4)
+            num_terms, num_const = _linear(atom.num)
+            k, rem = divmod(-coeff, atom.den)
+            if rem == 0 and k and all(work.get(a, 0) == k * c for a, c in num_terms.items()):
+                for a in num_terms:
+                    del work[a]
+                del work[atom]
+                const -= k * num_const
+                partner = Mod(atom.num, atom.den)
+                work[partner] = work.get(partner, 0) + k
+                changed = True
+                break
+            partner = Mod(atom.num, atom.den)
+            mod_coeff = work.get(partner)
+            if mod_coeff is None or coeff != mod_coeff * atom.den:
+                continue
+            del work[atom], work[partner]
+            add_terms, add_const = _linear(_mul(atom.num, mod_coeff))
+            for a, c in add_terms.items():
+                work[a] = work.get(a, 0) + c
+                if work[a] == 0:
+                    del work[a]
+            const += add_const
+            changed = True
+            break
+    if not work:
+        return const
+    if len(work) == 1 and const == 0:
+        ((atom, coeff),) = work.items()
+        if coeff == 1:
+            return atom
+    return Sum(tuple(sorted(work.items(), key=lambda kv: _key(kv[0]))), const)
+
+
+def _add(a: Dim, b: Dim) -> Dim:
+    a, b = as_dim(a), as_dim(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    ta, ca = _linear(a)
+    tb, cb = _linear(b)
+    for atom, coeff in tb.items():
+        ta[atom] = ta.get(atom, 0) + coeff
+    return _from_linear(ta, ca + cb)
+
+
+def _mul_atoms(a: Expr, b: Expr) -> Expr:
+    fa = a.factors if isinstance(a, Prod) else (a,)
+    fb = b.factors if isinstance(b, Prod) else (b,)
+    return Prod(tuple(sorted(fa + fb, key=_key)))
+
+
+def _mul(a: Dim, b: Dim) -> Dim:
+    a, b = as_dim(a), as_dim(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if isinstance(b, int):
+        a, b = b, a
+    if isinstance(a, int):
+        terms, const = _linear(b)
+        return _from_linear({atom: coeff * a for atom, coeff in terms.items()}, const * a)
+    # distribute (sum) * (sum)
+    ta, ca = _linear(a)
+    tb, cb = _linear(b)
+    out: dict[Expr, int] = {}
+    for atom, coeff in ta.items():
+        out[atom] = out.get(atom, 0) + coeff * cb
+    for atom, coeff in tb.items():
+        out[atom] = out.get(atom, 0) + coeff * ca
+    for atom_a, coeff_a in ta.items():
+        for atom_b, coeff_b in tb.items():
+            p = _mul_atoms(atom_a, atom_b)
+            out[p] = out.get(p, 0) + coeff_a * coeff_b
+    return _from_linear(out, ca * cb)
+
+
+def _int_divisor(den: Dim, op: str) -> int:
+    if not isinstance(den, int):
+        raise TypeError(f"symbolic divisor in {op} is not supported (got {den}); divide by an int")
+    if den <= 0:
+        raise ZeroDivisionError(f"{op} by {den}: divisor must be a positive int")
+    return den
+
+
+def _floordiv(a: Dim, b: Dim) -> Dim:
+    a, b = as_dim(a), as_dim(b)
+    den = _int_divisor(b, "//")
+    if isinstance(a, int):
+        return a // den
+    if den == 1:
+        return a
+    terms, const = _linear(a)
+    g = math.gcd(den, const, *terms.values())
+    if g > 1:
+        terms = {atom: c // g for atom, c in terms.items()}
+        const //= g
+        den //= g
+        if den == 1:
+            return _from_linear(terms, const)
+    q_const, r_const = divmod(const, den)
+    whole = {atom: c // den for atom, c in terms.items() if c % den == 0}
+    rest_terms = {atom: c for atom, c in terms.items() if c % den != 0}
+    rest = _from_linear(rest_terms, r_const)
+    quotient = _from_linear(whole, q_const)
+    if isinstance(rest, int):
+        return _add(quotient, rest // den)
+    lo, hi = bounds(rest)
+    if lo // den == hi // den:
+        return _add(quotient, lo // den)
+    if isinstance(rest, FloorDiv):
+        return _add(quotient, FloorDiv(rest.num, rest.den * den))
+    return _add(quotient, FloorDiv(rest, den))
+
+
+def _mod(a: Dim, b: Dim) -> Dim:
+    a, b = as_dim(a), as_dim(b)
+    den = _int_divisor(b, "%")
+    if isinstance(a, int):
+        return a % den
+    if den == 1:
+        return 0
+    terms, const = _linear(a)
+    terms = {atom: c % den for atom, c in terms.items() if c % den}
+    const %= den
+    g = math.gcd(den, const, *terms.values())
+    if g > 1:
+        inner = _mod(_from_linear({atom: c // g for atom, c in terms.items()}, const // g), den // g)
+        return _mul(inner, g)
+    rest = _from_linear(terms, const)
+    if isinstance(rest, int):
+        return rest % den
+    lo, hi = bounds(rest)
+    if lo // den == hi // den:
+        return _add(rest, -(lo // den) * den)
+    if isinstance(rest, Mod) and rest.den % den == 0:
+        return _mod(rest.num, den)
+    return Mod(rest, den)
+
+
+def _minmax(args: Iterable[Dim], is_min: bool) -> Dim:
+    flat: list[Dim] = []
+    cls = Min if is_min else Max
+    for a in args:
+        a = as_dim(a)
+        flat.extend(a.args if isinstance(a, cls) else (a,))
+    # drop args dominated by another (provable from bounds or from a shared non-constant part)
+    keep: list[Dim] = []
+    for i, a in enumerate(flat):
+        dominated = False
+        for j, b in enumerate(flat):
+            if i == j:
+                continue
+            diff = _add(a, _mul(b, -1))  # a - b
+            lo, hi = bounds(diff)
+            tie_keeps_a = lo == hi == 0 and j > i
+            if is_min and lo >= 0 and not tie_keeps_a:
+                dominated = True
+            if not is_min and hi <= 0 and not tie_keeps_a:
+                dominated = True
+            if dominated:
+                break
+        if not dominated:
+            keep.append(a)
+    ints = [a for a in keep if isinstance(a, int)]
+    exprs = sorted({a for a in keep if isinstance(a, Expr)}, key=_key)
+    if ints:
+        exprs_or_int: list[Dim] = [*exprs, (min if is_min else max)(ints)]
+    else:
+        exprs_or_int = list(exprs)
+    if len(exprs_or_int) == 1:
+        return exprs_or_int[0]
+    return cls(tuple(exprs_or_int))
+
+
+def smin(*args: Dim) -> Dim:
+    """Symbolic ``min``; reduces to one argument where bounds decide it."""
+    if not args:
+        raise ValueError("smin needs at least one argument")
+    return _minmax(args, True)
+
+
+def smax(*args: Dim) -> Dim:
+    """Symbolic ``max``; reduces to one argument where bounds decide it."""
+    if not args:
+        raise ValueError("smax needs at least one argument")
+    return _minmax(args, False)
+
+
+def prod(dims: Iterable[Dim]) -> Dim:
+    """The product of a sequence of dims (1 for an empty one)."""
+    out: Dim = 1
+    for d in dims:
+        out = _mul(out, d)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# queries
+
+
+def bounds(e: Dim) -> tuple[int, int]:
+    """Inclusive ``(lo, hi)`` of ``e`` over every binding of its vars within their bounds.
+
+    Exact for affine expressions over distinct vars; safe (containing every value) otherwise.
+    """
+    if isinstance(e, int):
+        return e, e
+    if isinstance(e, Var):
+        return e.min, e.max
+    if isinstance(e, Index):
+        return 0, max(bounds(e.extent)[1] - 1, 0)
+    if isinstance(e, Sum):
+        split = _split_minmax(e)
+        if split is not None:
+            return split
+        lo = hi = e.const
+        for atom, coeff in e.terms:
+            alo, ahi = bounds(atom)
+            if coeff >= 0:
+                lo, hi = lo + coeff * alo, hi + coeff * ahi
+            else:
+                lo, hi = lo + coeff * ahi, hi + coeff * alo
+        return lo, hi
+    if isinstance(e, Prod):
+        lo, hi = 1, 1
+        for f in e.factors:
+            flo, fhi = bounds(f)
+            corners = (lo * flo, lo * fhi, hi * flo, hi * fhi)
+            lo, hi = min(corners), max(corners)
+        return lo, hi
+    if isinstance(e, FloorDiv):
+        nlo, nhi = bounds(e.num)
+        return nlo // e.den, nhi // e.den
+    if isinstance(e, Mod):
+        nlo, nhi = bounds(e.num)
+        if nlo // e.den == nhi // e.den:
+            return nlo % e.den, nhi % e.den
+        return 0, e.den - 1
+    if isinstance(e, Min | Max):
+        bs = [bounds(a) for a in e.args]
+        pick = min if isinstance(e, Min) else max
+        return pick(b[0] for b in bs), pick(b[1] for b in bs)
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def _split_minmax(e: Sum) -> tuple[int, int] | None:
+    """Bounds of ``rest + k*min(a, b, ...)`` as the min/max over ``rest + k*a``, ``rest + k*b``, ...
+
+    Distributing keeps shared vars together, so ``t - min(t, 5)`` gets ``(0, t.max - 5)`` instead
+    of the loose interval sum; this is what proves ``x[:5]`` stays within a symbolic axis.
+    """
+    for i, (atom, coeff) in enumerate(e.terms):
+        if not isinstance(atom, Min | Max):
+            continue
+        rest = _from_linear(dict(e.terms[:i] + e.terms[i + 1 :]), e.const)
+        parts = [bounds(_add(rest, _mul(arg, coeff))) for arg in atom.args]
+        # k*min(...) is a min of the k*arg when k > 0 and a max of them when k < 0 (and vice versa).
+        take_min = isinstance(atom, Min) == (coeff > 0)
+        pick = min if take_min else max
+        return pick(p[0] for p in parts), pick(p[1] for p in parts)
+    return None
+
+
+def upper(e: Dim) -> int:
+    """The upper bound of ``e``: what buffers are sized for."""
+    return bounds(e)[1]
+
+
+def free_vars(e: Dim | Iterable[Dim]) -> frozenset[Var]:
+    """Every ``Var`` that ``e`` (or any dim of a shape) depends on."""
+    if isinstance(e, int):
+        return frozenset()
+    if not isinstance(e, Expr):
+        out: frozenset[Var] = frozenset()
+        for d in e:
+            out |= free_vars(d)
+        return out
+    if isinstance(e, Var):
+        return frozenset((e,))
+    if isinstance(e, Index):
+        return free_vars(e.extent)
+    if isinstance(e, Sum):
+        return free_vars(a for a, _ in e.terms)
+    if isinstance(e, Prod):
+        return free_vars(e.factors)
+    if isinstance(e, FloorDiv | Mod):
+        return free_vars(e.num)
+    if isinstance(e, Min | Max):
+        return free_vars(e.args)
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def evaluate(e: Dim, bindings: Mapping[str, int]) -> int:
+    """The value of ``e`` with each var replaced by ``bindings[var.name]``.
+
+    Raises:
+        VarBoundsError: if a var that ``e`` uses has no binding. Bounds are checked by
+            ``check_bindings``, not here.
+    """
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var | Index):
+        try:
+            return int(bindings[e.name])
+        except KeyError:
+            raise VarBoundsError(f"var {e.name!r} is not bound (bound: {sorted(bindings)})") from None
+    if isinstance(e, Sum):
+        return e.const + sum(c * evaluate(a, bindings) for a, c in e.terms)
+    if isinstance(e, Prod):
+        return math.prod(evaluate(f, bindings) for f in e.factors)
+    if isinstance(e, FloorDiv):
+        return evaluate(e.num, bindings) // e.den
+    if isinstance(e, Mod):
+        return evaluate(e.num, bindings) % e.den
+    if isinstance(e, Min):
+        return min(evaluate(a, bindings) for a in e.args)
+    if isinstance(e, Max):
+        return max(evaluate(a, bindings) for a in e.args)
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def substitute(e: Dim, mapping: Mapping[Var | str, Dim]) -> Dim:
+    """Replace vars (by ``Var`` or by name) with dims, re-simplifying the result."""
+    by_name = {(k.name if isinstance(k, Var) else k): v for k, v in mapping.items()}
+    return _subst(e, by_name)
+
+
+def _subst(e: Dim, m: Mapping[str, Dim]) -> Dim:
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var):
+        return m.get(e.name, e)
+    if isinstance(e, Index):
+        return m.get(e.name, Index(e.name, _subst(e.extent, m)))
+    if isinstance(e, Sum):
+        out: Dim = e.const
+        for atom, coeff in e.terms:
+            out = _add(out, _mul(_subst(atom, m), coeff))
+        return out
+    if isinstance(e, Prod):
+        return prod(_subst(f, m) for f in e.factors)
+    if isinstance(e, FloorDiv):
+        return _floordiv(_subst(e.num, m), e.den)
+    if isinstance(e, Mod):
+        return _mod(_subst(e.num, m), e.den)
+    if isinstance(e, Min):
+        return smin(*(_subst(a, m) for a in e.args))
+    if isinstance(e, Max):
+        return smax(*(_subst(a, m) for a in e.args))
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> None:
+    """Check that every var is bound to an int within its bounds.
+
+    Raises:
+        VarBoundsError: naming the var, its bounds and the value given.
+    """
+    for v in variables:
+        if v.name not in bindings:
+            raise VarBoundsError(f"var {v.name!r} (bounds [{v.min}, {v.max}]) is not bound")
+        value = bindings[v.name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                import operator
+
+                value = operator.index(value)
+            except TypeError:
+                raise VarBoundsError(
+                    f"var {v.name!r} must be bound to an int, got {type(value).__name__} {value!r}"
+                ) from None
+        if not v.min <= value <= v.max:
+            raise VarBoundsError(
+                f"var {v.name!r} = {value} is out of its bounds [{v.min}, {v.max}]"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering and host-side evaluation
+
+
+def render(e: Dim, names: Callable[[Var], str] | None = None) -> str:
+    """Readable (and valid Python) text for ``e``; ``names`` maps vars to identifiers."""
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, Var | Index):
+        return names(e) if names else e.name  # type: ignore[arg-type]
+    r = (lambda x: render(x, names)) if names else render
+
+    def p(x: Dim) -> str:
+        return f"({r(x)})" if isinstance(x, Sum | FloorDiv | Mod) else r(x)
+
+    if isinstance(e, Sum):
+        parts: list[str] = []
+        for atom, coeff in e.terms:
+            text = p(atom) if coeff in (1, -1) else f"{abs(coeff)}*{p(atom)}"
+            parts.append(("- " if coeff < 0 else "+ ") + text)
+        if e.const:
+            parts.append(("- " if e.const < 0 else "+ ") + str(abs(e.const)))
+        s = " ".join(parts)
+        return s[2:] if s.startswith("+ ") else "-" + s[2:]
+    if isinstance(e, Prod):
+        return "*".join(p(f) for f in e.factors)
+    if isinstance(e, FloorDiv | Mod):
+        num = f"({r(e.num)})" if isinstance(e.num, Sum) else r(e.num)
+        return f"{num}{'//' if isinstance(e, FloorDiv) else '%'}{e.den}"
+    if isinstance(e, Min | Max):
+        fn = "min" if isinstance(e, Min) else "max"
+        return f"{fn}({', '.join(r(a) for a in e.args)})"
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def compile_dims(dims: Sequence[Dim], variables: Sequence[Var]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """A fast host-side function: var values (in ``variables`` order) -> the dims' values.
+
+    Replays evaluate output shapes with this instead of walking expression trees every call.
+    """
+    index = {v.name: i for i, v in enumerate(variables)}
+    missing = free_vars(dims) - set(variables)
+    if missing:
+        raise ValueError(f"dims use vars not listed: {sorted(v.name for v in missing)}")
+    body = ", ".join(render(d, lambda v: f"_v[{index[v.name]}]") for d in dims)
+    src = f"lambda _v: ({body}{',' if len(dims) == 1 else ''})"
+    fn: Callable[[Sequence[int]], tuple[int, ...]] = eval(src, {"min": min, "max": max})
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON encoding (serialized executables carry symbolic shapes; never ``eval`` stored text)
+
+
+def to_json(e: Dim) -> object:
+    """A JSON-compatible encoding of ``e``; ``from_json`` inverts it exactly."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var):
+        return {"var": [e.name, e.min, e.max]}
+    if isinstance(e, Index):
+        return {"index": [e.name, to_json(e.extent)]}
+    if isinstance(e, Sum):
+        return {"sum": [[to_json(a), c] for a, c in e.terms], "const": e.const}
+    if isinstance(e, Prod):
+        return {"prod": [to_json(f) for f in e.factors]}
+    if isinstance(e, FloorDiv | Mod):
+        return {"floordiv" if isinstance(e, FloorDiv) else "mod": [to_json(e.num), e.den]}
+    if isinstance(e, Min | Max):
+        return {"min" if isinstance(e, Min) else "max": [to_json(a) for a in e.args]}
+    raise TypeError(f"not a symbolic dim: {e!r}")
+
+
+def from_json(data: object) -> Dim:
+    """Decode ``to_json`` output, re-simplifying (so the result equals the original).
+
+    Raises:
+        ValueError: for anything that is not a valid encoding.
+    """
+    if isinstance(data, int) and not isinstance(data, bool):
+        return data
+    if not isinstance(data, dict) or len(data) not in (1, 2):
+        raise ValueError(f"not an encoded symbolic dim: {data!r}")
+    try:
+        if "var" in data:
+            name, lo, hi = data["var"]
+            return Var(name, lo, hi)
+        if "index" in data:
+            name, extent = data["index"]
+            return Index(str(name), from_json(extent))
+        if "sum" in data:
+            out: Dim = int(data["const"])
+            for atom, coeff in data["sum"]:
+                out = _add(out, _mul(from_json(atom), int(coeff)))
+            return out
+        if "prod" in data:
+            return prod(from_json(f) for f in data["prod"])
+        if "floordiv" in data:
+            num, den = data["floordiv"]
+            return _floordiv(from_json(num), int(den))
+        if "mod" in data:
+            num, den = data["mod"]
+            return _mod(from_json(num), int(den))
+        if "min" in data:
+            return smin(*(from_json(a) for a in data["min"]))
+        if "max" in data:
+            return smax(*(from_json(a) for a in data["max"]))
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ValueError(f"not an encoded symbolic dim: {data!r} ({exc})") from None
+    raise ValueError(f"not an encoded symbolic dim: {data!r}")

@@ -1,0 +1,786 @@
+"""``Tensor``: the lazy, numpy-like front end that records graph nodes.
+
+Every method checks its operands at the call and raises ``TensorError`` (or
+``ShapeMismatchError``) naming both shapes, so a bad graph never gets as far as compilation.
+Broadcasting follows numpy rules over symbolic dims: two dims match when they are provably equal
+or one of them is the int 1. Python scalars are weak (``x + 1`` keeps ``x``'s dtype).
+
+A ``Tensor`` has no value: building a graph never computes anything. Use it with
+``asyncjit.reference.evaluate`` or the compilers. Branching on a tensor's value (``if t > 0:``)
+is a ``TypeError``: the graph must not depend on data (DESIGN invariant 1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+
+from . import dtypes as dt
+from .dtypes import DType
+from .errors import ShapeMismatchError, TensorError
+from .graph import Node, make_node, shape_str
+from .symbolic import Dim, Expr, as_dim, bounds, is_dim, prod, smax, smin
+
+__all__ = ["Tensor"]
+
+_placeholder_names = itertools.count()
+Scalar = int | float | bool
+Operand = "Tensor | int | float | bool | np.ndarray"
+
+
+def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
+    """numpy broadcasting over symbolic dims (provably equal, or one side is 1)."""
+    out: list[Dim] = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            raise ShapeMismatchError(
+                f"cannot broadcast shapes {shape_str(a)} and {shape_str(b)}: dim {da} vs {db}"
+            )
+    return tuple(reversed(out))
+
+
+def _axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise TensorError(f"axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+class Tensor:
+    """A lazy tensor: a graph node with a numpy-like API."""
+
+    __slots__ = ("node",)
+    __array_priority__ = 1000  # numpy scalars on the left defer to our reflected operators
+
+    def __init__(self, node: Node) -> None:
+        if not isinstance(node, Node):
+            raise TypeError("Tensor wraps a graph Node; use Tensor.placeholder or Tensor.const")
+        self.node = node
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def placeholder(shape: Sequence[Dim], dtype: DType | Any = dt.float32, name: str | None = None) -> Tensor:
+        """An input of the graph; ``shape`` may use symbolic ``Var`` dims."""
+        dtype = dt.from_numpy(dtype)
+        if name is None:
+            name = f"input{next(_placeholder_names)}"
+        dims = tuple(as_dim(d) for d in shape)
+        return Tensor(make_node("placeholder", (), name=name, shape=dims, dtype=dtype))
+
+    @staticmethod
+    def const(value: Any, dtype: DType | Any | None = None) -> Tensor:
+        """A constant (weights). float64 data becomes float32; the array is copied and frozen."""
+        arr = np.array(value)
+        if dtype is not None:
+            arr = arr.astype(dt.from_numpy(dtype).np)
+        elif arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iu" and arr.dtype != np.int32 and arr.dtype != np.int64:
+            arr = arr.astype(np.int64)
+        dt.from_numpy(arr.dtype)  # rejects unsupported dtypes with a clear TypeError
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        return Tensor(make_node("const", (), value=arr))
+
+    @staticmethod
+    def full(shape: Sequence[Dim], value: Scalar, dtype: DType | Any | None = None) -> Tensor:
+        """A tensor filled with ``value`` (a broadcast scalar: no memory for the full shape)."""
+        if dtype is None:
+            is_float = isinstance(value, float)
+            dtype = dt.bool_ if isinstance(value, bool) else dt.float32 if is_float else dt.int32
+        scalar = Tensor.const(np.array(value, dtype=dt.from_numpy(dtype).np))
+        return scalar._broadcast_to(tuple(as_dim(d) for d in shape))
+
+    @staticmethod
+    def zeros(shape: Sequence[Dim], dtype: DType | Any = dt.float32) -> Tensor:
+        return Tensor.full(shape, 0, dtype)
+
+    @staticmethod
+    def ones(shape: Sequence[Dim], dtype: DType | Any = dt.float32) -> Tensor:
+        return Tensor.full(shape, 1, dtype)
+
+    @staticmethod
+    def arange(n: Dim, dtype: DType | Any = dt.int32) -> Tensor:
+        """``[0, 1, ..., n-1]``; ``n`` may be symbolic (e.g. for length masks)."""
+        return Tensor(make_node("arange", (), n=as_dim(n), dtype=dt.from_numpy(dtype)))
+
+    @staticmethod
+    def from_dim(expr: Dim, dtype: DType | Any = dt.int32) -> Tensor:
+        """A scalar tensor whose value is a symbolic dim, known at execution time."""
+        return Tensor(make_node("dim", (), expr=as_dim(expr), dtype=dt.from_numpy(dtype)))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def shape(self) -> tuple[Dim, ...]:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.node.shape)
+
+    @property
+    def numel(self) -> Dim:
+        return prod(self.shape)
+
+    @property
+    def T(self) -> Tensor:
+        return self.permute(*reversed(range(self.ndim)))
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.dtype.name}{shape_str(self.shape)} %{self.node.id} {self.node.op}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "a Tensor has no value while the graph is built; branching on it would bake one "
+            "branch into the compiled plan. Use Tensor.where(cond, a, b) instead."
+        )
+
+    def __len__(self) -> int:
+        if not self.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        d = self.shape[0]
+        if isinstance(d, Expr):
+            raise TypeError(f"len() of a tensor whose first dim {d} is symbolic")
+        return d
+
+    def __iter__(self) -> Any:
+        raise TypeError("iterating a Tensor is not supported; index or slice it instead")
+
+    # ------------------------------------------------------------------ helpers
+    def _wrap(self, value: Any) -> Tensor:
+        """Turn an operand into a tensor; Python scalars take this tensor's dtype (weak)."""
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
+            return Tensor.const(np.array(value, dtype=dt.scalar_dtype(value, self.dtype).np))
+        if isinstance(value, np.ndarray):
+            return Tensor.const(value)
+        raise TypeError(f"cannot combine a Tensor with {type(value).__name__}")
+
+    def _broadcast_to(self, shape: tuple[Dim, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        if len(shape) < self.ndim:
+            raise ShapeMismatchError(f"cannot broadcast {shape_str(self.shape)} to {shape_str(shape)}")
+        x = self
+        if x.ndim < len(shape):
+            x = x.reshape(*((1,) * (len(shape) - x.ndim) + x.shape))
+        broadcast_shapes(x.shape, shape)  # raises with both shapes named
+        for d, s in zip(x.shape, shape, strict=True):
+            if d != s and d != 1:
+                raise ShapeMismatchError(f"cannot broadcast {shape_str(self.shape)} to {shape_str(shape)}")
+        return Tensor(make_node("expand", (x.node,), shape=shape))
+
+    def _operands(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        y = self._wrap(other)
+        x = self
+        if x.dtype != y.dtype:
+            # weak scalars already took our dtype; for two tensors promote by the dtype table
+            target = dt.result_type(x.dtype, y.dtype)
+            x, y = x.cast(target), y.cast(target)
+        shape = broadcast_shapes(x.shape, y.shape)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+        return (y, x) if reverse else (x, y)
+
+    def _binary(self, op: str, other: Any, reverse: bool = False) -> Tensor:
+        x, y = self._operands(other, reverse)
+        return Tensor(make_node(op, (x.node, y.node)))
+
+    def _unary(self, op: str, **kw: Any) -> Tensor:
+        return Tensor(make_node(op, (self.node,), **kw))
+
+    def _float(self) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dt.float32)
+
+    # ------------------------------------------------------------------ arithmetic
+    def __add__(self, o: Any) -> Tensor:
+        return self._binary("add", o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._binary("add", o, True)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self._binary("sub", o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self._binary("mul", o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self._float()._binary("div", o)
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return self._float()._binary("div", o, True)
+
+    def __floordiv__(self, o: Any) -> Tensor:
+        x, y = self._operands(o)
+        return x._binary("idiv", y) if x.dtype.is_int else (x / y).floor()
+
+    def __rfloordiv__(self, o: Any) -> Tensor:
+        left, right = self._operands(o, True)
+        return left.__floordiv__(right)
+
+    def __mod__(self, o: Any) -> Tensor:
+        x, y = self._operands(o)
+        if x.dtype.is_int:
+            return x._binary("mod", y)
+        return x - (x / y).floor() * y
+
+    def __rmod__(self, o: Any) -> Tensor:
+        left, right = self._operands(o, True)
+        return left.__mod__(right)
+
+    def __pow__(self, o: Any) -> Tensor:
+        if isinstance(o, int) and not isinstance(o, bool) and o == 2:
+            return self * self
+        return self._float()._binary("pow", o)
+
+    def __rpow__(self, o: Any) -> Tensor:
+        return self._float()._binary("pow", o, True)
+
+    def __neg__(self) -> Tensor:
+        return self._unary("neg")
+
+    def __abs__(self) -> Tensor:
+        return self._unary("abs")
+
+    def __invert__(self) -> Tensor:
+        if self.dtype.is_bool:
+            return self._unary("not")
+        raise TensorError(f"~ needs a bool tensor, got {self.dtype.name}")
+
+    def __and__(self, o: Any) -> Tensor:
+        return self._binary("and", o)
+
+    def __or__(self, o: Any) -> Tensor:
+        return self._binary("or", o)
+
+    def __xor__(self, o: Any) -> Tensor:
+        return self._binary("xor", o)
+
+    def __lt__(self, o: Any) -> Tensor:
+        return self._binary("lt", o)
+
+    def __le__(self, o: Any) -> Tensor:
+        return self._binary("le", o)
+
+    def __gt__(self, o: Any) -> Tensor:
+        return self._binary("gt", o)
+
+    def __ge__(self, o: Any) -> Tensor:
+        return self._binary("ge", o)
+
+    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary("eq", o)
+
+    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary("ne", o)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        return self.matmul(o)
+
+    def __rmatmul__(self, o: Any) -> Tensor:
+        return self._wrap(o).matmul(self)
+
+    def maximum(self, o: Any) -> Tensor:
+        return self._binary("maximum", o)
+
+    def minimum(self, o: Any) -> Tensor:
+        return self._binary("minimum", o)
+
+    def pow(self, o: Any) -> Tensor:
+        return self.__pow__(o)
+
+    def clip(self, lo: Any, hi: Any) -> Tensor:
+        return self.maximum(lo).minimum(hi)
+
+    # ------------------------------------------------------------------ unary
+    def exp(self) -> Tensor:
+        return self._float()._unary("exp")
+
+    def log(self) -> Tensor:
+        return self._float()._unary("log")
+
+    def sqrt(self) -> Tensor:
+        return self._float()._unary("sqrt")
+
+    def rsqrt(self) -> Tensor:
+        return self._float()._unary("rsqrt")
+
+    def reciprocal(self) -> Tensor:
+        return self._float()._unary("recip")
+
+    def tanh(self) -> Tensor:
+        return self._float()._unary("tanh")
+
+    def sigmoid(self) -> Tensor:
+        return self._float()._unary("sigmoid")
+
+    def relu(self) -> Tensor:
+        return self._unary("relu")
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        """GELU; ``approximate="tanh"`` for the tanh form, the exact erf form by default."""
+        return self._float()._unary("gelu", approximate=approximate)
+
+    def silu(self) -> Tensor:
+        return self * self.sigmoid()
+
+    def sin(self) -> Tensor:
+        return self._float()._unary("sin")
+
+    def cos(self) -> Tensor:
+        return self._float()._unary("cos")
+
+    def erf(self) -> Tensor:
+        return self._float()._unary("erf")
+
+    def abs(self) -> Tensor:
+        return self._unary("abs")
+
+    def neg(self) -> Tensor:
+        return self._unary("neg")
+
+    def floor(self) -> Tensor:
+        return self if not self.dtype.is_float else self._unary("floor")
+
+    def ceil(self) -> Tensor:
+        return self if not self.dtype.is_float else self._unary("ceil")
+
+    def logical_not(self) -> Tensor:
+        return self.cast(dt.bool_)._unary("not")
+
+    def cast(self, dtype: DType | Any) -> Tensor:
+        """Convert elements (float->int saturates and truncates toward zero; x->bool is x != 0)."""
+        dtype = dt.from_numpy(dtype)
+        return self if dtype == self.dtype else self._unary("cast", dtype=dtype)
+
+    astype = cast
+
+    def where(self, a: Any, b: Any) -> Tensor:
+        """``a`` where this bool tensor is true, else ``b`` (broadcast together)."""
+        return Tensor.select(self, a, b)
+
+    @staticmethod
+    def select(cond: Tensor, a: Any, b: Any) -> Tensor:
+        """numpy's ``where(cond, a, b)``: broadcasts all three, promotes ``a`` and ``b``."""
+        if not isinstance(cond, Tensor) or not cond.dtype.is_bool:
+            raise TensorError("where: the condition must be a bool Tensor")
+        if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+            a = Tensor.const(np.array(a, dtype=np.float32 if isinstance(a, float) else None))
+        x, y = a._operands(b) if isinstance(a, Tensor) else b._operands(a, True)
+        shape = broadcast_shapes(cond.shape, x.shape)
+        c, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+        return Tensor(make_node("where", (c.node, x.node, y.node)))
+
+    # ------------------------------------------------------------------ reductions
+    def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        norm = sorted({_axis(a, self.ndim) for a in axes})
+        if len(norm) != len(axes):
+            raise TensorError(f"repeated axis in {axes}")
+        return tuple(norm)
+
+    def _reduce(self, op: str, axis: int | Sequence[int] | None, keepdims: bool) -> Tensor:
+        axes = self._axes(axis)
+        x = self.cast(dt.int32) if self.dtype.is_bool else self
+        out = Tensor(make_node("reduce", (x.node,), op=op, axes=axes))
+        if keepdims:
+            return out
+        return out.reshape(*(d for i, d in enumerate(out.shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce("sum", axis, keepdims)
+
+    def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce("prod", axis, keepdims)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce("max", axis, keepdims)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce("min", axis, keepdims)
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Mean over ``axis``; a symbolic count divides by its value at execution time."""
+        x = self._float()
+        count = prod(self.shape[a] for a in self._axes(axis))
+        total = x.sum(axis, keepdims)
+        if isinstance(count, int):
+            return total * (1.0 / count) if count else total / 0.0
+        return total / Tensor.from_dim(count, x.dtype if x.dtype != dt.float16 else dt.float32).cast(x.dtype)
+
+    def var(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        x = self._float()
+        centered = x - x.mean(axis, keepdims=True)
+        if ddof == 0:
+            return (centered * centered).mean(axis, keepdims)
+        count = prod(self.shape[a] for a in self._axes(axis)) - ddof
+        total = (centered * centered).sum(axis, keepdims)
+        return total / (count if isinstance(count, int) else Tensor.from_dim(count, x.dtype))
+
+    def std(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        return self.var(axis, keepdims, ddof).sqrt()
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        x = self._float()
+        e = (x - x.max(axis, keepdims=True)).exp()
+        return e / e.sum(axis, keepdims=True)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        x = self._float()
+        shifted = x - x.max(axis, keepdims=True)
+        return shifted - shifted.exp().sum(axis, keepdims=True).log()
+
+    def layer_norm(
+        self,
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        eps: float = 1e-5,
+        axis: int | Sequence[int] = -1,
+    ) -> Tensor:
+        """Normalise over ``axis`` (the last by default), then scale and shift."""
+        x = self._float()
+        mean = x.mean(axis, keepdims=True)
+        centered = x - mean
+        var = (centered * centered).mean(axis, keepdims=True)
+        out = centered * (var + eps).rsqrt()
+        if weight is not None:
+            out = out * weight
+        if bias is not None:
+            out = out + bias
+        return out
+
+    # ------------------------------------------------------------------ matmul and conv
+    def matmul(self, other: Any) -> Tensor:
+        """numpy ``matmul``: 1-D operands are promoted and squeezed, batch dims broadcast."""
+        y = self._wrap(other)
+        x = self
+        if x.dtype != y.dtype:
+            target = dt.result_type(x.dtype, y.dtype)
+            x, y = x.cast(target), y.cast(target)
+        if x.ndim == 0 or y.ndim == 0:
+            raise TensorError("matmul needs operands of rank >= 1; use * for scalars")
+        squeeze_front, squeeze_back = x.ndim == 1, y.ndim == 1
+        other_shape = y.shape
+        if squeeze_front:
+            x = x.reshape(1, x.shape[0])
+        if squeeze_back:
+            y = y.reshape(y.shape[0], 1)
+        if x.shape[-1] != y.shape[-2]:
+            raise ShapeMismatchError(
+                f"matmul: {shape_str(self.shape)} @ {shape_str(other_shape)}: "
+                f"inner dims {x.shape[-1]} and {y.shape[-2]} differ"
+            )
+        batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
+        x = x._broadcast_to((*batch, *x.shape[-2:]))
+        y = y._broadcast_to((*batch, *y.shape[-2:]))
+        out = Tensor(make_node("matmul", (x.node, y.node)))
+        if squeeze_front:
+            out = out.reshape(*out.shape[:-2], out.shape[-1])
+        if squeeze_back:
+            out = out.reshape(*out.shape[:-1])
+        return out
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``self @ weight.T + bias`` with ``weight`` of shape [out, in] (PyTorch layout)."""
+        out = self @ weight.T
+        return out + bias if bias is not None else out
+
+    def conv1d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int = 1,
+        padding: int | tuple[Dim, Dim] = 0,
+        dilation: int = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """1-D convolution (cross-correlation, PyTorch layout): x[N, C, L], w[O, C/groups, K]."""
+        x, w = self._float(), weight._float()
+        if w.dtype != x.dtype:
+            w = w.cast(x.dtype)
+        pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
+        out = Tensor(
+            make_node(
+                "conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups
+            )
+        )
+        if bias is not None:
+            out = out + bias.reshape(bias.shape[0], 1)
+        return out
+
+    # ------------------------------------------------------------------ movement
+    def reshape(self, *shape: Dim | Sequence[Dim]) -> Tensor:
+        """numpy reshape; one ``-1`` is inferred when the division is exact."""
+        dims: list[Dim] = list(shape[0]) if len(shape) == 1 and not is_dim(shape[0]) else list(shape)  # type: ignore[arg-type]
+        dims = [as_dim(d) for d in dims]
+        if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:
+            raise TensorError(f"reshape {dims}: at most one -1")
+        if -1 in [d for d in dims if isinstance(d, int)]:
+            known = prod(d for d in dims if not (isinstance(d, int) and d == -1))
+            total = self.numel
+            if isinstance(known, int) and known and isinstance(total, int):
+                if total % known:
+                    raise ShapeMismatchError(f"cannot reshape {shape_str(self.shape)} to {dims}")
+                inferred: Dim = total // known
+            else:
+                inferred = _exact_div(total, known, self.shape, dims)
+            dims = [inferred if isinstance(d, int) and d == -1 else d for d in dims]
+        if tuple(dims) == self.shape:
+            return self
+        try:
+            return Tensor(make_node("reshape", (self.node,), shape=tuple(dims)))
+        except TensorError as exc:
+            raise ShapeMismatchError(str(exc)) from None
+
+    def permute(self, *order: int | Sequence[int]) -> Tensor:
+        axes = list(order[0]) if len(order) == 1 and not isinstance(order[0], int) else list(order)
+        norm = tuple(_axis(int(a), self.ndim) for a in axes)  # type: ignore[arg-type]
+        if norm == tuple(range(self.ndim)):
+            return self
+        return Tensor(make_node("permute", (self.node,), order=norm))
+
+    def transpose(self, a: int = -2, b: int = -1) -> Tensor:
+        order = list(range(self.ndim))
+        ia, ib = _axis(a, self.ndim), _axis(b, self.ndim)
+        order[ia], order[ib] = order[ib], order[ia]
+        return self.permute(*order)
+
+    def expand(self, *shape: Dim | Sequence[Dim]) -> Tensor:
+        dims = tuple(shape[0]) if len(shape) == 1 and not is_dim(shape[0]) else shape  # type: ignore[arg-type]
+        return self._broadcast_to(tuple(as_dim(d) for d in dims))
+
+    broadcast_to = expand
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        axis = axis % (self.ndim + 1)
+        return self.reshape(*self.shape[:axis], 1, *self.shape[axis:])
+
+    def squeeze(self, axis: int | None = None) -> Tensor:
+        if axis is None:
+            return self.reshape(*(d for d in self.shape if d != 1))
+        axis = _axis(axis, self.ndim)
+        if self.shape[axis] != 1:
+            raise ShapeMismatchError(f"cannot squeeze axis {axis} of {shape_str(self.shape)}: not 1")
+        return self.reshape(*self.shape[:axis], *self.shape[axis + 1 :])
+
+    def flatten(self, start: int = 0, end: int = -1) -> Tensor:
+        if not self.ndim:
+            return self.reshape(1)
+        s, e = _axis(start, self.ndim), _axis(end, self.ndim)
+        return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
+
+    def shrink(self, slices: Sequence[tuple[Dim, Dim] | None]) -> Tensor:
+        """Keep ``[start, stop)`` of each axis (``None`` keeps the whole axis); dims may be symbolic."""
+        if len(slices) != self.ndim:
+            raise TensorError(f"shrink needs {self.ndim} (start, stop) pairs, got {len(slices)}")
+        full = tuple(
+            (0, d, 1) if s is None else (as_dim(s[0]), as_dim(s[1]), 1)
+            for s, d in zip(slices, self.shape, strict=True)
+        )
+        if all(s == 0 and e == d for (s, e, _), d in zip(full, self.shape, strict=True)):
+            return self
+        return Tensor(make_node("shrink", (self.node,), slices=full))
+
+    def pad(
+        self,
+        pads: Sequence[tuple[Dim, Dim] | None],
+        mode: str = "constant",
+        value: Scalar = 0,
+    ) -> Tensor:
+        """Pad each axis by ``(before, after)``: ``constant`` (with ``value``), ``reflect`` or ``edge``."""
+        if len(pads) != self.ndim:
+            raise TensorError(f"pad needs {self.ndim} (before, after) pairs, got {len(pads)}")
+        full = tuple((0, 0) if p is None else (as_dim(p[0]), as_dim(p[1])) for p in pads)
+        if all(lo == 0 and hi == 0 for lo, hi in full):
+            return self
+        return Tensor(make_node("pad", (self.node,), pads=full, mode=mode, value=value))
+
+    @staticmethod
+    def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+        """Concatenate along ``axis`` (dtypes promote; other dims must be provably equal)."""
+        if not tensors:
+            raise TensorError("cat needs at least one tensor")
+        if len(tensors) == 1:
+            return tensors[0]
+        target = dt.result_type(*(t.dtype for t in tensors))
+        ts = [t.cast(target) for t in tensors]
+        ax = _axis(axis, ts[0].ndim)
+        return Tensor(make_node("cat", tuple(t.node for t in ts), axis=ax))
+
+    @staticmethod
+    def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+        if not tensors:
+            raise TensorError("stack needs at least one tensor")
+        ax = axis % (tensors[0].ndim + 1)
+        return Tensor.cat([t.unsqueeze(ax) for t in tensors], ax)
+
+    def split(self, sizes: Sequence[Dim], axis: int = 0) -> list[Tensor]:
+        """Split along ``axis`` into pieces of the given sizes (which must add up to the dim)."""
+        ax = _axis(axis, self.ndim)
+        total: Dim = 0
+        out: list[Tensor] = []
+        for s in sizes:
+            sl: list[tuple[Dim, Dim] | None] = [None] * self.ndim
+            sl[ax] = (total, total + s)
+            out.append(self.shrink(sl))
+            total = total + s
+        if total != self.shape[ax]:
+            raise ShapeMismatchError(f"split sizes {list(sizes)} do not add up to dim {self.shape[ax]}")
+        return out
+
+    def chunk(self, n: int, axis: int = -1) -> list[Tensor]:
+        ax = _axis(axis, self.ndim)
+        d = self.shape[ax]
+        if not isinstance(d, int) or d % n:
+            raise ShapeMismatchError(f"cannot chunk dim {d} into {n} equal parts")
+        return self.split([d // n] * n, ax)
+
+    def glu(self, axis: int = -1) -> Tensor:
+        a, b = self.chunk(2, axis)
+        return a * b.sigmoid()
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Basic indexing: ints, slices (symbolic start/stop allowed), ``None``, ``...``,
+        and one 1-D int ``Tensor`` (a gather along that axis).
+
+        Slice bounds clamp to the axis as in numpy (``x[:5]`` of a ``t``-long axis has
+        ``min(t, 5)`` elements); an int index must be provably within the axis.
+        """
+        items = list(index) if isinstance(index, tuple) else [index]
+        if sum(1 for i in items if i is Ellipsis) > 1:
+            raise TensorError("an index can only have a single ellipsis")
+        if sum(1 for i in items if isinstance(i, Tensor)) > 1:
+            raise TensorError(
+                "only one Tensor index is supported (numpy would pair several element-wise); "
+                "use gather once per axis"
+            )
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        if used > self.ndim:
+            raise TensorError(f"too many indices ({used}) for a tensor of rank {self.ndim}")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at : at + 1] = [slice(None)] * (self.ndim - used)
+        else:
+            items += [slice(None)] * (self.ndim - used)
+
+        slices: list[tuple[Dim, Dim, int]] = []
+        gathers: list[tuple[int, Tensor]] = []
+        # the output, in order: ("new",) for None, ("keep", axis) for a kept axis; ints drop theirs
+        layout: list[tuple[str, int]] = []
+        axis = 0
+        for it in items:
+            if it is None:
+                layout.append(("new", -1))
+                continue
+            d = self.shape[axis]
+            if isinstance(it, Tensor):
+                slices.append((0, d, 1))
+                gathers.append((axis, it))
+                layout.append(("keep", axis))
+            elif isinstance(it, slice):
+                slices.append(_slice_bounds(it, d))
+                layout.append(("keep", axis))
+            elif is_dim(it) or isinstance(it, SupportsIndex):
+                i = as_dim(it)
+                if isinstance(i, int) and i < 0:
+                    i = d + i
+                if bounds(i)[0] < 0 or bounds(d - i - 1)[0] < 0:
+                    raise TensorError(f"index {it} is out of range for axis {axis} of size {d}")
+                slices.append((i, i + 1, 1))
+            else:
+                raise TypeError(f"unsupported index {it!r} (type {type(it).__name__})")
+            axis += 1
+
+        x = self
+        if any(s != (0, d, 1) for s, d in zip(slices, self.shape, strict=True)):
+            x = Tensor(make_node("shrink", (x.node,), slices=tuple(slices)))
+        for ax, idx in gathers:
+            x = x.gather(ax, idx)
+        out = [1 if kind == "new" else x.shape[ax] for kind, ax in layout]
+        return x.reshape(*out) if tuple(out) != x.shape else x
+
+    # ------------------------------------------------------------------ gather / scatter / nonzero
+    def gather(self, axis: int, index: Tensor) -> Tensor:
+        """``index_select``: rows ``index`` (1-D int) of ``axis``; out-of-range indices clamp."""
+        ax = _axis(axis, self.ndim)
+        return Tensor(make_node("gather", (self.node, self._wrap(index).node), axis=ax))
+
+    index_select = gather
+
+    def scatter(self, axis: int, index: Tensor, src: Tensor) -> Tensor:
+        """A copy of this tensor with ``out[..., index[i], ...] = src[..., i, ...]`` along ``axis``.
+
+        Out-of-range indices are dropped; for repeated indices the last write wins.
+        """
+        ax = _axis(axis, self.ndim)
+        src = self._wrap(src).cast(self.dtype)
+        return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
+
+    def nonzero(self, size: int, fill_value: int = 0) -> tuple[Tensor, Tensor]:
+        """Indices of non-zero elements, padded: ``(indices[size, ndim] int64, count int64)``.
+
+        Only the first ``size`` hits are returned; ``count`` is the total number of hits, so
+        ``count > size`` tells the caller that the declared maximum was too small.
+        """
+        idx = Tensor(make_node("nonzero", (self.node,), size=size, fill=fill_value))
+        count = (self != 0).cast(dt.int64).sum()
+        return idx, count
+
+
+def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
+    """``total / known`` when it is provably exact (an int divisor, or a product of other dims)."""
+    if isinstance(known, int) and known:
+        q = total // known
+        if q * known == total:
+            return q
+    if isinstance(known, Expr):
+        # total = known * rest, found by trying each factor of the shape
+        for i in range(len(shape)):
+            rest = prod(d for j, d in enumerate(shape) if j != i)
+            if rest == known:
+                return shape[i]
+    raise ShapeMismatchError(f"cannot infer -1 when reshaping {shape_str(shape)} to {list(dims)}")
+
+
+def _slice_bounds(s: slice, d: Dim) -> tuple[Dim, Dim, int]:
+    """numpy's slice normalisation over a possibly symbolic dim: negatives count from the end,
+    both ends clamp into ``[0, d]`` and ``stop`` is at least ``start``."""
+    step = 1 if s.step is None else s.step
+    if not isinstance(step, int) or step < 1:
+        raise TensorError(f"slice step must be an int >= 1, got {s.step!r}")
+
+    def norm(given: Any, default: Dim) -> Dim:
+        if given is None:
+            return default
+        v: Dim = as_dim(given)
+        if isinstance(v, int) and v < 0:
+            v = d + v
+        return smin(smax(v, 0), d)
+
+    start = norm(s.start, 0)
+    stop = smax(norm(s.stop, d), start)
+    return start, stop, step
