@@ -8,7 +8,7 @@ import pytest
 
 import asyncjit
 
-PACKAGES = ["asyncjit", "asyncjit.graph"]
+PACKAGES = ["asyncjit", "asyncjit.graph", "asyncjit.runtime", "asyncjit.devices"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -1,0 +1,344 @@
+"""``Buffer``: memory on a device, returned before it is computed; readiness is awaited.
+
+A buffer holds a block of its memory space, the ``Event`` of the command that writes it, and a
+count of *uses* (commands submitted and not finished that read or write it). ``delete()`` is lazy:
+the block goes back to its memory space when the last use finishes (invariant 8), and any later
+use raises ``BufferDeletedError``. A donated buffer is deleted the same way by the execution it
+was donated to.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy.typing as npt
+
+from ..errors import BufferDeletedError, DeviceError, WouldBlock
+from ._commands import CopyCommand, ToHostCommand
+from ._events import Event
+from ._memory import Block, MemorySpace
+from ._wakeup import wait_event
+
+if TYPE_CHECKING:
+    from ..dtypes import DType
+    from ._client import Client
+    from ._device import Device
+
+__all__ = ["Buffer", "BufferStatistics", "HostBufferSemantics"]
+
+_ids = itertools.count(1)
+
+
+class HostBufferSemantics(enum.Enum):
+    """What ``Client.buffer_from_host`` may do with your array (PJRT's four semantics).
+
+    * ``IMMUTABLE_ONLY_DURING_CALL``: copied before the call returns; mutate the array at will.
+    * ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``: copied later by the device; do not mutate it until
+      the buffer is ready (or ``on_done_with_host_buffer`` is called). The call returns sooner.
+    * ``IMMUTABLE_ZERO_COPY``: the buffer aliases the array (no copy) when it is C-contiguous and
+      64-byte aligned (see ``host_array``), else it is copied. Do not mutate the array while the
+      buffer lives; such a buffer cannot be donated.
+    * ``MUTABLE_ZERO_COPY``: aliased like the above, and the runtime may write to it (donation).
+      You may write to the array only while no submitted command uses the buffer.
+    """
+
+    IMMUTABLE_ONLY_DURING_CALL = "immutable_only_during_call"
+    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = "immutable_until_transfer_completes"
+    IMMUTABLE_ZERO_COPY = "immutable_zero_copy"
+    MUTABLE_ZERO_COPY = "mutable_zero_copy"
+
+
+@attrs.frozen
+class BufferStatistics:
+    ready: bool
+    failed: bool
+    deleted: bool
+    pending_uses: int
+    nbytes: int
+    capacity: int
+    aliases_host: bool
+
+
+class Buffer:
+    """An array on a device. Created by ``Client.buffer_from_host`` and by executions."""
+
+    __slots__ = (
+        "__weakref__",
+        "_block",
+        "_deleted",
+        "_donatable",
+        "_event",
+        "_host",
+        "_host_copy",
+        "_lock",
+        "_uses",
+        "dtype",
+        "id",
+        "memory_space",
+        "nbytes",
+        "shape",
+    )
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: DType,
+        memory_space: MemorySpace,
+        block: Block,
+        event: Event,
+        *,
+        uses: int = 0,
+        host: npt.NDArray[Any] | None = None,
+        donatable: bool = True,
+    ) -> None:
+        self.id = next(_ids)
+        self.shape = shape
+        self.dtype = dtype
+        self.memory_space = memory_space
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        self._block: Block | None = block
+        self._event = event
+        self._lock = threading.Lock()
+        self._uses = uses
+        self._deleted: str | None = None
+        self._host = host  # the aliased host array of a zero-copy buffer
+        self._donatable = donatable
+        self._host_copy: ToHostCommand | None = None
+
+    # -- description ----------------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        return self.memory_space.device
+
+    @property
+    def client(self) -> Client:
+        return self.memory_space.device.client
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return self.nbytes // self.dtype.itemsize
+
+    @property
+    def aliases_host(self) -> bool:
+        """True for a zero-copy buffer over a host array."""
+        return self._host is not None
+
+    def __repr__(self) -> str:
+        ev = self._event
+        if self._deleted is not None:
+            state = self._deleted
+        elif not ev._done:
+            state = "pending"
+        else:
+            state = "failed" if ev._error is not None else "ready"
+        dev = self.memory_space.device
+        return (
+            f"<Buffer {self.dtype.name}{list(self.shape)} on {dev.kind}:{dev.id}/"
+            f"{self.memory_space.kind.value} {state}>"
+        )
+
+    def statistics(self) -> BufferStatistics:
+        with self._lock:
+            return BufferStatistics(
+                ready=self._event._done,
+                failed=self._event._error is not None,
+                deleted=self._deleted is not None,
+                pending_uses=self._uses,
+                nbytes=self.nbytes,
+                capacity=self._block.size if self._block is not None else 0,
+                aliases_host=self._host is not None,
+            )
+
+    # -- readiness --------------------------------------------------------------------------------
+    def is_ready(self) -> bool:
+        """True once the producing command finished, successfully or not."""
+        return self._event._done
+
+    def is_deleted(self) -> bool:
+        return self._deleted is not None
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that poisoned this buffer, once ready; None if healthy or pending."""
+        return self._event._error
+
+    async def ready(self) -> None:
+        """Wait until computed, on asyncio or trio; raise the producing command's error.
+
+        Not a checkpoint when the buffer is already ready (it returns without yielding), so a
+        tight loop over ready buffers should yield on its own.
+
+        Raises:
+            BufferDeletedError: the buffer was deleted or donated.
+            Exception: the original error of the command that poisoned it.
+        """
+        self._check_alive()
+        ev = self._event
+        if not ev._done:
+            await wait_event(ev)
+        ev.raise_if_failed()
+
+    def block_until_ready(self, timeout: float | None = None) -> Buffer:
+        """Blocking: for scripts and threads, never inside an event loop.
+
+        Raises:
+            TimeoutError: not ready within ``timeout`` seconds.
+        """
+        self._check_alive()
+        if not self._event.wait_blocking(timeout):
+            raise TimeoutError(f"{self!r} was not ready within {timeout} s")
+        self._event.raise_if_failed()
+        return self
+
+    # -- host access ----------------------------------------------------------------------------
+    async def to_numpy(self) -> npt.NDArray[Any]:
+        """Await readiness, then return a copy as a numpy array (of your own)."""
+        pending = self._host_copy
+        if pending is not None:
+            self._host_copy = None
+            await wait_event(pending.event)
+            pending.event.raise_if_failed()
+            assert pending.result is not None
+            return pending.result
+        await self.ready()
+        return self._copy_out()
+
+    def to_numpy_blocking(self, timeout: float | None = None) -> npt.NDArray[Any]:
+        """Blocking twin of ``to_numpy``, for scripts."""
+        self.block_until_ready(timeout)
+        return self._copy_out()
+
+    def copy_to_host_async(self) -> None:
+        """Start the device-to-host copy now, on the device queue; ``to_numpy`` then picks it up."""
+        if self._host_copy is not None:
+            return
+        ev = Event()
+        self._acquire_use()
+        cmd = ToHostCommand(ev, self)
+        try:
+            self.device.submit(cmd, inline=False)
+        except BaseException:
+            self._release_use()
+            raise
+        self._host_copy = cmd
+
+    def numpy_view(self, *, writable: bool = False) -> npt.NDArray[Any]:
+        """A zero-copy numpy view of a ready buffer (host RAM is addressable on CPU devices).
+
+        Read-only unless ``writable``; for ``MUTABLE_ZERO_COPY`` buffers it is your own array.
+        Write through a view only while no submitted command uses the buffer (a data race, not
+        a crash, otherwise). The memory stays valid while the view lives, even after
+        ``delete()``: exported blocks are never reused.
+
+        Raises:
+            WouldBlock: the buffer is not ready yet (``await buf.ready()`` first).
+            DeviceError: ``writable`` on a buffer aliasing an immutable host array.
+        """
+        self._check_alive()
+        ev = self._event
+        if not ev._done:
+            raise WouldBlock(f"{self!r} is not ready; await buf.ready() before taking a view")
+        ev.raise_if_failed()
+        if self._host is not None:
+            if self._donatable:
+                return self._host
+            if writable:
+                raise DeviceError(f"{self!r} aliases an immutable host array; it has no writable view")
+            view = self._host.view()
+        else:
+            block = self._block
+            assert block is not None
+            block.exported = True
+            view = block.array[: self.nbytes].view(self.dtype.np).reshape(self.shape)
+        view.flags.writeable = writable
+        return view
+
+    def _copy_out(self) -> npt.NDArray[Any]:
+        self._acquire_use()
+        try:
+            block = self._block
+            assert block is not None
+            return block.array[: self.nbytes].view(self.dtype.np).reshape(self.shape).copy()
+        finally:
+            self._release_use()
+
+    # -- copies -----------------------------------------------------------------------------------
+    def copy_to_device(self, device: Device) -> Buffer:
+        """A copy on ``device``'s default memory space, returned at once; no host sync."""
+        return self.copy_to_memory_space(device.default_memory_space)
+
+    def copy_to_memory_space(self, memory_space: MemorySpace) -> Buffer:
+        """A copy in ``memory_space`` (run by its device's queue after this buffer is ready)."""
+        if memory_space.device.client is not self.device.client:
+            raise DeviceError(f"{memory_space!r} belongs to another client than {self!r}")
+        device = memory_space.device
+        device.check_open()
+        self._acquire_use()
+        try:
+            block = memory_space.allocate(self.nbytes)
+            out = Buffer(self.shape, self.dtype, memory_space, block, Event(), uses=1)
+            # Small copies of ready data run inline when the device is idle: a memcpy of a few
+            # KiB is cheaper than the thread hop.
+            inline = self._event._done and self.nbytes <= 1 << 20
+            device.submit(CopyCommand(out._event, self, out), inline=inline)
+        except BaseException:
+            self._release_use()
+            raise
+        return out
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def delete(self) -> None:
+        """Lazy: memory returns after every submitted use finishes; later use raises. Idempotent."""
+        self._mark_deleted("deleted")
+
+    def _mark_deleted(self, why: str) -> None:
+        with self._lock:
+            if self._deleted is not None:
+                return
+            self._deleted = why
+            if self._uses:
+                return
+            block, self._block = self._block, None
+        self._host = None
+        if block is not None and block.space is not None:
+            block.space.release(block)
+
+    def _check_alive(self) -> None:
+        if self._deleted is not None:
+            raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
+
+    def _acquire_use(self) -> None:
+        with self._lock:
+            if self._deleted is None:
+                self._uses += 1
+                return
+        raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
+
+    def _release_use(self) -> None:
+        with self._lock:
+            self._uses -= 1
+            if self._uses or self._deleted is None:
+                return
+            block, self._block = self._block, None
+        self._host = None
+        if block is not None and block.space is not None:
+            block.space.release(block)
+
+    def __del__(self) -> None:
+        # Nobody else holds this buffer (in-flight commands hold references), so no lock needed.
+        try:
+            block = self._block
+        except AttributeError:  # __init__ did not finish
+            return
+        if block is not None and block.space is not None:
+            self._block = None
+            block.space.release(block)

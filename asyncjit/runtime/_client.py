@@ -1,0 +1,307 @@
+"""``Client``: owns the devices and their memory spaces; loads plans; moves host arrays in.
+
+``Client(devices="cpu:2")`` starts two CPU device actors. A client is closed with ``close()``,
+``await aclose()``, ``with`` or ``async with``: queued work is drained (or failed, with
+``cancel_pending=True``), never left hanging.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ..compiler._executable import Executable
+from ..devices import Compiler, Deserializer, get_deserializer, get_device_kind
+from ..dtypes import DType, from_numpy
+from ..errors import CompileError, DeviceError
+from ._buffer import Buffer, HostBufferSemantics
+from ._commands import HostToDeviceCommand
+from ._device import Device, DeviceStatistics, InlinePolicy
+from ._events import READY, Event
+from ._executable import LoadedExecutable, unpack_executable
+from ._memory import ALIGNMENT, MemorySpace
+
+__all__ = ["Client", "ClientStatistics", "default_client", "parse_devices"]
+
+_log = structlog.get_logger("asyncjit.runtime")
+
+
+@attrs.frozen
+class ClientStatistics:
+    devices: tuple[DeviceStatistics, ...]
+    closed: bool
+
+
+def parse_devices(spec: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"`` or a list of those -> [(kind, count)].
+
+    Raises:
+        ValueError: a malformed entry or a count below 1.
+    """
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, int]] = []
+    for part in parts:
+        name, _, count = part.strip().partition(":")
+        try:
+            n = int(count) if count else 1
+        except ValueError:
+            raise ValueError(f"bad device spec {part!r}: expected 'kind' or 'kind:N'") from None
+        if not name or n < 1:
+            raise ValueError(f"bad device spec {part!r}: expected 'kind' or 'kind:N' with N >= 1")
+        out.append((name, n))
+    if not out:
+        raise ValueError("a client needs at least one device")
+    return out
+
+
+class Client:
+    """The entry point: devices, memory spaces, loading, host transfers.
+
+    Args:
+        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"`` or a list of such.
+        max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
+        inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
+            device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
+    """
+
+    def __init__(
+        self,
+        devices: str | Sequence[str] = "cpu",
+        *,
+        max_in_flight: int = 32,
+        inline: InlinePolicy = "auto",
+    ) -> None:
+        kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
+        self._closed = False
+        self._devices: list[Device] = []
+        try:
+            for kind, n in kinds:
+                for _ in range(n):
+                    dev = Device(self, len(self._devices), kind, max_in_flight=max_in_flight, inline=inline)
+                    self._devices.append(dev)
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        devs = ", ".join(f"{d.kind}:{d.id}" for d in self._devices)
+        return f"<Client [{devs}]{' closed' if self._closed else ''}>"
+
+    # -- topology -------------------------------------------------------------------------------
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(self._devices)
+
+    def device(self, index: int = 0) -> Device:
+        return self._devices[index]
+
+    def memory_spaces(self) -> tuple[MemorySpace, ...]:
+        return tuple(s for d in self._devices for s in d.memory_spaces())
+
+    def statistics(self) -> ClientStatistics:
+        return ClientStatistics(tuple(d.statistics() for d in self._devices), self._closed)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _device_arg(self, device: Device | int | None) -> Device:
+        if device is None:
+            return self._devices[0]
+        if isinstance(device, int):
+            return self._devices[device]
+        if device.client is not self:
+            raise DeviceError(f"{device!r} belongs to another client")
+        return device
+
+    # -- plans ----------------------------------------------------------------------------------
+    def load(
+        self, executable: Executable, device: Device | int | Sequence[Device] | None = None
+    ) -> LoadedExecutable:
+        """Bind a compiled plan to one device (default the first) or several."""
+        if self._closed:
+            raise DeviceError(f"{self!r} is closed")
+        if isinstance(device, Sequence):
+            devs = [self._device_arg(d) for d in device]
+        else:
+            devs = [self._device_arg(device)]
+        loaded = LoadedExecutable(self, executable, devs)
+        _log.info("executable.load", plan=loaded.plan, devices=[d.id for d in devs])
+        return loaded
+
+    def compile(
+        self,
+        program: Any,
+        device: Device | int | Sequence[Device] | None = None,
+        *,
+        compiler: Compiler | None = None,
+        **options: Any,
+    ) -> LoadedExecutable:
+        """Compile ``program`` with ``compiler`` (or the device kind's) and load the result.
+
+        An ``Executable`` is loaded as it is.
+
+        Raises:
+            CompileError: no compiler is given or registered for the device kind.
+        """
+        if isinstance(program, Executable):
+            return self.load(program, device)
+        first = device[0] if isinstance(device, Sequence) else self._device_arg(device)
+        fn = compiler if compiler is not None else get_device_kind(first.kind).compiler  # late registration
+        if fn is None:
+            raise CompileError(
+                f"no compiler for device kind {first.kind!r}; pass compiler= or register one "
+                "with asyncjit.devices.register_compiler"
+            )
+        executable = fn(program, **options)
+        _log.info("executable.compile", plan=executable.name, kind=first.kind, options=sorted(options))
+        return self.load(executable, device)
+
+    def deserialize_executable(
+        self,
+        data: bytes,
+        device: Device | int | Sequence[Device] | None = None,
+        *,
+        deserializer: Deserializer | None = None,
+    ) -> LoadedExecutable:
+        """Load bytes from ``LoadedExecutable.serialize()``; the kind picks the deserializer."""
+        kind, payload = unpack_executable(data)
+        fn = deserializer if deserializer is not None else get_deserializer(kind)
+        return self.load(fn(payload), device)
+
+    # -- host transfers -------------------------------------------------------------------------
+    def buffer_from_host(
+        self,
+        array: npt.ArrayLike,
+        device: Device | int | None = None,
+        *,
+        memory_space: MemorySpace | None = None,
+        dtype: DType | npt.DTypeLike | None = None,
+        semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+        on_done_with_host_buffer: Callable[[], None] | None = None,
+    ) -> Buffer:
+        """A device buffer holding ``array``; see ``HostBufferSemantics`` for who may touch what when.
+
+        Args:
+            dtype: convert first (a conversion is a copy, so zero-copy semantics then copy).
+            on_done_with_host_buffer: called (on some thread) once the runtime no longer reads
+                ``array``: at once for copies made during the call, after the transfer for
+                ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
+
+        Raises:
+            TypeError: a dtype asyncjit does not compute with (float64: pass ``dtype=``).
+            ClosedError: the device is closed.
+        """
+        space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space
+        if memory_space is not None and memory_space.device.client is not self:
+            raise DeviceError(f"{memory_space!r} belongs to another client")
+        dev = space.device
+        dev.check_open()
+        arr = np.asarray(array)
+        if dtype is not None:
+            target = from_numpy(dtype)
+            if arr.dtype != target.np:
+                arr = arr.astype(target.np)
+        dt = from_numpy(arr.dtype)
+        shape = tuple(int(d) for d in arr.shape)
+        S = HostBufferSemantics
+        if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY) and _can_alias(
+            arr, semantics is S.MUTABLE_ZERO_COPY
+        ):
+            block = space.wrap(arr)
+            buf = Buffer(
+                shape, dt, space, block, READY, host=arr, donatable=semantics is S.MUTABLE_ZERO_COPY
+            )
+            if on_done_with_host_buffer is not None:
+                import weakref
+
+                weakref.finalize(buf, on_done_with_host_buffer)
+            return buf
+        src = np.ascontiguousarray(arr)
+        block = space.allocate(src.nbytes)
+        if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
+            ev = Event()
+            buf = Buffer(shape, dt, space, block, ev, uses=1)
+            try:
+                dev.submit(HostToDeviceCommand(ev, buf, src, on_done_with_host_buffer), inline=False)
+            except BaseException:
+                buf._mark_deleted("never transferred")
+                buf._release_use()
+                raise
+            return buf
+        ctypes.memmove(block.addr, src.ctypes.data, src.nbytes)
+        if on_done_with_host_buffer is not None:
+            on_done_with_host_buffer()
+        return Buffer(shape, dt, space, block, READY)
+
+    # -- closing --------------------------------------------------------------------------------
+    def close(self, *, cancel_pending: bool = False) -> None:
+        """Blocking: refuse new work, finish (or fail) queued work on every device, stop workers."""
+        self._closed = True
+        stopped = [d.begin_close(cancel_pending) for d in self._devices]
+        for d, ev in zip(self._devices, stopped, strict=True):
+            ev.wait_blocking()
+            d._thread.join()
+
+    async def aclose(self, *, cancel_pending: bool = False) -> None:
+        """``close`` without blocking the event loop."""
+        self._closed = True
+        for d in self._devices:
+            d.begin_close(cancel_pending)
+        for d in self._devices:
+            await d.aclose(cancel_pending)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _can_alias(arr: npt.NDArray[Any], mutable: bool) -> bool:
+    """Zero-copy needs C order, 64-byte alignment, some bytes, and (to mutate) a writeable array."""
+    return (
+        arr.nbytes > 0
+        and arr.flags.c_contiguous
+        and arr.ctypes.data % ALIGNMENT == 0
+        and (arr.flags.writeable or not mutable)
+    )
+
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The process-wide client the front ends use when given no device, created on first use.
+
+    Its devices come from ``$ASYNCJIT_DEVICES`` (default ``"cpu"``); it is closed at exit.
+    """
+    global _default
+    client = _default
+    if client is not None and not client.closed:
+        return client
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = Client(os.environ.get("ASYNCJIT_DEVICES", "cpu"))
+            atexit.register(_default.close)
+        return _default

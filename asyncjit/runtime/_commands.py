@@ -1,0 +1,200 @@
+"""Commands a device queue runs in order: execute, host-to-device, device-to-host, device-to-device.
+
+A command holds a *use* of every buffer it touches (taken at enqueue, dropped in ``finish``), so
+memory of a buffer deleted meanwhile is freed only after the command is done (invariant 8), and
+a launcher never sees a freed address. ``run`` never raises: an exception becomes the value of
+the command's event, which poisons its outputs (invariant 6).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ._events import Event
+
+if TYPE_CHECKING:
+    from ..compiler._executable import Launcher
+    from ._buffer import Buffer
+
+__all__ = ["Command", "CopyCommand", "ExecuteCommand", "HostToDeviceCommand", "ToHostCommand"]
+
+_perf_ns = time.perf_counter_ns
+_log = structlog.get_logger("asyncjit.runtime")
+
+
+class PlanTiming:
+    """Per (plan, device): a moving average of the launcher's wall time, for the inline choice."""
+
+    __slots__ = ("calls", "ema_ns", "plan")
+
+    def __init__(self, plan: str) -> None:
+        self.plan = plan
+        self.ema_ns = -1.0
+        self.calls = 0
+
+    def observe(self, ns: int) -> None:
+        self.calls += 1
+        self.ema_ns = float(ns) if self.ema_ns < 0 else 0.8 * self.ema_ns + 0.2 * ns
+
+
+class Command:
+    """Base: ``inputs`` are read, ``outputs`` written; both hold one use until ``finish``."""
+
+    __slots__ = ("event", "inputs", "outputs")
+    counted = True
+    label = "command"
+
+    def __init__(self, event: Event, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
+        self.event = event
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.label} {self.event!r}>"
+
+    def inputs_ready(self) -> bool:
+        for b in self.inputs:  # noqa: SIM110 - a plain loop: no generator on the hot path
+            if not b._event._done:
+                return False
+        return True
+
+    def wait_inputs(self) -> Event | None:
+        """Block until every input is done (only other devices' can be pending); the failed one."""
+        bad = None
+        for b in self.inputs:
+            ev = b._event
+            if not ev._done:
+                ev.wait_blocking()
+            if bad is None and ev._error is not None:
+                bad = ev
+        return bad
+
+    def run(self) -> BaseException | None:
+        """Do the work (inputs are done and healthy); return the error instead of raising."""
+        return None
+
+    def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
+        if poisoned_by is not None:
+            self.event.poison_from(poisoned_by)
+        elif error is not None:
+            self.event.fail(error)
+        else:
+            self.event.set()
+        for b in self.inputs:
+            b._release_use()
+        for b in self.outputs:
+            b._release_use()
+
+
+class Noop(Command):
+    """Used to calibrate the thread hop and to mark the end of a queue."""
+
+    __slots__ = ()
+    counted = False
+    label = "noop"
+
+
+class ExecuteCommand(Command):
+    __slots__ = ("addrs", "launcher", "timing", "values")
+    label = "execute"
+
+    def __init__(
+        self,
+        event: Event,
+        inputs: Sequence[Buffer],
+        outputs: Sequence[Buffer],
+        launcher: Launcher,
+        addrs: list[int],
+        values: tuple[int, ...],
+        timing: PlanTiming,
+    ) -> None:
+        self.event = event
+        self.inputs = inputs
+        self.outputs = outputs
+        self.launcher = launcher
+        self.addrs = addrs
+        self.values = values
+        self.timing = timing
+
+    def run(self) -> BaseException | None:
+        t0 = _perf_ns()
+        try:
+            self.launcher(self.addrs, self.values)
+        except BaseException as exc:  # errors are values: poison the outputs
+            return exc
+        self.timing.observe(_perf_ns() - t0)
+        return None
+
+
+class CopyCommand(Command):
+    """Device-to-device (or memory-space-to-memory-space) copy of ``nbytes``."""
+
+    __slots__ = ("nbytes",)
+    label = "d2d"
+
+    def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
+        super().__init__(event, (src,), (dst,))
+        self.nbytes = src.nbytes
+
+    def run(self) -> BaseException | None:
+        src = self.inputs[0]._block
+        dst = self.outputs[0]._block
+        assert src is not None and dst is not None  # both hold a use: neither can be freed
+        ctypes.memmove(dst.addr, src.addr, self.nbytes)
+        return None
+
+
+class HostToDeviceCommand(Command):
+    """The asynchronous half of ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``: copy, then tell the host."""
+
+    __slots__ = ("host", "on_done")
+    label = "h2d"
+
+    def __init__(
+        self, event: Event, dst: Buffer, host: npt.NDArray[Any], on_done: Callable[[], None] | None
+    ) -> None:
+        super().__init__(event, (), (dst,))
+        self.host: npt.NDArray[Any] | None = host
+        self.on_done = on_done
+
+    def run(self) -> BaseException | None:
+        dst = self.outputs[0]._block
+        assert dst is not None and self.host is not None
+        ctypes.memmove(dst.addr, self.host.ctypes.data, self.host.nbytes)
+        return None
+
+    def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
+        self.host = None  # done with the host buffer: the caller may mutate or free it now
+        super().finish(error, poisoned_by)
+        if self.on_done is not None:
+            try:
+                self.on_done()
+            except Exception as exc:  # the user's callback must not take the device down
+                _log.error("h2d.on_done_failed", error=repr(exc))
+
+
+class ToHostCommand(Command):
+    """Device-to-host: copy into a fresh numpy array on the worker (``copy_to_host_async``)."""
+
+    __slots__ = ("result",)
+    label = "d2h"
+
+    def __init__(self, event: Event, src: Buffer) -> None:
+        super().__init__(event, (src,), ())
+        self.result: npt.NDArray[Any] | None = None
+
+    def run(self) -> BaseException | None:
+        src = self.inputs[0]
+        block = src._block
+        assert block is not None
+        out = np.empty(src.shape, src.dtype.np)
+        ctypes.memmove(out.ctypes.data, block.addr, src.nbytes)
+        self.result = out
+        return None

@@ -1,0 +1,186 @@
+"""``MemorySpace``: 64-byte aligned host memory with size-class free lists and byte accounting.
+
+On CPU devices both kinds (``device`` and ``pinned_host``) are host RAM; they are separate spaces
+so that placement, statistics and future accelerator plugins keep PJRT's vocabulary. Every block
+records its address as a Python int at allocation time (invariant 4), so a replay never asks
+numpy or ctypes for a pointer.
+
+Freed blocks go to a free list keyed by size class and are handed out again for any request of
+the same class. A block whose memory was exported as a numpy view is never reused: the view keeps
+the memory alive, and reusing it would alias someone else's data.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from typing import TYPE_CHECKING
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ._device import Device
+
+__all__ = ["ALIGNMENT", "Block", "MemoryKind", "MemorySpace", "MemoryStats", "host_array", "size_class"]
+
+ALIGNMENT = 64
+"""Bytes; compiled kernels may assume it for vector loads, and zero-copy host buffers need it."""
+
+
+class MemoryKind(enum.Enum):
+    DEVICE = "device"
+    PINNED_HOST = "pinned_host"
+
+
+@attrs.frozen
+class MemoryStats:
+    """Byte accounting of one memory space (``reserved`` = in use + cached free blocks)."""
+
+    bytes_in_use: int
+    peak_bytes_in_use: int
+    bytes_reserved: int
+    bytes_cached: int
+    bytes_external: int
+    num_allocs: int
+    num_frees: int
+    num_reuses: int
+    blocks_in_use: int
+    largest_alloc_size: int
+
+
+def size_class(nbytes: int) -> int:
+    """Round up: multiples of 64 up to 4 KiB, then four steps per power of two (<= 25% waste)."""
+    n = max(int(nbytes), ALIGNMENT)
+    if n <= 4096:
+        return -(-n // ALIGNMENT) * ALIGNMENT
+    step = 1 << (n.bit_length() - 3)  # a quarter of the power of two below n
+    return -(-n // step) * step
+
+
+def host_array(shape: tuple[int, ...] | int, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
+    """A zeroed, 64-byte aligned numpy array: ``buffer_from_host`` can alias it without a copy."""
+    dt = np.dtype(dtype)
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+    raw = np.zeros(nbytes + ALIGNMENT, np.uint8)
+    off = (-raw.ctypes.data) % ALIGNMENT
+    return raw[off : off + nbytes].view(dt).reshape(shp)
+
+
+class Block:
+    """``size`` bytes at ``addr``; ``array`` (uint8) owns or borrows the memory."""
+
+    __slots__ = ("addr", "array", "exported", "external", "size", "space")
+
+    def __init__(
+        self, addr: int, size: int, array: npt.NDArray[np.uint8], space: MemorySpace | None, external: bool
+    ) -> None:
+        self.addr = addr
+        self.size = size
+        self.array = array
+        self.space = space
+        self.external = external
+        self.exported = False
+
+    def __repr__(self) -> str:
+        return f"<Block 0x{self.addr:x} {self.size}B{' external' if self.external else ''}>"
+
+
+class MemorySpace:
+    """One memory space of one device: allocation, reuse and statistics. Thread-safe."""
+
+    def __init__(self, device: Device, kind: MemoryKind) -> None:
+        self.device = device
+        self.kind = kind
+        # Reentrant: Buffer.__del__ may free a block from inside an allocation on this thread.
+        self._lock = threading.RLock()
+        self._free: dict[int, list[Block]] = {}
+        self._in_use = 0
+        self._peak = 0
+        self._cached = 0
+        self._external = 0
+        self._allocs = 0
+        self._frees = 0
+        self._reuses = 0
+        self._live = 0
+        self._largest = 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.device.id}:{self.kind.value}"
+
+    def __repr__(self) -> str:
+        s = self.memory_stats()
+        return (
+            f"<MemorySpace {self.kind.value} of device {self.device.id}: "
+            f"in_use={s.bytes_in_use} reserved={s.bytes_reserved} blocks={s.blocks_in_use}>"
+        )
+
+    def allocate(self, nbytes: int) -> Block:
+        """A block of at least ``nbytes`` (its size class), aligned to 64 bytes."""
+        cls = size_class(nbytes)
+        with self._lock:
+            free = self._free.get(cls)
+            if free:
+                block = free.pop()
+                self._cached -= cls
+                self._reuses += 1
+            else:
+                block = None
+            self._allocs += 1
+            self._live += 1
+            self._in_use += cls
+            self._largest = max(self._largest, cls)
+            self._peak = max(self._peak, self._in_use)
+        if block is None:
+            raw = np.empty(cls + ALIGNMENT, np.uint8)
+            off = (-raw.ctypes.data) % ALIGNMENT
+            arr = raw[off : off + cls]
+            block = Block(raw.ctypes.data + off, cls, arr, self, external=False)
+        return block
+
+    def wrap(self, array: npt.NDArray[np.generic]) -> Block:
+        """Alias a host array (zero-copy). The caller checked contiguity and alignment."""
+        flat = array.reshape(-1).view(np.uint8)
+        with self._lock:
+            self._external += flat.nbytes
+            self._live += 1
+        return Block(int(array.ctypes.data), flat.nbytes, flat, self, external=True)
+
+    def release(self, block: Block) -> None:
+        """Return a block: cached for reuse unless it aliases host memory or was exported."""
+        with self._lock:
+            self._live -= 1
+            self._frees += 1
+            if block.external:
+                self._external -= block.size
+                return
+            self._in_use -= block.size
+            if block.exported:
+                return
+            self._free.setdefault(block.size, []).append(block)
+            self._cached += block.size
+
+    def trim(self) -> int:
+        """Drop every cached free block; returns the bytes given back."""
+        with self._lock:
+            freed, self._cached = self._cached, 0
+            self._free.clear()
+        return freed
+
+    def memory_stats(self) -> MemoryStats:
+        with self._lock:
+            return MemoryStats(
+                bytes_in_use=self._in_use,
+                peak_bytes_in_use=self._peak,
+                bytes_reserved=self._in_use + self._cached,
+                bytes_cached=self._cached,
+                bytes_external=self._external,
+                num_allocs=self._allocs,
+                num_frees=self._frees,
+                num_reuses=self._reuses,
+                blocks_in_use=self._live,
+                largest_alloc_size=self._largest,
+            )

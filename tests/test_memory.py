@@ -1,0 +1,93 @@
+"""``MemorySpace``: alignment, size classes, reuse of freed blocks, accounting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asyncjit.runtime import ALIGNMENT, Client, MemoryKind, MemorySpace, host_array
+from asyncjit.runtime._memory import size_class
+
+
+@pytest.fixture
+def space() -> Iterator[MemorySpace]:
+    with Client("cpu") as c:
+        yield c.device(0).default_memory_space
+
+
+@given(st.integers(0, 1 << 30))
+def test_size_class_covers_request_with_bounded_waste(n: int) -> None:
+    """Classes are 64-byte multiples, at least the request, at most 25% (or 63 bytes) above it."""
+    c = size_class(n)
+    assert c >= max(n, ALIGNMENT) and c % ALIGNMENT == 0
+    assert c - max(n, ALIGNMENT) < max(ALIGNMENT, n // 4 + 1)
+
+
+def test_allocations_are_aligned_ints(space: MemorySpace) -> None:
+    """Addresses are Python ints, 64-byte aligned, and back the block's array."""
+    for n in (1, 63, 64, 1000, 5000, 1 << 20):
+        b = space.allocate(n)
+        assert type(b.addr) is int and b.addr % ALIGNMENT == 0
+        assert b.array.ctypes.data == b.addr and b.size >= n
+        space.release(b)
+
+
+def test_freed_blocks_are_reused_by_size_class(space: MemorySpace) -> None:
+    """A request of the same class gets the freed block back; accounting follows."""
+    a = space.allocate(1000)
+    addr = a.addr
+    space.release(a)
+    stats = space.memory_stats()
+    assert stats.bytes_in_use == 0 and stats.bytes_cached == a.size == stats.bytes_reserved
+    b = space.allocate(1000 - 10)
+    assert b.addr == addr and space.memory_stats().num_reuses == 1
+    c = space.allocate(1000)
+    assert c.addr != addr
+    stats = space.memory_stats()
+    assert stats.bytes_in_use == stats.peak_bytes_in_use == 2 * a.size and stats.blocks_in_use == 2
+    space.release(b)
+    space.release(c)
+    assert space.trim() == 2 * a.size and space.memory_stats().bytes_reserved == 0
+
+
+def test_exported_blocks_are_not_reused(space: MemorySpace) -> None:
+    """A block whose memory a numpy view may still show is dropped, not recycled."""
+    a = space.allocate(256)
+    a.exported = True
+    space.release(a)
+    assert space.memory_stats().bytes_cached == 0
+    b = space.allocate(256)
+    assert b is not a and space.memory_stats().num_reuses == 0
+
+
+def test_external_blocks_are_accounted_apart(space: MemorySpace) -> None:
+    """Zero-copy host arrays count as external bytes, never enter the free lists."""
+    arr = host_array((16,), np.float32)
+    b = space.wrap(arr)
+    assert b.addr == arr.ctypes.data and space.memory_stats().bytes_external == 64
+    space.release(b)
+    stats = space.memory_stats()
+    assert stats.bytes_external == 0 and stats.bytes_cached == 0
+
+
+def test_host_array_is_aligned_and_zeroed() -> None:
+    """``host_array`` makes arrays that zero-copy semantics can alias."""
+    for shape in ((3,), (5, 7), 11):
+        a = host_array(shape, np.int32)
+        assert a.ctypes.data % ALIGNMENT == 0 and a.flags.c_contiguous and not a.any()
+
+
+def test_each_device_has_both_memory_kinds() -> None:
+    """``device`` and ``pinned_host`` spaces per device, listed by the client."""
+    with Client("cpu:2") as c:
+        spaces = c.memory_spaces()
+        assert len(spaces) == 4
+        assert {s.kind for s in spaces} == set(MemoryKind)
+        d = c.device(1)
+        pinned = d.memory_space("pinned_host")
+        assert pinned.device is d and "pinned_host" in repr(pinned)
+        assert d.memory_stats() == d.default_memory_space.memory_stats()
