@@ -88,7 +88,10 @@ def run_nodes(
         )
     check_bindings(variables, bindings)
 
-    placeholders = {n.attrs["name"]: n for n in order if n.op == "placeholder"}
+    placeholders: dict[str, list[Node]] = {}
+    for n in order:
+        if n.op == "placeholder":
+            placeholders.setdefault(n.attrs["name"], []).append(n)
     feed: dict[int, Any] = {}
     for key, value in inputs.items():
         if isinstance(key, str):
@@ -96,9 +99,17 @@ def run_nodes(
                 raise InputBufferNotFoundError(
                     f"no placeholder named {key!r} in this graph (have {sorted(placeholders)})"
                 )
-            feed[placeholders[key].id] = value
-        else:
-            feed[_as_node(key).id] = value
+            if len(placeholders[key]) > 1:
+                raise InputBufferNotFoundError(
+                    f"{len(placeholders[key])} placeholders are named {key!r}; feed them by Tensor"
+                )
+            feed[placeholders[key][0].id] = value
+            continue
+        node = _as_node(key)
+        if node.op != "placeholder":
+            # feeding a computed value would be silently ignored; it cannot override the node
+            raise InputBufferNotFoundError(f"input %{node.id} ({node.op}) is not a placeholder")
+        feed[node.id] = value  # placeholders the outputs do not use are allowed (a full feed dict)
 
     values: dict[int, np.ndarray] = {}
     for node in order:
@@ -114,7 +125,12 @@ def run_nodes(
                 f"{node.dtype.name}{want}: this is an asyncjit bug"
             )
         values[node.id] = result
-    return [values[n.id] for n in out_nodes]
+    # outputs own their memory: never a view of a caller's input or a frozen constant
+    return [_owned(values[n.id]) for n in out_nodes]
+
+
+def _owned(value: np.ndarray) -> np.ndarray:
+    return value if value.flags.owndata and value.flags.writeable else value.copy()
 
 
 def _bind_input(node: Node, feed: Mapping[int, Any], bindings: Mapping[str, int]) -> np.ndarray:
@@ -137,4 +153,6 @@ def _bind_input(node: Node, feed: Mapping[int, Any], bindings: Mapping[str, int]
             f"input {name!r}: expected shape {want} (placeholder {shape_str(node.shape)} at "
             f"{dict(bindings)}), got {arr.shape}"
         )
-    return arr
+    view = arr.view()
+    view.flags.writeable = False  # the caller's array is never written, nor returned as an output
+    return view

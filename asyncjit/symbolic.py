@@ -19,6 +19,7 @@ loose) bounds otherwise. ``evaluate(e, bindings)`` computes a value; ``substitut
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
@@ -250,6 +251,18 @@ def _from_linear(terms: Mapping[Expr, int], const: int) -> Dim:
     while changed:
         changed = False
         for atom, coeff in list(work.items()):
+            if isinstance(atom, Mod) and isinstance(atom.num, FloorDiv):
+                # k*c*(n//(d*c)) + k*((n//d)%c) -> k*(n//d): nested floors are flattened, so the
+                # plain n//c + n%c rule below cannot see this pair
+                inner = atom.num
+                outer = FloorDiv(inner.num, inner.den * atom.den)
+                if work.get(outer) == coeff * atom.den:
+                    del work[atom], work[outer]
+                    work[inner] = work.get(inner, 0) + coeff
+                    if work[inner] == 0:
+                        del work[inner]
+                    changed = True
+                    break
             if not isinstance(atom, FloorDiv):
                 continue
             # k*n - k*c*(n//c) -> k*(n%c): keeps `t - 4*(t//4)` provably in [0, 4)
@@ -260,15 +273,22 @@ def _from_linear(terms: Mapping[Expr, int], const: int) -> Dim:
                     del work[a]
                 del work[atom]
                 const -= k * num_const
-                partner = Mod(atom.num, atom.den)
-                work[partner] = work.get(partner, 0) + k
+                # the canonical n%c (``(-a)%2`` is ``a%2``), so the pair rule below still finds it
+                mod_terms, mod_const = _linear(_mul(_mod(atom.num, atom.den), k))
+                for a, c in mod_terms.items():
+                    work[a] = work.get(a, 0) + c
+                    if work[a] == 0:
+                        del work[a]
+                const += mod_const
                 changed = True
                 break
-            partner = Mod(atom.num, atom.den)
-            mod_coeff = work.get(partner)
+            canon = _mod(atom.num, atom.den)  # canonical: (-a)%2 is a%2
+            if not isinstance(canon, Mod):
+                continue
+            mod_coeff = work.get(canon)
             if mod_coeff is None or coeff != mod_coeff * atom.den:
                 continue
-            del work[atom], work[partner]
+            del work[atom], work[canon]
             add_terms, add_const = _linear(_mul(atom.num, mod_coeff))
             for a, c in add_terms.items():
                 work[a] = work.get(a, 0) + c
@@ -463,9 +483,6 @@ def bounds(e: Dim) -> tuple[int, int]:
     if isinstance(e, Index):
         return 0, max(bounds(e.extent)[1] - 1, 0)
     if isinstance(e, Sum):
-        split = _split_minmax(e)
-        if split is not None:
-            return split
         lo = hi = e.const
         for atom, coeff in e.terms:
             alo, ahi = bounds(atom)
@@ -473,6 +490,9 @@ def bounds(e: Dim) -> tuple[int, int]:
                 lo, hi = lo + coeff * alo, hi + coeff * ahi
             else:
                 lo, hi = lo + coeff * ahi, hi + coeff * alo
+        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e)):
+            if refined is not None:  # each is safe on its own, so their intersection is too
+                lo, hi = max(lo, refined[0]), min(hi, refined[1])
         return lo, hi
     if isinstance(e, Prod):
         lo, hi = 1, 1
@@ -500,18 +520,76 @@ def _split_minmax(e: Sum) -> tuple[int, int] | None:
     """Bounds of ``rest + k*min(a, b, ...)`` as the min/max over ``rest + k*a``, ``rest + k*b``, ...
 
     Distributing keeps shared vars together, so ``t - min(t, 5)`` gets ``(0, t.max - 5)`` instead
-    of the loose interval sum; this is what proves ``x[:5]`` stays within a symbolic axis.
+    of the loose interval sum; this is what proves ``x[:5]`` stays within a symbolic axis. Each
+    min/max term gives safe bounds; with a few such terms, all are tried and intersected.
     """
-    for i, (atom, coeff) in enumerate(e.terms):
-        if not isinstance(atom, Min | Max):
-            continue
+    found = [i for i, (atom, _) in enumerate(e.terms) if isinstance(atom, Min | Max)]
+    if not found:
+        return None
+    lo, hi = -math.inf, math.inf
+    for i in found if len(found) <= 3 else found[:1]:
+        atom, coeff = e.terms[i]
+        assert isinstance(atom, Min | Max)
         rest = _from_linear(dict(e.terms[:i] + e.terms[i + 1 :]), e.const)
         parts = [bounds(_add(rest, _mul(arg, coeff))) for arg in atom.args]
-        # k*min(...) is a min of the k*arg when k > 0 and a max of them when k < 0 (and vice versa).
-        take_min = isinstance(atom, Min) == (coeff > 0)
-        pick = min if take_min else max
-        return pick(p[0] for p in parts), pick(p[1] for p in parts)
+        # k*min(...) is the min of the k*arg when k > 0 and their max when k < 0 (and vice versa).
+        pick = min if isinstance(atom, Min) == (coeff > 0) else max
+        lo, hi = max(lo, pick(p[0] for p in parts)), min(hi, pick(p[1] for p in parts))
+    return int(lo), int(hi)
+
+
+def _split_floordiv(e: Sum) -> tuple[int, int] | None:
+    """Bounds of ``rest + k*(n//d)`` when ``n`` shares vars with ``rest``, through
+    ``d*(rest + k*(n//d)) == d*rest + k*n - k*(n%d)`` with ``n%d`` in ``[0, d)``.
+
+    Keeps the correlation that interval sums lose: ``t - (t + 1)//2`` gets ``lo >= 0``.
+    """
+    for i, (atom, k) in enumerate(e.terms):
+        if not isinstance(atom, FloorDiv):
+            continue
+        others = dict(e.terms[:i] + e.terms[i + 1 :])
+        if not free_vars(atom.num) & free_vars(others):
+            continue
+        d = atom.den
+        scaled = _from_linear({a: c * d for a, c in others.items()}, e.const * d)
+        llo, lhi = bounds(_add(scaled, _mul(atom.num, k)))
+        mlo, mhi = (0, k * (d - 1)) if k > 0 else (k * (d - 1), 0)  # the range of k*(n%d)
+        return -((mhi - llo) // d), (lhi - mlo) // d  # ceil and floor of the divided range
     return None
+
+
+def _split_factor(e: Sum) -> tuple[int, int] | None:
+    """Bounds of ``v*A + B`` for a var ``v`` that is a factor of several terms: products are
+    expanded canonically, so ``(t - 1)*s`` is ``s*t - s`` and needs refactoring to stay >= 0."""
+    if not any(isinstance(atom, Prod) for atom, _ in e.terms):
+        return None
+    counts: dict[Expr, int] = {}
+    for atom, _ in e.terms:
+        for f in set(atom.factors if isinstance(atom, Prod) else (atom,)):
+            counts[f] = counts.get(f, 0) + 1
+    lo, hi = -math.inf, math.inf
+    for v, n in sorted(counts.items(), key=lambda kv: _key(kv[0])):
+        if n < 2 or not isinstance(v, Var):
+            continue
+        inner: dict[Expr, int] = {}
+        outer: dict[Expr, int] = {}
+        inner_const = 0
+        for atom, coeff in e.terms:
+            factors = list(atom.factors) if isinstance(atom, Prod) else [atom]
+            if v not in factors:
+                outer[atom] = coeff
+                continue
+            factors.remove(v)
+            if not factors:
+                inner_const += coeff
+            else:
+                rest_atom = factors[0] if len(factors) == 1 else Prod(tuple(factors))
+                inner[rest_atom] = inner.get(rest_atom, 0) + coeff
+        alo, ahi = bounds(_from_linear(inner, inner_const))
+        corners = (v.min * alo, v.min * ahi, v.max * alo, v.max * ahi)
+        blo, bhi = bounds(_from_linear(outer, e.const))
+        lo, hi = max(lo, min(corners) + blo), min(hi, max(corners) + bhi)
+    return None if lo == -math.inf else (int(lo), int(hi))
 
 
 def upper(e: Dim) -> int:
@@ -613,10 +691,10 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
         if v.name not in bindings:
             raise VarBoundsError(f"var {v.name!r} (bounds [{v.min}, {v.max}]) is not bound")
         value = bindings[v.name]
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not isinstance(value, int) or isinstance(value, bool):
             try:
-                import operator
-
+                if isinstance(value, bool):  # operator.index(True) would give 1
+                    raise TypeError
                 value = operator.index(value)
             except TypeError:
                 raise VarBoundsError(

@@ -86,7 +86,7 @@ class Tensor:
         elif arr.dtype.kind in "iu" and arr.dtype != np.int32 and arr.dtype != np.int64:
             arr = arr.astype(np.int64)
         dt.from_numpy(arr.dtype)  # rejects unsupported dtypes with a clear TypeError
-        arr = np.ascontiguousarray(arr)
+        arr = np.array(arr, order="C")  # a copy; np.ascontiguousarray would make 0-d arrays 1-d
         arr.setflags(write=False)
         return Tensor(make_node("const", (), value=arr))
 
@@ -167,9 +167,15 @@ class Tensor:
         if isinstance(value, Tensor):
             return value
         if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
-            return Tensor.const(np.array(value, dtype=dt.scalar_dtype(value, self.dtype).np))
+            with np.errstate(over="ignore"):  # 1e9 as a weak float16 is inf, as in JAX
+                return Tensor.const(np.array(value, dtype=dt.scalar_dtype(value, self.dtype).np))
         if isinstance(value, np.ndarray):
             return Tensor.const(value)
+        if isinstance(value, Expr):  # a symbolic dim used as a value, e.g. ``x / x.shape[1]``
+            as_int = Tensor.from_dim(value, dt.int64 if self.dtype == dt.int64 else dt.int32)
+            if self.dtype.is_int:
+                return as_int
+            return as_int.cast(self.dtype if self.dtype.is_float else dt.float32)
         raise TypeError(f"cannot combine a Tensor with {type(value).__name__}")
 
     def _broadcast_to(self, shape: tuple[Dim, ...]) -> Tensor:
@@ -427,10 +433,10 @@ class Tensor:
         """Mean over ``axis``; a symbolic count divides by its value at execution time."""
         x = self._float()
         count = prod(self.shape[a] for a in self._axes(axis))
-        total = x.sum(axis, keepdims)
-        if isinstance(count, int):
-            return total * (1.0 / count) if count else total / 0.0
-        return total / Tensor.from_dim(count, x.dtype if x.dtype != dt.float16 else dt.float32).cast(x.dtype)
+        # divide (as numpy does, not multiply by 1/count), in float32 so float16 rounds once
+        total = x.sum(axis, keepdims).cast(dt.float32)
+        n = float(count) if isinstance(count, int) else Tensor.from_dim(count, dt.float32)
+        return (total / n).cast(x.dtype)
 
     def var(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         x = self._float()
@@ -681,8 +687,8 @@ class Tensor:
         used = sum(1 for i in items if i is not None and i is not Ellipsis)
         if used > self.ndim:
             raise TensorError(f"too many indices ({used}) for a tensor of rank {self.ndim}")
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
+        if any(i is Ellipsis for i in items):  # not ``in``: that would call Tensor.__eq__
+            at = next(k for k, i in enumerate(items) if i is Ellipsis)
             items[at : at + 1] = [slice(None)] * (self.ndim - used)
         else:
             items += [slice(None)] * (self.ndim - used)
@@ -705,9 +711,7 @@ class Tensor:
                 slices.append(_slice_bounds(it, d))
                 layout.append(("keep", axis))
             elif is_dim(it) or isinstance(it, SupportsIndex):
-                i = as_dim(it)
-                if isinstance(i, int) and i < 0:
-                    i = d + i
+                i = _from_end(it, d, "index")
                 if bounds(i)[0] < 0 or bounds(d - i - 1)[0] < 0:
                     raise TensorError(f"index {it} is out of range for axis {axis} of size {d}")
                 slices.append((i, i + 1, 1))
@@ -758,12 +762,27 @@ def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]
         if q * known == total:
             return q
     if isinstance(known, Expr):
-        # total = known * rest, found by trying each factor of the shape
-        for i in range(len(shape)):
-            rest = prod(d for j, d in enumerate(shape) if j != i)
-            if rest == known:
-                return shape[i]
+        # total = known * rest: find dims of the shape whose product is `known` (ranks are small)
+        for r in range(1, len(shape)):
+            for picked in itertools.combinations(range(len(shape)), r):
+                if prod(shape[i] for i in picked) == known:
+                    return prod(d for i, d in enumerate(shape) if i not in picked)
     raise ShapeMismatchError(f"cannot infer -1 when reshaping {shape_str(shape)} to {list(dims)}")
+
+
+def _from_end(value: Any, d: Dim, what: str) -> Dim:
+    """numpy's negative indices over a possibly symbolic dim: a value that is negative for every
+    binding counts from the end; one whose sign depends on the binding is ambiguous."""
+    v = as_dim(value)
+    lo, hi = bounds(v)
+    if hi < 0:
+        return d + v
+    if lo < 0:
+        raise TensorError(
+            f"{what} {v} is negative for some bindings and not for others; numpy counts from the "
+            f"end only when negative, so spell it out (for example d - k)"
+        )
+    return v
 
 
 def _slice_bounds(s: slice, d: Dim) -> tuple[Dim, Dim, int]:
@@ -776,11 +795,9 @@ def _slice_bounds(s: slice, d: Dim) -> tuple[Dim, Dim, int]:
     def norm(given: Any, default: Dim) -> Dim:
         if given is None:
             return default
-        v: Dim = as_dim(given)
-        if isinstance(v, int) and v < 0:
-            v = d + v
-        return smin(smax(v, 0), d)
+        return smin(smax(_from_end(given, d, "slice bound"), 0), d)
 
     start = norm(s.start, 0)
-    stop = smax(norm(s.stop, d), start)
+    # stop as start + a length >= 0 keeps ``start <= stop <= d`` provable from bounds alone
+    stop = start + smax(norm(s.stop, d) - start, 0)
     return start, stop, step

@@ -8,15 +8,22 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
   LLVM's ``fptosi.sat``; int to narrower int wraps; anything to bool is ``!= 0``.
-* ``maximum``/``minimum`` propagate NaN, as numpy does.
+* Integer ``add``/``sub``/``mul``/``neg``/``abs`` wrap (two's complement); ``INT_MIN // -1``
+  wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0 (native code must not trap on them).
+* ``maximum``/``minimum`` propagate NaN, as numpy does; so does ``relu`` (``max(x, 0)``).
+* ``pad``'s constant value is converted to the tensor's dtype as ``cast`` would (2.7 -> 2 in
+  int32, NaN -> 0).
 * ``gather`` clamps indices into range; ``scatter`` drops out-of-range indices and, for repeated
-  indices, the last write wins. Data never steers native code outside a buffer.
+  indices, the last write wins. Negative indices are out of range too (no wrap-around from the
+  end): gather reads row 0 for them, scatter ignores them. Data never steers native code outside
+  a buffer.
 * Reductions have identities (sum 0, prod 1, max -inf/int min, min +inf/int max), so an empty
   (zero-length) reduced axis is defined.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -67,7 +74,8 @@ def _ev(shape: Sequence[Dim], b: Mapping[str, int]) -> tuple[int, ...]:
 
 
 def _out(node: Node, value: np.ndarray) -> np.ndarray:
-    return np.asarray(value).astype(node.dtype.np, copy=False)
+    with np.errstate(all="ignore"):  # a float64 result beyond float16's range is inf, not a warning
+        return np.asarray(value).astype(node.dtype.np, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,10 +406,26 @@ _register("matmul", "matmul", _infer_matmul, _ref_matmul)
 # movement
 
 
+def _product_of(d: Dim, dims: Sequence[Dim]) -> bool:
+    """True when ``d`` is the product of some of ``dims`` (a merge of axes); ranks are small."""
+    if len(dims) > 8:
+        return False
+    return any(
+        prod(dims[i] for i in picked) == d
+        for r in range(2, len(dims) + 1)
+        for picked in itertools.combinations(range(len(dims)), r)
+    )
+
+
 def _infer_reshape(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
     (x,) = ins
     shape = tuple(as_dim(d) for d in a["shape"])
-    if any(not _nonneg(d) for d in shape):
+    # Bounds of an expanded product such as (s - 1)*(s - 1) == s*s - 2*s + 1 cannot always show
+    # it is >= 0, so a dim that is the product of some input dims (all >= 0) counts as proven.
+    unproven = [i for i, d in enumerate(shape) if not _nonneg(d) and not _product_of(d, x.shape)]
+    # With equal element counts (>= 0), one dim is >= 0 when all others are >= 1.
+    others_positive = all(bounds(d)[0] >= 1 for i, d in enumerate(shape) if i not in unproven[:1])
+    if unproven and (len(unproven) > 1 or not others_positive):
         raise _fail(f"reshape {shape_str(x.shape)} -> {shape_str(shape)}: a dim can be negative")
     if prod(x.shape) != prod(shape):
         raise _fail(
@@ -415,7 +439,7 @@ _register(
     "reshape",
     "movement",
     _infer_reshape,
-    lambda n, args, b: np.ascontiguousarray(args[0]).reshape(_ev(n.shape, b)),
+    lambda n, args, b: np.asarray(args[0], order="C").reshape(_ev(n.shape, b)),
 )
 
 
@@ -431,7 +455,7 @@ _register(
     "permute",
     "movement",
     _infer_permute,
-    lambda n, args, b: np.ascontiguousarray(np.transpose(args[0], n.attrs["order"])),
+    lambda n, args, b: np.asarray(np.transpose(args[0], n.attrs["order"]), order="C"),
 )
 
 
@@ -447,7 +471,7 @@ _register(
     "expand",
     "movement",
     _infer_expand,
-    lambda n, args, b: np.ascontiguousarray(np.broadcast_to(args[0], _ev(n.shape, b))),
+    lambda n, args, b: np.asarray(np.broadcast_to(args[0], _ev(n.shape, b)), order="C"),
 )
 
 
@@ -478,7 +502,7 @@ def _ref_shrink(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
     idx = tuple(
         slice(evaluate(s, b), evaluate(e, b), step) for s, e, step in node.attrs["slices"]
     )
-    return np.ascontiguousarray(args[0][idx])
+    return np.asarray(args[0][idx], order="C")
 
 
 _register("shrink", "movement", _infer_shrink, _ref_shrink)
@@ -498,7 +522,7 @@ def _infer_pad(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DTyp
     for axis, ((lo, hi), d) in enumerate(zip(pads, x.shape, strict=True)):
         if not (_nonneg(lo) and _nonneg(hi)):
             raise _fail(f"pad axis {axis}: widths ({lo}, {hi}) can be negative")
-        if mode == "reflect" and not (_nonneg(d - 1 - lo) and _nonneg(d - 1 - hi)):
+        if mode == "reflect" and not all(w == 0 or _nonneg(d - 1 - w) for w in (lo, hi)):
             raise _fail(
                 f"reflect pad axis {axis}: widths ({lo}, {hi}) must be < the dim {d} for every binding"
             )
@@ -512,7 +536,7 @@ def _ref_pad(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nda
     widths = [(evaluate(lo, b), evaluate(hi, b)) for lo, hi in node.attrs["pads"]]
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
-        value = np.array(node.attrs.get("value", 0)).astype(args[0].dtype)
+        value = cast_array(np.array(node.attrs.get("value", 0)), node.dtype)  # as a cast op would
         return np.pad(args[0], widths, mode="constant", constant_values=value)
     return np.pad(args[0], widths, mode=mode)
 
@@ -597,14 +621,17 @@ def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
     lout = _ev(node.shape, b)[2]
     xp = np.pad(x, ((0, 0), (0, 0), (pl, pr)))
     out = np.zeros((n, cout, lout))
+    if lout == 0 or n == 0:
+        return _out(node, out)
+    span = dilation * (k - 1) + 1
+    # every window at once: [N, C, positions, span] -> taps at the dilation, positions at the stride
+    windows = np.lib.stride_tricks.sliding_window_view(xp, span, axis=2)
+    windows = windows[:, :, : stride * (lout - 1) + 1 : stride, ::dilation]
     og = cout // groups
     for g in range(groups):
-        xs = xp[:, g * cin_g : (g + 1) * cin_g, :]
-        ws = w[g * og : (g + 1) * og]
-        for kk in range(k):
-            start = kk * dilation
-            cols = xs[:, :, start : start + stride * (lout - 1) + 1 : stride]  # [N, Cg, Lout]
-            out[:, g * og : (g + 1) * og, :] += np.einsum("ncl,oc->nol", cols, ws[:, :, kk])
+        cols = windows[:, g * cin_g : (g + 1) * cin_g]  # [N, Cg, Lout, K]
+        wg = w[g * og : (g + 1) * og]
+        out[:, g * og : (g + 1) * og, :] = np.einsum("nclk,ock->nol", cols, wg, optimize=True)
     return _out(node, out)
 
 

@@ -1,0 +1,1200 @@
+"""Shared hypothesis strategies: symbolic expressions and random small graphs with a numpy oracle.
+
+Two families, both meant for reuse by later differential tests (the LLVM compiler against the
+reference interpreter):
+
+* ``expr_trees(variables)`` draws a *raw* expression tree (nested tuples). ``build_expr`` turns
+  it into a symbolic ``Dim`` through the operators; ``python_eval`` evaluates the raw tree with
+  plain Python ints, independently of ``asyncjit.symbolic``.
+* ``graph_cases()`` draws a ``GraphCase``: a random program over every op kind, recorded both as
+  a ``Tensor`` graph (``outputs``, ``placeholders``) and as a numpy oracle written here, without
+  the op registry's reference functions. ``case.expected(inputs, bindings)`` replays the oracle
+  for any binding of the case's vars; ``case.make_inputs(bindings)`` makes matching arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from hypothesis import strategies as st
+
+from asyncjit import Tensor, Var
+from asyncjit import dtypes as dt
+from asyncjit.graph import graph_vars, toposort
+from asyncjit.symbolic import Dim, smax, smin
+
+__all__ = [
+    "ALL_KINDS",
+    "DimChoice",
+    "GraphCase",
+    "assert_outputs_match",
+    "bindings_for",
+    "build_expr",
+    "expr_trees",
+    "graph_cases",
+    "python_eval",
+    "var_sets",
+]
+
+# ---------------------------------------------------------------------------------------------
+# symbolic expressions
+
+Tree = tuple[Any, ...]
+BINARY_TREE_OPS = ("add", "sub", "mul", "min", "max")
+DIV_TREE_OPS = ("floordiv", "mod")
+
+
+@st.composite
+def var_sets(draw: st.DrawFn, names: Sequence[str] = ("a", "b", "t"), max_hi: int = 20) -> tuple[Var, ...]:
+    """One ``Var`` per name with random bounds ``1 <= min <= max <= max_hi``."""
+    out = []
+    for name in names:
+        lo = draw(st.integers(1, max_hi))
+        hi = draw(st.integers(lo, max_hi))
+        out.append(Var(name, lo, hi))
+    return tuple(out)
+
+
+def _int_leaf(i: int) -> Tree:
+    return ("int", i)
+
+
+def _var_leaf(v: Var) -> Tree:
+    return ("var", v)
+
+
+def _extend(children: st.SearchStrategy[Tree]) -> st.SearchStrategy[Tree]:
+    return st.one_of(
+        st.tuples(st.sampled_from(BINARY_TREE_OPS), children, children),
+        st.tuples(st.sampled_from(DIV_TREE_OPS), children, st.integers(1, 6)),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _expr_trees(variables: tuple[Var, ...], max_leaves: int) -> st.SearchStrategy[Tree]:
+    # named functions, not lambdas: hypothesis reads a lambda's source to describe it (slow)
+    leaves = st.one_of(st.integers(-6, 6).map(_int_leaf), st.sampled_from(variables).map(_var_leaf))
+    return st.recursive(leaves, _extend, max_leaves=max_leaves)
+
+
+def expr_trees(variables: Sequence[Var], max_leaves: int = 8) -> st.SearchStrategy[Tree]:
+    """Raw trees: ``("int", n)``, ``("var", v)``, ``(op, left, right)`` with ``op`` in
+    + - * min max, and ``("floordiv" | "mod", child, k)`` with an int ``k >= 1``."""
+    return _expr_trees(tuple(variables), max_leaves)
+
+
+def build_expr(tree: Tree) -> Dim:
+    """The symbolic dim for ``tree``, built with the ``Expr`` operators and ``smin``/``smax``."""
+    kind = tree[0]
+    if kind == "int":
+        return int(tree[1])
+    if kind == "var":
+        v: Var = tree[1]
+        return v
+    if kind in DIV_TREE_OPS:
+        num = build_expr(tree[1])
+        return num // tree[2] if kind == "floordiv" else num % tree[2]
+    a, b = build_expr(tree[1]), build_expr(tree[2])
+    if kind == "add":
+        return a + b
+    if kind == "sub":
+        return a - b
+    if kind == "mul":
+        return a * b
+    return smin(a, b) if kind == "min" else smax(a, b)
+
+
+def python_eval(tree: Tree, bindings: Mapping[str, int]) -> int:
+    """The value of a raw tree with Python ints (floor division and modulo)."""
+    kind = tree[0]
+    if kind == "int":
+        return int(tree[1])
+    if kind == "var":
+        return bindings[tree[1].name]
+    if kind in DIV_TREE_OPS:
+        num = python_eval(tree[1], bindings)
+        return num // tree[2] if kind == "floordiv" else num % tree[2]
+    a, b = python_eval(tree[1], bindings), python_eval(tree[2], bindings)
+    return {
+        "add": a + b,
+        "sub": a - b,
+        "mul": a * b,
+        "min": min(a, b),
+        "max": max(a, b),
+    }[kind]
+
+
+def bindings_for(variables: Sequence[Var]) -> st.SearchStrategy[dict[str, int]]:
+    """A value per var within its bounds, biased towards the bounds themselves."""
+    return st.fixed_dictionaries(
+        {v.name: st.one_of(st.just(v.min), st.just(v.max), st.integers(v.min, v.max)) for v in variables}
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the numpy oracle (independent of asyncjit.graph._ops): dtypes, rounding, casts
+
+_RANK = {"bool": 0, "int32": 1, "int64": 2, "float16": 3, "float32": 4}
+_NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float16": np.float16, "float32": np.float32}
+
+
+def _promote(*dtypes: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(max((d.name for d in dtypes), key=_RANK.__getitem__))
+
+
+def _weak(value: object, other: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a Python scalar takes next to an array of dtype ``other``."""
+    if isinstance(value, bool):
+        return other
+    if isinstance(value, int):
+        return np.dtype(np.int32) if other == np.bool_ else other
+    return other if other.kind == "f" else np.dtype(np.float32)
+
+
+def _round(value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """Round a float64 result to ``dtype`` (floats go through float32, as the spec says)."""
+    with np.errstate(all="ignore"):
+        if dtype.kind == "f":
+            return np.asarray(value).astype(np.float32).astype(dtype)
+        return np.asarray(value).astype(dtype)
+
+
+def oracle_cast(x: np.ndarray, to: np.dtype[Any]) -> np.ndarray:
+    """Saturating float->int (NaN -> 0), ``!= 0`` to bool, wrapping int->int."""
+    to = np.dtype(to)
+    if to == np.bool_:
+        return np.asarray(x != 0)
+    with np.errstate(all="ignore"):
+        if to.kind == "i" and x.dtype.kind == "f":
+            bits = to.itemsize * 8
+            y = np.trunc(x.astype(np.float64))
+            y = np.where(np.isnan(y), 0.0, y)
+            big, small = y >= 2.0 ** (bits - 1), y < -(2.0 ** (bits - 1))
+            inside = np.where(big | small, 0.0, y).astype(to)
+            top, bottom = np.array(2 ** (bits - 1) - 1, to), np.array(-(2 ** (bits - 1)), to)
+            return np.where(big, top, np.where(small, bottom, inside)).astype(to)
+        return x.astype(to)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    flat = [math.erf(float(v)) for v in x.ravel()]
+    return np.array(flat, dtype=np.float64).reshape(x.shape)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+FLOAT_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "sin": np.sin,
+    "cos": np.cos,
+    "erf": _erf,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+}
+ANY_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "relu": lambda x: np.where((x > 0) | (x != x), x, np.zeros((), x.dtype)),  # NaN stays NaN
+}
+
+
+def unary_tensor(name: str, x: Tensor) -> Tensor:
+    """Apply the ``Tensor`` method for an oracle unary name."""
+    if name == "gelu_tanh":
+        return x.gelu(approximate="tanh")
+    if name == "neg":
+        return -x
+    return getattr(x, name)()  # type: ignore[no-any-return]
+
+
+def oracle_unary(name: str, x: np.ndarray) -> np.ndarray:
+    """The numpy meaning of ``unary_tensor(name, x)``."""
+    with np.errstate(all="ignore"):
+        if name in ANY_UNARY_ORACLE:
+            return np.asarray(ANY_UNARY_ORACLE[name](x)).astype(x.dtype)
+        if name in ("floor", "ceil") and x.dtype.kind != "f":
+            return x
+        xf = x if x.dtype.kind == "f" else oracle_cast(x, np.dtype(np.float32))
+        return _round(FLOAT_UNARY_ORACLE[name](xf.astype(np.float64)), xf.dtype)
+
+
+def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        safe = np.where(y == 0, np.ones((), y.dtype), y)
+        return np.where(y == 0, np.zeros((), x.dtype), np.floor_divide(x, safe)).astype(x.dtype)
+
+
+def _int_mod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        safe = np.where(y == 0, np.ones((), y.dtype), y)
+        return np.where(y == 0, np.zeros((), x.dtype), np.mod(x, safe)).astype(x.dtype)
+
+
+def _arith(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """One primitive op on same-dtype arrays, rounded once."""
+    dtype = x.dtype
+    with np.errstate(all="ignore"):
+        if dtype.kind == "f":
+            a, b = x.astype(np.float64), y.astype(np.float64)
+            fns: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+                "add": np.add,
+                "sub": np.subtract,
+                "mul": np.multiply,
+                "div": np.true_divide,
+                "pow": np.power,
+                "maximum": np.maximum,
+                "minimum": np.minimum,
+            }
+            return _round(fns[op](a, b), dtype)
+        ifns: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+            "add": np.add,
+            "sub": np.subtract,
+            "mul": np.multiply,
+            "maximum": np.maximum,
+            "minimum": np.minimum,
+            "idiv": _int_floordiv,
+            "mod": _int_mod,
+        }
+        return np.asarray(ifns[op](x, y)).astype(dtype)
+
+
+BINARY_NAMES = (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
+    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor",
+)  # fmt: skip
+_CMP = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+_LOGIC = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+def binary_tensor(name: str, x: Tensor | float | int, y: Tensor | float | int) -> Tensor:
+    """Apply the Python operator (or method) for a binary name; one side may be a scalar."""
+    import operator
+
+    ops: dict[str, Callable[[Any, Any], Tensor]] = {
+        "add": operator.add,
+        "sub": operator.sub,
+        "mul": operator.mul,
+        "truediv": operator.truediv,
+        "floordiv": operator.floordiv,
+        "mod": operator.mod,
+        "pow": operator.pow,
+        "lt": operator.lt,
+        "le": operator.le,
+        "gt": operator.gt,
+        "ge": operator.ge,
+        "eq": operator.eq,
+        "ne": operator.ne,
+        "and": operator.and_,
+        "or": operator.or_,
+        "xor": operator.xor,
+    }
+    if name in ("maximum", "minimum"):
+        if isinstance(x, Tensor):
+            return getattr(x, name)(y)  # type: ignore[no-any-return]
+        assert isinstance(y, Tensor)
+        return getattr(y, name)(x)  # type: ignore[no-any-return]  # symmetric
+    return ops[name](x, y)
+
+
+def oracle_binary(name: str, x: np.ndarray | float | int, y: np.ndarray | float | int) -> np.ndarray:
+    """The numpy meaning of ``binary_tensor(name, x, y)`` under asyncjit's promotion rules."""
+    with np.errstate(over="ignore"):  # a weak 1e9 next to float16 is inf
+        if not isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray)
+            xa, ya = np.array(x, _weak(x, y.dtype)), y
+        elif not isinstance(y, np.ndarray):
+            xa, ya = x, np.array(y, _weak(y, x.dtype))
+        else:
+            xa, ya = x, y
+    if name == "pow" and isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        return _arith("mul", xa, xa)
+    if name in ("truediv", "pow"):
+        # Tensor makes the tensor side float first, then promotes
+        if isinstance(x, np.ndarray) and x.dtype.kind != "f":
+            xa = oracle_cast(xa, np.dtype(np.float32))
+            if not isinstance(y, np.ndarray):
+                ya = np.array(y, _weak(y, xa.dtype))
+        if isinstance(y, np.ndarray) and not isinstance(x, np.ndarray) and y.dtype.kind != "f":
+            ya = oracle_cast(ya, np.dtype(np.float32))
+            xa = np.array(x, _weak(x, ya.dtype))
+    common = _promote(xa.dtype, ya.dtype)
+    xa, ya = oracle_cast(xa, common), oracle_cast(ya, common)
+    xa, ya = np.broadcast_arrays(xa, ya)
+    if name in _CMP:
+        with np.errstate(all="ignore"):
+            return np.asarray(_CMP[name](xa, ya))
+    if name in _LOGIC:
+        return np.asarray(_LOGIC[name](xa, ya)).astype(common)
+    if name == "truediv":
+        return _arith("div", xa, ya)
+    if name == "pow":
+        return _arith("pow", xa, ya)
+    if name == "floordiv":
+        if common.kind == "i":
+            return _arith("idiv", xa, ya)
+        return oracle_unary("floor", _arith("div", xa, ya))
+    if name == "mod":
+        if common.kind == "i":
+            return _arith("mod", xa, ya)
+        q = oracle_unary("floor", _arith("div", xa, ya))
+        return _arith("sub", xa, _arith("mul", q, ya))
+    return _arith(name, xa, ya)
+
+
+def oracle_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """sum/prod/max/min/mean with asyncjit's identities (bool sums as int32)."""
+    if x.dtype == np.bool_:
+        x = x.astype(np.int32)
+    if op == "mean":
+        xf = x if x.dtype.kind == "f" else oracle_cast(x, np.dtype(np.float32))
+        total = oracle_reduce("sum", xf, axes, keepdims)
+        count = math.prod(x.shape[a] for a in axes)
+        with np.errstate(all="ignore"):
+            return _round(total.astype(np.float64) / count, xf.dtype)
+    with np.errstate(all="ignore"):
+        if x.dtype.kind == "f":
+            work = x.astype(np.float64)
+            ident = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}[op]
+        else:
+            work = x
+            info = np.iinfo(x.dtype)
+            ident = {"sum": 0, "prod": 1, "max": int(info.min), "min": int(info.max)}[op]
+        if op in ("sum", "prod"):
+            fn = np.sum if op == "sum" else np.prod
+            y = fn(work, axis=axes, keepdims=keepdims, dtype=work.dtype)
+        else:
+            fn2 = np.max if op == "max" else np.min
+            y = fn2(work, axis=axes, keepdims=keepdims, initial=ident)
+    return _round(np.asarray(y), x.dtype)
+
+
+def oracle_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    common = _promote(x.dtype, y.dtype)
+    x, y = oracle_cast(x, common), oracle_cast(y, common)
+    with np.errstate(all="ignore"):
+        if common.kind == "f":
+            return _round(np.matmul(x.astype(np.float64), y.astype(np.float64)), common)
+        return np.asarray(np.matmul(x, y)).astype(common)
+
+
+def oracle_conv1d(
+    x: np.ndarray, w: np.ndarray, stride: int, padding: tuple[int, int], dilation: int, groups: int
+) -> np.ndarray:
+    """Cross-correlation by explicit window indices (not the reference's per-tap loop)."""
+    n, c, length = x.shape
+    o, cg, k = w.shape
+    xp = np.zeros((n, c, length + padding[0] + padding[1]))
+    xp[:, :, padding[0] : padding[0] + length] = x
+    span = dilation * (k - 1) + 1
+    lout = (xp.shape[2] - span) // stride + 1
+    lout = max(lout, 0)
+    out = np.zeros((n, o, lout))
+    og = o // groups
+    if lout:
+        taps = np.arange(lout)[:, None] * stride + np.arange(k)[None, :] * dilation  # [Lout, K]
+        for g in range(groups):
+            windows = xp[:, g * cg : (g + 1) * cg, :][:, :, taps]  # [N, cg, Lout, K]
+            out[:, g * og : (g + 1) * og] = np.einsum(
+                "nclk,ock->nol", windows, w[g * og : (g + 1) * og].astype(np.float64)
+            )
+    return _round(out, x.dtype)
+
+
+def oracle_gather(x: np.ndarray, axis: int, idx: np.ndarray) -> np.ndarray:
+    clamped = np.minimum(np.maximum(idx.astype(np.int64), 0), x.shape[axis] - 1)
+    return np.take(x, clamped, axis=axis)
+
+
+def oracle_scatter(x: np.ndarray, axis: int, idx: np.ndarray, src: np.ndarray) -> np.ndarray:
+    out = np.array(x, copy=True)
+    moved_out, moved_src = np.moveaxis(out, axis, 0), np.moveaxis(src, axis, 0)
+    for i, j in enumerate(idx.tolist()):
+        if 0 <= j < out.shape[axis]:
+            moved_out[j] = moved_src[i]
+    return out
+
+
+def oracle_nonzero(x: np.ndarray, size: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.atleast_1d(x)
+    hits = [list(ix) for ix in np.ndindex(*flat.shape) if flat[ix] != 0]
+    out = np.full((size, max(x.ndim, 1)), fill, np.int64)
+    for row, ix in enumerate(hits[:size]):
+        out[row] = ix
+    return out, np.array(len(hits), np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# random graphs
+
+DimValue = Callable[[Mapping[str, int]], int]
+
+
+@attrs.frozen
+class DimChoice:
+    """A dim for a drawn shape: the symbolic ``dim`` and an independent way to compute its value."""
+
+    dim: Dim
+    value: DimValue
+
+
+def _dim_choices(variables: Sequence[Var], allow_zero: bool) -> list[DimChoice]:
+    out = [DimChoice(n, lambda b, n=n: n) for n in (1, 2, 3, 4)]
+    for v in variables:
+        name = v.name
+        out.append(DimChoice(v, lambda b, name=name: b[name]))
+        out.append(DimChoice(v + 1, lambda b, name=name: b[name] + 1))
+        out.append(DimChoice(2 * v, lambda b, name=name: 2 * b[name]))
+        if allow_zero:
+            out.append(DimChoice(v - 1, lambda b, name=name: b[name] - 1))
+    return out
+
+
+Oracle = Callable[[list[np.ndarray], Mapping[str, int]], np.ndarray]
+
+
+@attrs.frozen
+class _Step:
+    """One program value: a description, its argument value ids and its numpy oracle."""
+
+    what: str
+    args: tuple[int, ...]
+    oracle: Oracle | None  # None for placeholders (fed from inputs)
+
+
+@attrs.frozen
+class _PlaceholderSpec:
+    tensor: Tensor
+    shape: tuple[DimChoice, ...]
+    dtype: np.dtype[Any]
+    low: int
+    high: int  # int data is drawn from [low, high]; may depend on nothing else
+
+
+@attrs.define(eq=False)
+class GraphCase:
+    """A random graph with an independent numpy oracle.
+
+    ``outputs`` and ``placeholders`` are ``Tensor``s; ``inputs`` feeds every placeholder at
+    ``bindings``; ``expected()`` is the oracle's answer for (by default) the same feed.
+    """
+
+    variables: tuple[Var, ...]
+    bindings: dict[str, int]
+    outputs: list[Tensor]
+    placeholders: list[Tensor]
+    inputs: dict[Tensor, np.ndarray]
+    seed: int
+    program: list[_Step]
+    output_ids: list[int]
+    specs: list[_PlaceholderSpec]
+
+    @property
+    def var_bounds(self) -> dict[str, tuple[int, int]]:
+        return {v.name: (v.min, v.max) for v in self.variables}
+
+    @property
+    def graph_vars(self) -> tuple[Var, ...]:
+        """The vars the recorded graph still uses (simplification may drop some drawn ones)."""
+        return graph_vars(toposort([t.node for t in self.outputs]))
+
+    def var_values(self, bindings: Mapping[str, int] | None = None) -> dict[str, int]:
+        """``bindings`` (default: the case's) restricted to ``graph_vars``: what to pass to a run."""
+        b = self.bindings if bindings is None else bindings
+        return {v.name: b[v.name] for v in self.graph_vars}
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"v{i}={s.what}({','.join(f'v{a}' for a in s.args)})" for i, s in enumerate(self.program)
+        )
+
+    def make_inputs(self, bindings: Mapping[str, int], seed: int | None = None) -> dict[Tensor, np.ndarray]:
+        """Arrays for every placeholder at ``bindings`` (deterministic for a seed)."""
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        feed: dict[Tensor, np.ndarray] = {}
+        for spec in self.specs:
+            shape = tuple(d.value(bindings) for d in spec.shape)
+            if spec.dtype.kind == "f":
+                arr = (rng.integers(-16, 17, size=shape) / 4).astype(spec.dtype)
+            elif spec.dtype == np.bool_:
+                arr = rng.integers(0, 2, size=shape).astype(np.bool_)
+            else:
+                arr = rng.integers(spec.low, spec.high + 1, size=shape).astype(spec.dtype)
+            feed[spec.tensor] = arr
+        return feed
+
+    def expected(
+        self, inputs: Mapping[Tensor, np.ndarray] | None = None, bindings: Mapping[str, int] | None = None
+    ) -> list[np.ndarray]:
+        """The oracle's outputs for a feed and binding (default: the case's own)."""
+        feed = self.inputs if inputs is None else inputs
+        b = self.bindings if bindings is None else bindings
+        by_tensor = {id(t): a for t, a in feed.items()}
+        values: list[np.ndarray] = []
+        spec_iter = iter(self.specs)
+        for step in self.program:
+            if step.oracle is None:
+                values.append(np.asarray(by_tensor[id(next(spec_iter).tensor)]))
+            else:
+                values.append(np.asarray(step.oracle([values[a] for a in step.args], b)))
+        return [values[i] for i in self.output_ids]
+
+
+ALL_KINDS = (
+    "unary", "binary", "scalar_binary", "where", "cast", "reduce", "matmul", "conv1d", "reshape",
+    "permute", "expand", "slice", "shrink", "pad", "cat", "gather", "scatter", "nonzero", "arange",
+)  # fmt: skip
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, np.dtype(np.bool_))
+
+
+class _Builder:
+    """Grows a program: every step records a Tensor op and its numpy oracle side by side."""
+
+    def __init__(
+        self,
+        draw: st.DrawFn,
+        variables: tuple[Var, ...],
+        bindings: dict[str, int],
+        dtypes: Sequence[np.dtype[Any]],
+    ) -> None:
+        self.draw = draw
+        self.variables = variables
+        self.bindings = bindings
+        self.dtypes = list(dtypes)
+        self.tensors: list[Tensor] = []
+        self.program: list[_Step] = []
+        self.specs: list[_PlaceholderSpec] = []
+        self.choices = _dim_choices(variables, allow_zero=True)
+        self.nonzero_choices = _dim_choices(variables, allow_zero=False)
+        self._dim_value: dict[str, DimValue] = {}  # by repr: equal dims have equal reprs
+        for c in self.choices:
+            self._dim_value[repr(c.dim)] = c.value
+
+    # -- values
+    def add(self, tensor: Tensor, what: str, args: Sequence[int], oracle: Oracle) -> int:
+        self.tensors.append(tensor)
+        self.program.append(_Step(what, tuple(args), oracle))
+        return len(self.tensors) - 1
+
+    def placeholder(
+        self, shape: Sequence[DimChoice], dtype: np.dtype[Any], low: int = -6, high: int = 6
+    ) -> int:
+        t = Tensor.placeholder(tuple(d.dim for d in shape), dt.from_numpy(dtype), name=f"p{len(self.specs)}")
+        self.specs.append(_PlaceholderSpec(t, tuple(shape), np.dtype(dtype), low, high))
+        for d in shape:
+            self._dim_value.setdefault(repr(d.dim), d.value)
+        self.tensors.append(t)
+        self.program.append(_Step("placeholder", (), None))
+        return len(self.tensors) - 1
+
+    def const(self, arr: np.ndarray) -> int:
+        frozen = np.array(arr)
+        return self.add(Tensor.const(frozen), "const", (), lambda a, b, v=frozen: v)
+
+    def dim_value(self, d: Dim) -> DimValue:
+        """How to compute a dim that came from a drawn shape (or an int)."""
+        if isinstance(d, int):
+            return lambda b, d=d: d
+        return self._dim_value[repr(d)]
+
+    # -- draws
+    def draw_dim(self, nonzero: bool = False) -> DimChoice:
+        return self.draw(st.sampled_from(self.nonzero_choices if nonzero else self.choices))
+
+    def draw_shape(self, min_rank: int = 0, max_rank: int = 3, nonzero: bool = False) -> list[DimChoice]:
+        rank = self.draw(st.integers(min_rank, max_rank))
+        return [self.draw_dim(nonzero) for _ in range(rank)]
+
+    def draw_dtype(self, kinds: str = "fib") -> np.dtype[Any]:
+        options = [d for d in self.dtypes if d.kind in kinds]
+        return self.draw(st.sampled_from(options or [np.dtype(np.float32)]))
+
+    def pick(self, accept: Callable[[Tensor], bool] = lambda t: True) -> int | None:
+        ids = [i for i, t in enumerate(self.tensors) if accept(t)]
+        return self.draw(st.sampled_from(ids)) if ids else None
+
+    def shape_choices(self, i: int) -> list[DimChoice]:
+        return [DimChoice(d, self.dim_value(d)) for d in self.tensors[i].shape]
+
+    def is_drawn(self, i: int) -> bool:
+        """True when every dim of value ``i`` is a drawn dim (or an int), so we can recreate it."""
+        return all(isinstance(d, int) or repr(d) in self._dim_value for d in self.tensors[i].shape)
+
+
+# -- one function per op kind; each returns without adding a step when no operand fits
+
+
+def _k_unary(b: _Builder) -> None:
+    name = b.draw(st.sampled_from([*FLOAT_UNARY_ORACLE, *ANY_UNARY_ORACLE]))
+    need_nonbool = name in ANY_UNARY_ORACLE or name in ("floor", "ceil")
+    i = b.pick(lambda t: not (need_nonbool and t.dtype.is_bool))
+    if i is None:
+        return
+    b.add(unary_tensor(name, b.tensors[i]), name, (i,), lambda a, _b, n=name: oracle_unary(n, a[0]))
+
+
+def _broadcast_partner(b: _Builder, i: int, kinds: str) -> int:
+    """A fresh placeholder whose shape broadcasts against value ``i`` (drops/1s some dims)."""
+    shape = b.shape_choices(i) if b.is_drawn(i) else []
+    if shape:
+        drop = b.draw(st.integers(0, len(shape)))
+        shape = shape[drop:]
+        shape = [DimChoice(1, lambda _b: 1) if b.draw(st.booleans()) else d for d in shape]
+        if drop == 0 and b.draw(st.booleans()):
+            shape = [b.draw_dim(), *shape]  # the partner may also add a leading dim
+    return b.placeholder(shape, b.draw_dtype(kinds))
+
+
+def _k_binary(b: _Builder) -> None:
+    name = b.draw(st.sampled_from(BINARY_NAMES))
+    logical = name in ("and", "or", "xor")
+    kinds = "ib" if logical else "fi"
+    i = b.pick(lambda t: (not t.dtype.is_float) if logical else (not t.dtype.is_bool))
+    if i is None:
+        i = b.placeholder(b.draw_shape(), b.draw_dtype(kinds))
+    x = b.tensors[i]
+    candidates = [
+        j for j, t in enumerate(b.tensors)
+        if (not t.dtype.is_float if logical else not t.dtype.is_bool) and _broadcastable(x.shape, t.shape)
+    ]  # fmt: skip
+    if candidates and b.draw(st.booleans()):
+        j = b.draw(st.sampled_from(candidates))
+    else:
+        j = _broadcast_partner(b, i, kinds)
+    if b.draw(st.booleans()):
+        i, j = j, i
+    out = binary_tensor(name, b.tensors[i], b.tensors[j])
+    b.add(out, name, (i, j), lambda a, _b, n=name: oracle_binary(n, a[0], a[1]))
+
+
+def _broadcastable(a: Sequence[Dim], c: Sequence[Dim]) -> bool:
+    return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(c), strict=False))
+
+
+def _k_scalar_binary(b: _Builder) -> None:
+    name = b.draw(st.sampled_from([n for n in BINARY_NAMES if n not in ("and", "or", "xor")]))
+    i = b.pick(lambda t: not t.dtype.is_bool)
+    if i is None:
+        return
+    scalar = b.draw(st.sampled_from([2, 3, -1, 0, 0.5, -1.5, 2.0]))
+    reverse = b.draw(st.booleans())
+    x = b.tensors[i]
+    out = binary_tensor(name, scalar, x) if reverse else binary_tensor(name, x, scalar)
+
+    def oracle(
+        a: list[np.ndarray], _b: Mapping[str, int], n: str = name, s: Any = scalar, r: bool = reverse
+    ) -> np.ndarray:
+        return oracle_binary(n, s, a[0]) if r else oracle_binary(n, a[0], s)
+
+    b.add(out, f"{name}{'_r' if reverse else ''}[{scalar}]", (i,), oracle)
+
+
+def _k_where(b: _Builder) -> None:
+    i = b.pick(lambda t: not t.dtype.is_bool)
+    if i is None:
+        return
+    x = b.tensors[i]
+    cond = b.add(x > 0, "gt0", (i,), lambda a, _b: oracle_binary("gt", a[0], 0))
+    j = _broadcast_partner(b, i, "fi")
+    if b.draw(st.booleans()):
+        other: Any = b.draw(st.sampled_from([0, -2, 1.5]))
+        out = Tensor.select(b.tensors[cond], b.tensors[j], other)
+
+        def oracle(a: list[np.ndarray], _b: Mapping[str, int], o: Any = other) -> np.ndarray:
+            y = np.array(o, _weak(o, a[1].dtype))
+            common = _promote(a[1].dtype, y.dtype)
+            c, xx, yy = np.broadcast_arrays(a[0], oracle_cast(a[1], common), oracle_cast(y, common))
+            return np.where(c, xx, yy)
+
+        b.add(out, "where_scalar", (cond, j), oracle)
+        return
+    out = Tensor.select(b.tensors[cond], b.tensors[i], b.tensors[j])
+
+    def oracle2(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
+        common = _promote(a[1].dtype, a[2].dtype)
+        c, xx, yy = np.broadcast_arrays(a[0], oracle_cast(a[1], common), oracle_cast(a[2], common))
+        return np.where(c, xx, yy)
+
+    b.add(out, "where", (cond, i, j), oracle2)
+
+
+def _k_cast(b: _Builder) -> None:
+    i = b.pick()
+    if i is None:
+        return
+    to = b.draw(st.sampled_from(b.dtypes))
+    src = b.tensors[i]
+    if src.dtype.is_float and b.draw(st.booleans()):
+        # make saturation reachable: scale far outside the int range first
+        i = b.add(src * 1e9, "mul[1e9]", (i,), lambda a, _b: oracle_binary("mul", a[0], 1e9))
+    b.add(
+        b.tensors[i].cast(dt.from_numpy(to)), f"cast[{to}]", (i,), lambda a, _b, to=to: oracle_cast(a[0], to)
+    )
+
+
+def _k_reduce(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None:
+        return
+    x = b.tensors[i]
+    op = b.draw(st.sampled_from(["sum", "max", "min", "mean", "prod"]))
+    axes = tuple(sorted(b.draw(st.sets(st.integers(0, x.ndim - 1), min_size=1))))
+    keepdims = b.draw(st.booleans())
+    as_none = len(axes) == x.ndim and b.draw(st.booleans())
+    axis_arg: Any = None if as_none else (axes[0] if len(axes) == 1 and b.draw(st.booleans()) else axes)
+    if op == "prod" and x.dtype.is_bool:
+        op = "sum"
+    out = getattr(x, op)(axis_arg, keepdims=keepdims)
+    b.add(
+        out,
+        f"{op}{axes}{'k' if keepdims else ''}",
+        (i,),
+        lambda a, _b, o=op, ax=axes, k=keepdims: oracle_reduce(o, a[0], ax, k),
+    )
+
+
+def _k_matmul(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None or not b.is_drawn(i):
+        i = b.placeholder(b.draw_shape(1, 3), b.draw_dtype("fi"))
+    x = b.tensors[i]
+    k = DimChoice(x.shape[-1], b.dim_value(x.shape[-1]))
+    if x.ndim == 1:
+        shape = [k] if b.draw(st.booleans()) else [*b.draw_shape(0, 1), k, b.draw_dim()]
+    else:
+        batch = [DimChoice(1, lambda _b: 1) if b.draw(st.booleans()) else d for d in b.shape_choices(i)[:-2]]
+        if b.draw(st.booleans()):
+            batch = batch[b.draw(st.integers(0, len(batch))) :]
+        shape = [*batch, k, b.draw_dim()]
+    j = b.placeholder(shape, b.draw_dtype("fi"))
+    if b.draw(st.booleans()):
+        i, j = j, i  # also exercise y @ x when shapes allow it
+        if not _matmul_ok(b.tensors[i].shape, b.tensors[j].shape):
+            i, j = j, i
+    b.add(b.tensors[i] @ b.tensors[j], "matmul", (i, j), lambda a, _b: oracle_matmul(a[0], a[1]))
+
+
+def _matmul_ok(a: Sequence[Dim], c: Sequence[Dim]) -> bool:
+    ka = a[-1]
+    kc = c[0] if len(c) == 1 else c[-2]
+    if ka != kc:
+        return False
+    return _broadcastable(a[:-2], c[:-2])
+
+
+def _k_conv1d(b: _Builder) -> None:
+    k = b.draw(st.integers(1, 3))
+    dilation = b.draw(st.integers(1, 2))
+    stride = b.draw(st.integers(1, 2))
+    groups = b.draw(st.sampled_from([1, 2]))
+    cg = b.draw(st.integers(1, 2))
+    og = b.draw(st.integers(1, 2))
+    padding = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
+    span = dilation * (k - 1) + 1
+    v = b.draw(st.sampled_from(b.variables))
+    extra = max(span - 1 - padding[0] - padding[1], 0)
+    length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    n = b.draw_dim(nonzero=True)
+    xi = b.placeholder([n, DimChoice(cg * groups, lambda _b, c=cg * groups: c), length], b.draw_dtype("f"))
+    rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
+    w = (rng.integers(-8, 9, size=(og * groups, cg, k)) / 4).astype(np.float32)
+    x = b.tensors[xi]
+    pad_arg: Any = padding[0] if padding[0] == padding[1] and b.draw(st.booleans()) else padding
+    out = x.conv1d(Tensor.const(w), stride=stride, padding=pad_arg, dilation=dilation, groups=groups)
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
+        return oracle_conv1d(a[0], oracle_cast(w, a[0].dtype), stride, padding, dilation, groups)
+
+    b.add(out, f"conv1d[k{k},s{stride},d{dilation},g{groups},p{padding}]", (xi,), oracle)
+
+
+def _k_reshape(b: _Builder) -> None:
+    i = b.pick()
+    if i is None:
+        return
+    x = b.tensors[i]
+    how = b.draw(st.sampled_from(["flatten", "unsqueeze", "squeeze", "merge", "split"]))
+    if how == "flatten":
+        b.add(x.reshape(-1), "flatten", (i,), lambda a, _b: a[0].reshape(-1))
+    elif how == "unsqueeze":
+        ax = b.draw(st.integers(0, x.ndim))
+        b.add(x.unsqueeze(ax), f"unsqueeze{ax}", (i,), lambda a, _b, ax=ax: np.expand_dims(a[0], ax))
+    elif how == "squeeze" and any(d == 1 for d in x.shape):
+        ax = b.draw(st.sampled_from([k for k, d in enumerate(x.shape) if d == 1]))
+        b.add(x.squeeze(ax), f"squeeze{ax}", (i,), lambda a, _b, ax=ax: np.squeeze(a[0], ax))
+    elif how == "merge" and x.ndim >= 2:
+        ax = b.draw(st.integers(0, x.ndim - 2))
+        out = x.reshape(*x.shape[:ax], x.shape[ax] * x.shape[ax + 1], *x.shape[ax + 2 :])
+
+        def merge(a: list[np.ndarray], _b: Mapping[str, int], ax: int = ax) -> np.ndarray:
+            s = a[0].shape
+            return a[0].reshape(*s[:ax], s[ax] * s[ax + 1], *s[ax + 2 :])
+
+        b.add(out, f"merge{ax}", (i,), merge)
+    else:
+        even = [k for k, d in enumerate(x.shape) if isinstance(d, int) and d % 2 == 0 and d > 0]
+        if not even:
+            b.add(x.reshape(*x.shape, 1), "append1", (i,), lambda a, _b: a[0][..., None])
+            return
+        ax = b.draw(st.sampled_from(even))
+        d = x.shape[ax]
+        assert isinstance(d, int)
+        out = x.reshape(*x.shape[:ax], 2, d // 2, *x.shape[ax + 1 :])
+        b.add(
+            out,
+            f"split{ax}",
+            (i,),
+            lambda a, _b, ax=ax, h=d // 2: a[0].reshape(*a[0].shape[:ax], 2, h, *a[0].shape[ax + 1 :]),
+        )
+
+
+def _k_permute(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 2)
+    if i is None:
+        return
+    order = b.draw(st.permutations(list(range(b.tensors[i].ndim))))
+    b.add(
+        b.tensors[i].permute(*order),
+        f"permute{order}",
+        (i,),
+        lambda a, _b, o=tuple(order): np.transpose(a[0], o),
+    )
+
+
+def _k_expand(b: _Builder) -> None:
+    i = b.pick()
+    if i is None:
+        return
+    x = b.tensors[i]
+    lead = b.draw_dim()
+    target = [lead] + [b.draw_dim() if d == 1 else DimChoice(d, lambda _b: -1) for d in x.shape]
+    out = x.expand(*(c.dim for c in target))
+
+    def oracle(a: list[np.ndarray], bb: Mapping[str, int], target: list[DimChoice] = target) -> np.ndarray:
+        shape = [
+            c.value(bb) if c.value(bb) != -1 else s for c, s in zip(target, (1, *a[0].shape), strict=True)
+        ]
+        return np.broadcast_to(a[0][None], shape)
+
+    b.add(out, "expand", (i,), oracle)
+
+
+_SLICES = [
+    slice(None),
+    slice(1, None),
+    slice(None, -1),
+    slice(None, 2),
+    slice(-2, None),
+    slice(None, None, 2),
+    slice(1, None, 2),
+    slice(3, 1),
+]
+
+
+def _k_slice(b: _Builder) -> None:
+    """numpy basic indexing: int slices, symbolic stops, ints, None and Ellipsis."""
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None:
+        return
+    x = b.tensors[i]
+    items: list[Any] = []
+    oracle_items: list[Callable[[Mapping[str, int]], Any]] = []
+    for d in x.shape:
+        choice = b.draw(st.integers(0, 3))
+        if choice == 0 and bounds_lo(d) >= 1:
+            k = b.draw(st.sampled_from([0, -1]))
+            items.append(k)
+            oracle_items.append(lambda _b, k=k: k)
+        elif choice == 1 and b.variables:
+            v = b.draw(st.sampled_from(b.variables))
+            sl = b.draw(st.sampled_from(["stop", "start", "neg"]))
+            if sl == "stop":
+                items.append(slice(None, v))
+                oracle_items.append(lambda bb, n=v.name: slice(None, bb[n]))
+            elif sl == "start":
+                items.append(slice(v // 2, None))
+                oracle_items.append(lambda bb, n=v.name: slice(bb[n] // 2, None))
+            else:
+                items.append(slice(None, -v))
+                oracle_items.append(lambda bb, n=v.name: slice(None, -bb[n]))
+        else:
+            s = b.draw(st.sampled_from(_SLICES))
+            items.append(s)
+            oracle_items.append(lambda _b, s=s: s)
+    if b.draw(st.booleans()):
+        at = b.draw(st.integers(0, len(items)))
+        items.insert(at, None)
+        oracle_items.insert(at, lambda _b: None)
+    if items and b.draw(st.booleans()) and all(it is not None for it in items[-1:]):
+        items[-1:] = [Ellipsis]
+        oracle_items[-1:] = [lambda _b: Ellipsis]
+    out = x[tuple(items)]
+
+    def oracle(a: list[np.ndarray], bb: Mapping[str, int], its: list[Any] = oracle_items) -> np.ndarray:
+        return np.array(a[0][tuple(f(bb) for f in its)])
+
+    b.add(out, f"getitem{tuple(items)}", (i,), oracle)
+
+
+def bounds_lo(d: Dim) -> int:
+    from asyncjit.symbolic import bounds
+
+    return bounds(d)[0]
+
+
+def _k_shrink(b: _Builder) -> None:
+    """``Tensor.shrink`` with symbolic starts/stops that are provably in range."""
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None:
+        return
+    x = b.tensors[i]
+    if not b.is_drawn(i):
+        return
+    pairs: list[tuple[Dim, Dim] | None] = []
+    funcs: list[Callable[[Mapping[str, int]], slice]] = []
+    for d in x.shape:
+        value = b.dim_value(d)
+        opts = ["all", "head"]
+        if bounds_lo(d) >= 1:
+            opts.append("tail1")
+        if bounds_lo(d) >= 2:
+            opts.append("mid")
+        how = b.draw(st.sampled_from(opts))
+        if how == "all":
+            pairs.append(None)
+            funcs.append(lambda _b: slice(None))
+        elif how == "head":
+            pairs.append((0, d // 2))
+            funcs.append(lambda bb, f=value: slice(0, f(bb) // 2))
+        elif how == "tail1":
+            pairs.append((1, d))
+            funcs.append(lambda bb, f=value: slice(1, f(bb)))
+        else:
+            pairs.append((1, d - 1))
+            funcs.append(lambda bb, f=value: slice(1, f(bb) - 1))
+    out = x.shrink(pairs)
+    b.add(out, "shrink", (i,), lambda a, bb, fs=funcs: np.array(a[0][tuple(f(bb) for f in fs)]))
+
+
+def _k_pad(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None:
+        return
+    x = b.tensors[i]
+    mode = b.draw(st.sampled_from(["constant", "reflect", "edge"]))
+    pads: list[tuple[Dim, Dim] | None] = []
+    widths: list[Callable[[Mapping[str, int]], tuple[int, int]]] = []
+    for d in x.shape:
+        lo_d = bounds_lo(d)
+        if mode == "constant":
+            opts: list[Any] = [0, 1, 2, *b.variables]
+        elif mode == "reflect":
+            opts = list(range(0, max(lo_d, 1)))
+        else:
+            opts = [0, 1, 2] if lo_d >= 1 else [0]
+        lo = b.draw(st.sampled_from(opts))
+        hi = b.draw(st.sampled_from(opts))
+        pads.append((lo, hi))
+        widths.append(lambda bb, lo=lo, hi=hi: (_val(lo, bb), _val(hi, bb)))
+    value: Any = b.draw(st.sampled_from([0, 1, -2.5])) if mode == "constant" else 0
+    out = x.pad(pads, mode=mode, value=value)
+
+    def oracle(
+        a: list[np.ndarray], bb: Mapping[str, int], ws: list[Any] = widths, m: str = mode, v: Any = value
+    ) -> np.ndarray:
+        w = [f(bb) for f in ws]
+        if m == "constant":
+            fill = oracle_cast(np.array(v, np.float64 if isinstance(v, float) else np.int64), a[0].dtype)
+            return np.pad(a[0], w, mode="constant", constant_values=fill)
+        return np.pad(a[0], w, mode=m)
+
+    b.add(out, f"pad[{mode}]", (i,), oracle)
+
+
+def _val(x: Any, bb: Mapping[str, int]) -> int:
+    return x if isinstance(x, int) else bb[x.name]
+
+
+def _k_cat(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None:
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    if b.is_drawn(i) and b.draw(st.booleans()):
+        shape = b.shape_choices(i)
+        shape[ax] = b.draw_dim()
+        j = b.placeholder(shape, b.draw_dtype())
+    else:
+        j = i
+    order = [i, j] if b.draw(st.booleans()) else [j, i]
+    out = Tensor.cat([b.tensors[k] for k in order], axis=ax - x.ndim if b.draw(st.booleans()) else ax)
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int], ax: int = ax) -> np.ndarray:
+        common = _promote(*(v.dtype for v in a))
+        return np.concatenate([oracle_cast(v, common) for v in a], axis=ax)
+
+    b.add(out, f"cat{ax}", tuple(order), oracle)
+
+
+def _k_gather(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1 and any(bounds_lo(d) >= 1 for d in t.shape))
+    if i is None:
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.sampled_from([k for k, d in enumerate(x.shape) if bounds_lo(d) >= 1]))
+    hi_d = max(_upper(x.shape[ax]), 1)
+    if b.draw(st.booleans()):
+        m = b.draw(st.integers(0, 5))
+        idx = np.array(b.draw(st.lists(st.integers(-2, hi_d + 2), min_size=m, max_size=m)), dtype=np.int64)
+        j = b.const(idx.astype(b.draw(st.sampled_from([np.int32, np.int64]))))
+    else:
+        j = b.placeholder([b.draw_dim()], b.draw(st.sampled_from(INT_DTYPES)), low=-2, high=hi_d + 2)
+    out = x[(slice(None),) * ax + (b.tensors[j],)] if b.draw(st.booleans()) else x.gather(ax, b.tensors[j])
+    b.add(out, f"gather{ax}", (i, j), lambda a, _b, ax=ax: oracle_gather(a[0], ax, a[1]))
+
+
+def _upper(d: Dim) -> int:
+    from asyncjit.symbolic import upper
+
+    return upper(d)
+
+
+def _k_scatter(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None or not b.is_drawn(i):
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    hi_d = _upper(x.shape[ax])
+    m = b.draw(st.integers(0, 5))
+    idx = np.array(b.draw(st.lists(st.integers(-2, hi_d + 1), min_size=m, max_size=m)), dtype=np.int32)
+    j = b.const(idx)
+    shape = b.shape_choices(i)
+    shape[ax] = DimChoice(m, lambda _b, m=m: m)
+    k = b.placeholder(shape, np.dtype(x.dtype.np))
+    out = x.scatter(ax, b.tensors[j], b.tensors[k])
+    b.add(out, f"scatter{ax}", (i, j, k), lambda a, _b, ax=ax: oracle_scatter(a[0], ax, a[1], a[2]))
+
+
+def _k_nonzero(b: _Builder) -> None:
+    i = b.pick()
+    if i is None:
+        return
+    size = b.draw(st.integers(0, 6))
+    fill = b.draw(st.sampled_from([0, -1]))
+    idx, count = b.tensors[i].nonzero(size, fill_value=fill)
+    b.add(idx, f"nonzero[{size}]", (i,), lambda a, _b, s=size, f=fill: oracle_nonzero(a[0], s, f)[0])
+    b.add(count, "nonzero_count", (i,), lambda a, _b: oracle_nonzero(a[0], 0, 0)[1])
+
+
+def _k_arange(b: _Builder) -> None:
+    d = b.draw_dim()
+    dtype = b.draw(st.sampled_from((*INT_DTYPES, np.dtype(np.float32))))
+    if b.draw(st.booleans()):
+        out = Tensor.arange(d.dim, dt.from_numpy(dtype))
+        b.add(out, "arange", (), lambda a, bb, f=d.value, t=dtype: np.arange(f(bb)).astype(t))
+    else:
+        out = Tensor.from_dim(d.dim, dt.from_numpy(dtype))
+        b.add(out, "from_dim", (), lambda a, bb, f=d.value, t=dtype: np.array(f(bb)).astype(t))
+
+
+KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
+    "unary": _k_unary,
+    "binary": _k_binary,
+    "scalar_binary": _k_scalar_binary,
+    "where": _k_where,
+    "cast": _k_cast,
+    "reduce": _k_reduce,
+    "matmul": _k_matmul,
+    "conv1d": _k_conv1d,
+    "reshape": _k_reshape,
+    "permute": _k_permute,
+    "expand": _k_expand,
+    "slice": _k_slice,
+    "shrink": _k_shrink,
+    "pad": _k_pad,
+    "cat": _k_cat,
+    "gather": _k_gather,
+    "scatter": _k_scatter,
+    "nonzero": _k_nonzero,
+    "arange": _k_arange,
+}
+
+
+@st.composite
+def graph_cases(
+    draw: st.DrawFn,
+    kinds: Sequence[str] = ALL_KINDS,
+    dtypes: Sequence[np.dtype[Any]] = ALL_DTYPES,
+    max_steps: int = 6,
+    max_vars: int = 2,
+) -> GraphCase:
+    """A random small graph over ``kinds`` (every op kind by default) with inputs, vars and bindings."""
+    names = ("t", "s")[: draw(st.integers(1, max_vars))]
+    variables = []
+    for name in names:
+        lo = draw(st.integers(1, 3))
+        variables.append(Var(name, lo, lo + draw(st.integers(0, 4))))
+    bindings = draw(bindings_for(variables))
+    b = _Builder(draw, tuple(variables), bindings, [np.dtype(d) for d in dtypes])
+    b.placeholder(b.draw_shape(), b.draw_dtype())
+    for _ in range(draw(st.integers(1, max_steps))):
+        KIND_BUILDERS[draw(st.sampled_from(list(kinds)))](b)
+    last = len(b.tensors) - 1
+    extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
+    output_ids = sorted({last, *extra})
+    seed = draw(st.integers(0, 2**32 - 1))
+    case = GraphCase(
+        variables=tuple(variables),
+        bindings=bindings,
+        outputs=[b.tensors[k] for k in output_ids],
+        placeholders=[s.tensor for s in b.specs],
+        inputs={},
+        seed=seed,
+        program=b.program,
+        output_ids=output_ids,
+        specs=b.specs,
+    )
+    case.inputs = case.make_inputs(bindings)
+    return case
+
+
+def assert_outputs_match(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], what: str = ""
+) -> None:
+    """Same shapes and dtypes; ints and bools exactly, floats to a few ulps (NaNs match NaNs)."""
+    assert len(actual) == len(expected)
+    for k, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        assert got.shape == want.shape, f"output {k} {what}: shape {got.shape} != {want.shape}"
+        assert got.dtype == want.dtype, f"output {k} {what}: dtype {got.dtype} != {want.dtype}"
+        if got.dtype.kind == "f":
+            rtol = 2e-3 if got.dtype == np.float16 else 2e-5
+            np.testing.assert_allclose(
+                got, want, rtol=rtol, atol=rtol, equal_nan=True, err_msg=f"output {k} {what}"
+            )
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"output {k} {what}")

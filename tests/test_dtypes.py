@@ -1,0 +1,119 @@
+"""DType: the supported element types, their numpy mapping and the promotion table."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from asyncjit import dtypes as dt
+from asyncjit.dtypes import (
+    DTYPES,
+    DType,
+    bool_,
+    float16,
+    float32,
+    from_numpy,
+    int32,
+    int64,
+    result_type,
+    scalar_dtype,
+)
+
+ORDER = [bool_, int32, int64, float16, float32]
+
+
+class TestDType:
+    @pytest.mark.parametrize(
+        ("dtype", "npd", "size", "kind"),
+        [
+            (float32, np.float32, 4, "f"),
+            (float16, np.float16, 2, "f"),
+            (int32, np.int32, 4, "i"),
+            (int64, np.int64, 8, "i"),
+            (bool_, np.bool_, 1, "b"),
+        ],
+    )
+    def test_fields(self, dtype: DType, npd: type, size: int, kind: str) -> None:
+        """Each dtype maps to its numpy dtype, size and kind."""
+        assert dtype.np == np.dtype(npd)
+        assert dtype.itemsize == size == np.dtype(npd).itemsize
+        assert dtype.kind == kind
+        assert (dtype.is_float, dtype.is_int, dtype.is_bool) == (kind == "f", kind == "i", kind == "b")
+        assert repr(dtype) == f"asyncjit.{dtype.name}"
+
+    def test_all_listed_once(self) -> None:
+        """DTYPES lists every supported dtype once, in promotion order."""
+        assert list(DTYPES) == ORDER
+
+    def test_value_semantics(self) -> None:
+        """DTypes compare and hash by name, so they work as cache keys."""
+        assert DType("float32", np.dtype(np.float32), 4, "f") == float32
+        assert len({float32, dt.float32, from_numpy(np.float32)}) == 1
+
+
+class TestFromNumpy:
+    @pytest.mark.parametrize("dtype", ORDER)
+    def test_round_trip(self, dtype: DType) -> None:
+        """numpy dtypes, scalar types, names and DTypes all map back to the DType."""
+        assert from_numpy(dtype.np) is dtype
+        assert from_numpy(dtype.np.type) is dtype
+        assert from_numpy(dtype.name) is dtype
+        assert from_numpy(dtype) is dtype
+
+    @pytest.mark.parametrize("bad", [np.float64, np.uint8, np.complex64, "int8", np.int16])
+    def test_unsupported(self, bad: object) -> None:
+        """Unsupported numpy dtypes raise TypeError naming the supported ones."""
+        with pytest.raises(
+            TypeError,
+            match=r"asyncjit does not support dtype \w+ \(supported: bool, int32, int64, float16, "
+            r"float32\); cast it first",
+        ):
+            from_numpy(bad)
+
+    def test_not_a_dtype(self) -> None:
+        """Something numpy cannot read as a dtype is a TypeError too."""
+        with pytest.raises(TypeError, match=r"not a dtype: 3.5"):
+            from_numpy(3.5)
+
+
+class TestPromotion:
+    @pytest.mark.parametrize(("a", "b"), list(itertools.product(ORDER, ORDER)))
+    def test_table(self, a: DType, b: DType) -> None:
+        """Two dtypes promote to the later one in bool < int32 < int64 < float16 < float32."""
+        assert result_type(a, b) == ORDER[max(ORDER.index(a), ORDER.index(b))]
+        assert result_type(a, b) == result_type(b, a)
+
+    def test_int_meets_float16_is_float16(self) -> None:
+        """int64 with float16 gives float16 (as JAX does; numpy would give float64)."""
+        assert result_type(int64, float16) is float16
+
+    def test_empty(self) -> None:
+        """result_type needs at least one dtype."""
+        with pytest.raises(ValueError, match=r"result_type needs at least one dtype"):
+            result_type()
+
+    @pytest.mark.parametrize(
+        ("value", "other", "expected"),
+        [
+            (1, float16, float16),
+            (1, int64, int64),
+            (1, bool_, int32),
+            (0.5, int32, float32),
+            (0.5, float16, float16),
+            (0.5, bool_, float32),
+            (True, int32, int32),
+            (True, float16, float16),
+            (np.int64(3), int32, int32),
+            (np.float32(0.5), int64, float32),
+        ],
+    )
+    def test_weak_scalars(self, value: object, other: DType, expected: DType) -> None:
+        """Python scalars are weak: they take the tensor's dtype unless their kind is higher."""
+        assert scalar_dtype(value, other) is expected
+
+    def test_scalar_of_wrong_type(self) -> None:
+        """Non-numeric scalars are rejected."""
+        with pytest.raises(TypeError, match=r"cannot use str 'a' as a tensor scalar"):
+            scalar_dtype("a", float32)
