@@ -24,7 +24,9 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
+# Benchmarks compare against JAX too, so they install the bench extra first.
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:

@@ -265,12 +265,19 @@ def _from_linear(terms: Mapping[Expr, int], const: int) -> Dim:
                     break
             if not isinstance(atom, FloorDiv):
                 continue
-            # k*n - k*c*(n//c) -> k*(n%c): keeps `t - 4*(t//4)` provably in [0, 4)
+            # k*n - k*c*(n//c) -> k*(n%c): keeps `t - 4*(t//4)` provably in [0, 4). A larger
+            # multiple of n's terms also folds (2*t - 2*(t//2) -> t + t%2), so that the result does
+            # not depend on the order in which the terms were added.
             num_terms, num_const = _linear(atom.num)
             k, rem = divmod(-coeff, atom.den)
-            if rem == 0 and k and all(work.get(a, 0) == k * c for a, c in num_terms.items()):
-                for a in num_terms:
-                    del work[a]
+            covered = all(
+                (w := work.get(a, 0)) * (k * c) > 0 and abs(w) >= abs(k * c) for a, c in num_terms.items()
+            )
+            if rem == 0 and k and num_terms and covered:
+                for a, c in num_terms.items():
+                    work[a] -= k * c
+                    if work[a] == 0:
+                        del work[a]
                 del work[atom]
                 const -= k * num_const
                 # the canonical n%c (``(-a)%2`` is ``a%2``), so the pair rule below still finds it

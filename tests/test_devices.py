@@ -68,15 +68,16 @@ def test_compile_takes_a_compiler_or_the_registered_one() -> None:
         calls.append((program, options))
         return double_plan(program)
 
-    with Client("cpu") as c:
+    register_device_kind(DeviceKind("testkind", "a kind with no compiler yet"), replace=True)
+    with Client("testkind") as c:
         with pytest.raises(CompileError, match="register_compiler"):
             c.compile(4)
         assert c.compile(4, compiler=compiler, opt=1).name == "double"
-        register_compiler("cpu", compiler)
+        register_compiler("testkind", compiler)
         try:
             ex = c.compile(8)
         finally:
-            register_compiler("cpu", None)
+            register_compiler("testkind", None)
         assert ex.signature.inputs[0].shape == (8,)
         assert c.compile(double_plan()).name == "double"
     assert calls == [(4, {"opt": 1}), (8, {})]

@@ -1,5 +1,8 @@
 """Device kinds (``cpu``, ``reference``, plugins), their compilers and executable deserializers."""
 
+from ._builtin import compile_for_cpu as compile_for_cpu
+from ._builtin import compile_for_reference as compile_for_reference
+from ._builtin import install as _install_builtin
 from ._host import HostExecutable as HostExecutable
 from ._protocol import Compiler as Compiler
 from ._protocol import Deserializer as Deserializer
@@ -13,9 +16,12 @@ from ._registry import register_deserializer as register_deserializer
 from ._registry import register_device_kind as register_device_kind
 
 register_deserializer(HostExecutable.kind, HostExecutable.deserialize)
+_install_builtin()
 
 __all__ = [
     "Compiler",
+    "compile_for_cpu",
+    "compile_for_reference",
     "Deserializer",
     "DeviceKind",
     "HostExecutable",

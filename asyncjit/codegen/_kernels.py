@@ -1,0 +1,388 @@
+"""One LLVM function per fused kernel.
+
+Every kernel has the same C-level shape: ``void k(ptr out, ptr read_0, ..., ptr scratch, i64
+var_0, ...)``, pointers ``noalias`` (memory planning never lets a kernel's output overlap what it
+reads; callers must not alias outputs with inputs). Loop trip counts are the runtime var values
+(invariant 3), so LLVM's vectorizer emits a vector main loop plus a scalar remainder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from ..dtypes import float32
+from ..graph import Node, reduce_identity
+from ..passes import Kernel
+from ..symbolic import Dim, Index, Var, prod, upper
+from ._expr import Emitter, flat_eligible, linearize
+from ._index import i64
+from ._library import conv_library, matmul_library
+from ._scalar import intrinsic
+from ._stream import emit_streaming, streaming_worthwhile
+from ._types import F16, F32, I64, PTR, VOID, compute_type, const, storage_type
+
+__all__ = ["emit_kernel", "scratch_bytes"]
+
+_REDUCE_FLAGS = ("reassoc", "contract")
+
+
+def scratch_bytes(kernel: Kernel) -> int:
+    """Scratch memory ``kernel`` needs at the upper bound of every var."""
+    node = kernel.node
+    if node.dtype != float32:
+        return 0
+    if kernel.kind == "matmul" and (lib := matmul_library()) is not None:
+        a, b = node.inputs
+        return int(lib.matmul_scratch_bytes(upper(a.shape[-2]), upper(b.shape[-1]), upper(a.shape[-1])))
+    if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
+        x, w = node.inputs
+        cout, cin_g, k = (int(d) for d in w.shape)
+        groups = node.attrs["groups"]
+        return int(
+            lib.conv1d_scratch_bytes(
+                cin=cin_g * groups,
+                cout=cout,
+                k=k,
+                stride=node.attrs["stride"],
+                dilation=node.attrs["dilation"],
+                groups=groups,
+                n_max=upper(x.shape[0]),
+                l_max=upper(x.shape[2]),
+                pad_l=int(node.attrs["padding"][0]),
+                pad_r=int(node.attrs["padding"][1]),
+            )
+        )
+    return 0
+
+
+def _static_pads(node: Node) -> bool:
+    return all(isinstance(p, int) for p in node.attrs["padding"])
+
+
+class _Ctx:
+    """Function, builder, emitter and parameter values of the kernel being emitted."""
+
+    def __init__(self, module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> None:
+        reads = list(kernel.reads)
+        fnty = ir.FunctionType(VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars))
+        self.fn = ir.Function(module, fnty, kernel.name)
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("noinline")
+        self.fn.attributes.add("nounwind")
+        for arg in self.fn.args[: len(reads) + 2]:
+            arg.add_attribute("noalias")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.out = self.fn.args[0]
+        self.scratch = self.fn.args[len(reads) + 1]
+        buffers = {n.id: self.fn.args[1 + i] for i, n in enumerate(reads)}
+        env = {v.name: self.fn.args[len(reads) + 2 + i] for i, v in enumerate(vars)}
+        self.buffers = buffers
+        self.em = Emitter(self.b, env, buffers, mat)
+
+    def loop(self, extent: Dim, body: Callable[[Index], None], count: ir.Value | None = None) -> None:
+        """``for i in range(extent)`` with ``i`` bound as an index atom.
+
+        ``count``, if given, is the runtime trip count to use instead (it must be ``<= extent``).
+        """
+        b = self.b
+        count = self.em.dim(extent) if count is None else count
+        pre = b.block
+        head = b.append_basic_block("loop")
+        exit_ = b.append_basic_block("loop.end")
+        b.cbranch(b.icmp_signed(">", count, i64(0)), head, exit_)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(i64(0), pre)
+        self.em._memo.append({})
+        body(self.em.bind(i, extent))
+        self.em._memo.pop()
+        nxt = b.add(i, i64(1), flags=["nuw", "nsw"])
+        i.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, count), head, exit_)
+        b.position_at_end(exit_)
+
+    def nest(
+        self, dims: Sequence[Dim], body: Callable[[tuple[Dim, ...]], None], prefix: tuple[Dim, ...] = ()
+    ) -> None:
+        """Loops over every dim (size-1 dims get index 0, no loop), innermost last."""
+        if not dims:
+            body(prefix)
+            return
+        d = dims[0]
+        if isinstance(d, int) and d == 1:
+            self.nest(dims[1:], body, (*prefix, 0))
+            return
+        self.loop(d, lambda i: self.nest(dims[1:], body, (*prefix, i)))
+
+    def alloca(self, ty: ir.Type) -> ir.Value:
+        with self.b.goto_entry_block():
+            self.b.position_at_start(self.fn.entry_basic_block)
+            return self.b.alloca(ty)
+
+
+def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> ir.Function:
+    """Add ``kernel`` to ``module`` as an internal function named ``kernel.name``."""
+    ctx = _Ctx(module, kernel, mat, vars)
+    emit = {
+        "loop": _loop,
+        "copy": _copy,
+        "reduce": _reduce,
+        "matmul": _matmul,
+        "conv1d": _conv1d,
+        "scatter": _scatter,
+        "nonzero": _nonzero,
+    }[kernel.kind]
+    emit(ctx, kernel)
+    ctx.b.ret_void()
+    return ctx.fn
+
+
+def _store_all(ctx: _Ctx, node: Node, value: Callable[[tuple[Dim, ...]], ir.Value]) -> None:
+    ctx.nest(node.shape, lambda idx: ctx.em.store(ctx.out, node, linearize(idx, node.shape), value(idx)))
+
+
+def _loop(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    if node.ndim >= 1 and flat_eligible(node, ctx.em.mat):
+        numel = prod(node.shape)
+        ctx.em.flat_shape = node.shape
+        if streaming_worthwhile(node, kernel):
+            emit_streaming(ctx, node, numel)
+            return
+
+        def body(f: Index) -> None:
+            ctx.em.store(ctx.out, node, f, ctx.em.value(node, (f,), top=True))
+
+        ctx.loop(numel, body)
+        return
+    _store_all(ctx, node, lambda idx: ctx.em.value(node, idx, top=True))
+
+
+def _copy(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    _store_all(ctx, node, lambda idx: ctx.em.value(node, idx))
+
+
+def _combine(ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool) -> ir.Value:
+    b = ctx.b
+    if is_float:
+        if op == "sum":
+            return b.fadd(acc, v, flags=_REDUCE_FLAGS)
+        if op == "prod":
+            return b.fmul(acc, v, flags=_REDUCE_FLAGS)
+        name = "llvm.maximum.f32" if op == "max" else "llvm.minimum.f32"
+        return intrinsic(b, name, F32, [acc, v])
+    if op == "sum":
+        return b.add(acc, v)
+    if op == "prod":
+        return b.mul(acc, v)
+    pick = ">" if op == "max" else "<"
+    return b.select(b.icmp_signed(pick, acc, v), acc, v)
+
+
+def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    x = node.inputs[0]
+    op, axes = node.attrs["op"], tuple(node.attrs["axes"])
+    is_float = node.dtype.is_float
+    acc_ty = F32 if is_float else compute_type(node.dtype)
+    init = reduce_identity(op, node.dtype)
+    acc = ctx.alloca(acc_ty)
+
+    def outer(idx: tuple[Dim, ...]) -> None:
+        ctx.b.store(ir.Constant(acc_ty, float(init) if is_float else int(init)), acc)
+
+        def inner(red: tuple[Dim, ...]) -> None:
+            full = list(idx)
+            for ax, r in zip(axes, red, strict=True):
+                full[ax] = r
+            v = ctx.em.value(x, tuple(full))
+            if v.type == F16:
+                v = ctx.b.fpext(v, F32)
+            ctx.b.store(_combine(ctx, op, ctx.b.load(acc, typ=acc_ty), v, is_float), acc)
+
+        ctx.nest([x.shape[a] for a in axes], inner)
+        result = ctx.b.load(acc, typ=acc_ty)
+        if node.dtype.name == "float16":
+            result = ctx.b.fptrunc(result, F16)
+        ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
+
+    ctx.nest(node.shape, outer)
+
+
+def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    a, b = node.inputs
+    batch = prod(a.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    em = ctx.em
+    lib = matmul_library()
+    if node.dtype.name == "float32" and lib is not None:
+        fn = lib.emit_matmul(ctx.fn.module, f"{kernel.name}.mm")
+        dims = [em.dim(e) for e in (batch, m, n, k, m * k, k, 1, k * n, n, 1, m * n, n)]
+        ctx.b.call(fn, [ctx.buffers[a.id], ctx.buffers[b.id], ctx.out, ctx.scratch, *dims])
+        return
+    is_float = node.dtype.is_float
+    acc_ty = F32 if is_float else compute_type(node.dtype)
+    acc = ctx.alloca(acc_ty)
+    b_ = ctx.b
+
+    def load3(nd: Node, idx: tuple[Dim, ...], shape: tuple[Dim, ...]) -> ir.Value:
+        # operands are contiguous buffers, so a 3-D [batch, rows, cols] view has the same offsets
+        ty = storage_type(nd.dtype)
+        ptr = b_.gep(ctx.buffers[nd.id], [em.dim(linearize(idx, shape))], inbounds=True, source_etype=ty)
+        v = b_.load(ptr, typ=ty)
+        return b_.fpext(v, F32) if v.type == F16 else v
+
+    def cell(idx: tuple[Dim, ...]) -> None:
+        p, i, j = idx
+        b_.store(ir.Constant(acc_ty, 0.0 if is_float else 0), acc)
+
+        def step(kk: Index) -> None:
+            x, y = load3(a, (p, i, kk), (batch, m, k)), load3(b, (p, kk, j), (batch, k, n))
+            cur = b_.load(acc, typ=acc_ty)
+            if is_float:
+                new = b_.fadd(cur, b_.fmul(x, y, flags=("contract",)), flags=_REDUCE_FLAGS)
+            else:
+                new = b_.add(cur, b_.mul(x, y))
+            b_.store(new, acc)
+
+        ctx.loop(k, step)
+        out = b_.load(acc, typ=acc_ty)
+        if node.dtype.name == "float16":
+            out = b_.fptrunc(out, F16)
+        em.store(ctx.out, node, linearize((p, i, j), (batch, m, n)), out)
+
+    ctx.nest((batch, m, n), cell)
+
+
+def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
+    """Tuned float32 kernel for static paddings; otherwise a direct loop.
+
+    The direct loop loads ``x`` at the input position clamped into ``[0, L-1]`` and selects 0
+    for padding, so it never branches per tap. (For ``L == 0`` it reads element 0, which is
+    inside every allocation: the arena is at least 64 bytes, numpy never allocates 0 bytes.)
+    """
+    node = kernel.node
+    x, w = node.inputs
+    stride, dilation, groups = node.attrs["stride"], node.attrs["dilation"], node.attrs["groups"]
+    pl, pr = node.attrs["padding"]
+    cout, cin_g, k = (int(d) for d in w.shape)
+    n_, length, lout = x.shape[0], x.shape[2], node.shape[2]
+    em = ctx.em
+    lib = conv_library()
+    if node.dtype.name == "float32" and lib is not None and _static_pads(node):
+        fn = lib.emit_conv1d(
+            ctx.fn.module,
+            f"{kernel.name}.conv",
+            cin=cin_g * groups,
+            cout=cout,
+            k=k,
+            stride=stride,
+            dilation=dilation,
+            groups=groups,
+            pad_l=int(pl),
+            pad_r=int(pr),
+        )
+        args = [
+            ctx.buffers[x.id],
+            ctx.buffers[w.id],
+            ctx.out,
+            ctx.scratch,
+            em.dim(n_),
+            em.dim(length),
+            em.dim(lout),
+        ]
+        ctx.b.call(fn, args)
+        return
+    og = cout // groups
+    acc = ctx.alloca(F32)
+    b = ctx.b
+
+    def cell(idx: tuple[Dim, ...]) -> None:
+        nn, o, ll = idx
+        b.store(ir.Constant(F32, 0.0), acc)
+        ov = em.dim(o)
+        g = b.udiv(ov, i64(og))
+        for kk in range(k):
+            pos: Dim = ll * stride + kk * dilation - pl
+            valid = em.in_range(pos, length)
+            posv = em.dim(pos)
+            hi = b.sub(em.dim(length), i64(1))
+            posv = b.select(b.icmp_signed(">", posv, hi), hi, posv)
+            posv = b.select(b.icmp_signed("<", posv, i64(0)), i64(0), posv)
+            p_atom = em.bind(posv, length)
+
+            def chan(c: Index, p_atom: Index = p_atom, valid: ir.Value = valid, kk: int = kk) -> None:
+                cin = em.bind(b.add(b.mul(g, i64(cin_g)), em.dim(c)), cin_g * groups)
+                xv = em.load(x, (nn, cin, p_atom))
+                wv = em.load(w, (o, c, kk))
+                if xv.type == F16:
+                    xv, wv = b.fpext(xv, F32), b.fpext(wv, F32)
+                xv = b.select(valid, xv, ir.Constant(F32, 0.0))
+                cur = b.load(acc, typ=F32)
+                b.store(b.fadd(cur, b.fmul(xv, wv, flags=("contract",)), flags=_REDUCE_FLAGS), acc)
+
+            ctx.loop(cin_g, chan)
+        out = b.load(acc, typ=F32)
+        if node.dtype.name == "float16":
+            out = b.fptrunc(out, F16)
+        em.store(ctx.out, node, linearize(idx, node.shape), out)
+
+    ctx.nest((n_, cout, lout), cell)
+
+
+def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    x, ind, src = node.inputs
+    axis = node.attrs["axis"]
+    em, b = ctx.em, ctx.b
+    _store_all(ctx, node, lambda idx: em.value(x, idx))
+    extent = x.shape[axis]
+
+    def each(i: Index) -> None:
+        raw = em.value(ind, (i,))
+        j = raw if raw.type == I64 else b.sext(raw, I64)
+        ok = b.and_(b.icmp_signed(">=", j, i64(0)), b.icmp_signed("<", j, em.dim(extent)))
+        with b.if_then(ok):
+            em._memo.append({})
+            ja = em.bind(j, extent)
+            dims = [d for a, d in enumerate(node.shape) if a != axis]
+
+            def put(rest: tuple[Dim, ...]) -> None:
+                dst = (*rest[:axis], ja, *rest[axis:])
+                srci = (*rest[:axis], i, *rest[axis:])
+                em.store(ctx.out, node, linearize(dst, node.shape), em.value(src, srci))
+
+            ctx.nest(dims, put)
+            em._memo.pop()
+
+    ctx.loop(ind.shape[0], each)
+
+
+def _nonzero(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    (x,) = node.inputs
+    size = node.attrs["size"]
+    cols = max(x.ndim, 1)
+    em, b = ctx.em, ctx.b
+    fill = const(node.dtype, node.attrs.get("fill", 0))
+    ctx.loop(size * cols, lambda f: em.store(ctx.out, node, f, fill))
+    count = ctx.alloca(I64)
+    b.store(i64(0), count)
+    zero = const(x.dtype, 0)
+
+    def visit(idx: tuple[Dim, ...]) -> None:
+        v = em.value(x, idx)
+        nz = b.fcmp_unordered("!=", v, zero) if x.dtype.is_float else b.icmp_unsigned("!=", v, zero)
+        c = b.load(count, typ=I64)
+        with b.if_then(b.and_(nz, b.icmp_signed("<", c, i64(size)))):
+            coords = idx if idx else (0,)
+            for col, coord in enumerate(coords):
+                ptr = b.gep(ctx.out, [b.add(b.mul(c, i64(cols)), i64(col))], inbounds=True, source_etype=I64)
+                b.store(em.dim(coord), ptr)
+            b.store(b.add(c, i64(1)), count)
+
+    ctx.nest(x.shape, visit)

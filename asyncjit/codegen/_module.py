@@ -1,0 +1,112 @@
+"""One LLVM module per plan, with one entry point: ``void plan(int64_t *args)``.
+
+The argument block holds, in order: input addresses, output addresses, constant addresses, the
+arena address, then the var values (``ArgLayout``). The entry point loads each slot once and calls
+every kernel in order (invariant 4: one foreign call per replay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+from llvmlite import ir
+
+from ..passes import FusionPlan, Kernel, MemoryPlan
+from ..symbolic import Var
+from ._index import i64
+from ._kernels import emit_kernel
+from ._types import I8, I64, PTR, VOID
+
+__all__ = ["ENTRY", "ArgLayout", "PluginCall", "build_module"]
+
+ENTRY = "plan"
+
+
+@attrs.frozen
+class ArgLayout:
+    """Slot numbers of the ``int64_t`` argument block."""
+
+    n_inputs: int
+    n_outputs: int
+    n_consts: int
+    n_vars: int
+
+    @property
+    def const_slot(self) -> int:
+        return self.n_inputs + self.n_outputs
+
+    @property
+    def arena_slot(self) -> int:
+        return self.const_slot + self.n_consts
+
+    @property
+    def var_slot(self) -> int:
+        return self.arena_slot + 1
+
+    @property
+    def n_slots(self) -> int:
+        return self.var_slot + self.n_vars
+
+
+@attrs.frozen
+class PluginCall:
+    """A kernel compiled by a plugin: LLVM IR defining ``void symbol(ptr out, ptr in..., ptr vars)``."""
+
+    symbol: str
+    ir_text: str
+
+
+def build_module(
+    name: str,
+    plan: FusionPlan,
+    memory: MemoryPlan,
+    layout: ArgLayout,
+    vars: Sequence[Var],
+    plugins: Mapping[int, PluginCall] | None = None,
+) -> ir.Module:
+    """The plan's module: every kernel plus the entry point (plugin kernels are only declared)."""
+    plugins = plugins or {}
+    module = ir.Module(name=name)
+    b = ir.IRBuilder(ir.Function(module, ir.FunctionType(VOID, [PTR]), ENTRY).append_basic_block("entry"))
+    entry = b.function
+    entry.attributes.add("nounwind")
+    args = entry.args[0]
+
+    def slot(i: int) -> ir.Value:
+        return b.load(b.gep(args, [i64(i)], inbounds=True, source_etype=I64), typ=I64)
+
+    arena = b.inttoptr(slot(layout.arena_slot), PTR)
+    var_values = [slot(layout.var_slot + i) for i in range(len(vars))]
+    var_block = b.gep(args, [i64(layout.var_slot)], inbounds=True, source_etype=I64)
+    scratch = b.gep(arena, [i64(memory.scratch_offset)], inbounds=True, source_etype=I8)
+    pointers: dict[tuple[str, int], ir.Value] = {}
+
+    def pointer(kind: str, index: int) -> ir.Value:
+        key = (kind, index)
+        if key not in pointers:
+            base = {"input": 0, "output": layout.n_inputs, "const": layout.const_slot}[kind]
+            pointers[key] = b.inttoptr(slot(base + index), PTR)
+        return pointers[key]
+
+    def buffer(node_id: int) -> ir.Value:
+        s = memory.slots[node_id]
+        if s.kind == "arena":
+            return b.gep(arena, [i64(s.offset)], inbounds=True, source_etype=I8)
+        return pointer(s.kind, s.index)
+
+    def out_ptr(k: Kernel) -> ir.Value:
+        return pointer("output", k.target) if k.target is not None else buffer(k.node.id)
+
+    for k in plan.kernels:
+        reads = [buffer(n.id) for n in k.reads]
+        if k.kind == "plugin":
+            call = plugins[k.node.id]
+            fnty = ir.FunctionType(VOID, [PTR] * (len(reads) + 2))
+            fn = module.globals.get(call.symbol) or ir.Function(module, fnty, call.symbol)
+            b.call(fn, [out_ptr(k), *reads, var_block])
+            continue
+        fn = emit_kernel(module, k, plan.materialized, vars)
+        b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
+    b.ret_void()
+    return module

@@ -1,0 +1,291 @@
+"""The host target machine, the O3 pipeline and a tiny object loader shared by all codegen.
+
+Every kernel is compiled for *this* CPU: the target machine uses the host CPU name and feature
+string, otherwise LLVM assumes a generic x86-64 and the loop vectorizer emits no AVX at all
+(measured: an elementwise loop ran 6x slower).  Optimisation uses llvmlite's new pass manager
+(the legacy one is gone in llvmlite 0.50).
+
+``load_object`` is a *test harness*: it keeps an MCJIT engine alive that owns the loaded code
+and hands out function addresses.  The runtime may use it too, but it is not the only way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+__all__ = [
+    "F32",
+    "F64",
+    "I1",
+    "I32",
+    "I64",
+    "PTR",
+    "VOID",
+    "LoadedObject",
+    "compile_to_object",
+    "emit_assembly",
+    "for_range",
+    "host_target_key",
+    "host_target_machine",
+    "i64",
+    "intrinsic",
+    "load_object",
+    "new_function",
+    "optimize",
+    "parse_and_verify",
+    "smax",
+    "smin",
+    "type_suffix",
+    "vector_width",
+]
+
+# LLVM's target machine and the pass pipeline are not documented as thread-safe when shared;
+# compiles are rare (once per plan), so one lock costs nothing measurable.
+_LOCK = threading.RLock()
+
+
+@functools.cache
+def _initialize() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+
+
+@functools.cache
+def host_target_machine() -> Any:
+    """The cached ``TargetMachine`` for the host CPU (name + features), O3, small PIC code model.
+
+    PIC + small code model keeps constant-pool loads RIP-relative (one instruction); MCJIT's
+    memory manager places all sections of one object together, so 32-bit displacements suffice.
+    Never hand this shared instance to an execution engine: MCJIT takes ownership of its target
+    machine and frees it with the engine (a use-after-free we hit; see ``LoadedObject``).
+    """
+    return _new_host_target_machine()
+
+
+def _new_host_target_machine() -> Any:
+    _initialize()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        reloc="pic",
+        codemodel="default",
+    )
+
+
+@functools.cache
+def host_target_key() -> tuple[str, ...]:
+    """What compiled code depends on besides the IR: for cache keys (DESIGN.md invariant 9)."""
+    _initialize()
+    import llvmlite
+
+    return (
+        f"llvmlite={llvmlite.__version__}",
+        "llvm=" + ".".join(str(v) for v in llvm.llvm_version_info),
+        llvm.get_process_triple(),
+        llvm.get_host_cpu_name(),
+        llvm.get_host_cpu_features().flatten(),
+    )
+
+
+def parse_and_verify(ir_text: str) -> Any:
+    """Parse textual IR into a ``ModuleRef`` bound to the host triple/data layout and verify it."""
+    _initialize()
+    tm = host_target_machine()
+    mod = llvm.parse_assembly(ir_text)
+    mod.triple = llvm.get_process_triple()
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    return mod
+
+
+def optimize(module_ref: Any, level: int = 3) -> None:
+    """Run LLVM's ``default<O{level}>`` pipeline (new pass manager) over ``module_ref`` in place.
+
+    Loop and SLP vectorization are switched on explicitly: the tuning options only enable them
+    by default from ``speed_level >= 2``, and our elementwise loops rely on them.
+    """
+    if not 0 <= level <= 3:
+        raise ValueError(f"optimisation level must be 0..3, got {level!r}")
+    with _LOCK:
+        tm = host_target_machine()
+        pto = llvm.create_pipeline_tuning_options(speed_level=level)
+        if level >= 2:
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pto.loop_interleaving = True
+            pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        mpm.run(module_ref, pb)
+
+
+def compile_to_object(ir_text: str, level: int = 3) -> bytes:
+    """Parse, verify, optimise (``level``) and emit an ELF object for the host CPU."""
+    mod = parse_and_verify(ir_text)
+    optimize(mod, level)
+    with _LOCK:
+        return bytes(host_target_machine().emit_object(mod))
+
+
+def emit_assembly(ir_text: str, level: int = 3) -> str:
+    """The host assembly of ``ir_text`` after optimisation; for inspecting what a kernel became."""
+    mod = parse_and_verify(ir_text)
+    optimize(mod, level)
+    with _LOCK:
+        return str(host_target_machine().emit_assembly(mod))
+
+
+class LoadedObject:
+    """Machine code of one object file, mapped executable by an MCJIT engine owned by this object.
+
+    Function addresses stay valid while this object is alive.  Only symbols with external
+    linkage are visible (kernels themselves are internal; callers expose a wrapper).
+    """
+
+    __slots__ = ("_engine", "_keepalive")
+
+    def __init__(self, obj: bytes) -> None:
+        _initialize()
+        with _LOCK:
+            backing = llvm.parse_assembly("")
+            backing.triple = llvm.get_process_triple()
+            # A private target machine: the engine owns and frees it (see host_target_machine).
+            self._engine = llvm.create_mcjit_compiler(backing, _new_host_target_machine())
+            self._keepalive = llvm.ObjectFileRef.from_data(obj)
+            self._engine.add_object_file(self._keepalive)
+            self._engine.finalize_object()
+
+    def address(self, name: str) -> int:
+        """The address of the external symbol ``name``; ``KeyError`` if it is absent."""
+        addr = int(self._engine.get_function_address(name))
+        if addr == 0:
+            raise KeyError(f"symbol {name!r} not found in loaded object")
+        return addr
+
+    def cfunc(self, name: str, restype: Any, *argtypes: Any) -> Any:
+        """A ``ctypes`` callable for symbol ``name`` with the given C signature."""
+        return ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+
+
+def load_object(obj: bytes) -> LoadedObject:
+    """Load an object file produced by :func:`compile_to_object` into executable memory."""
+    return LoadedObject(obj)
+
+
+# --------------------------------------------------------------------------------------------
+# Small IR-building helpers shared by the kernel emitters (_matmul, _conv, _mathfn).
+# --------------------------------------------------------------------------------------------
+
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+I1 = ir.IntType(1)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+@functools.cache
+def vector_width() -> int:
+    """float32 lanes of the widest vector register the host has: 16 with AVX-512F, else 8."""
+    _initialize()
+    features = llvm.get_host_cpu_features()
+    return 16 if features.get("avx512f", False) else 8
+
+
+def i64(value: int) -> ir.Constant:
+    """An ``i64`` constant."""
+    return ir.Constant(I64, value)
+
+
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """Declare (once per module) and return the LLVM intrinsic or function ``name``."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        assert isinstance(existing, ir.Function)
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def type_suffix(ty: ir.Type) -> str:
+    """The overload suffix LLVM intrinsics use for ``ty``: ``f32``, ``v16f32``, ``v8i32``..."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{type_suffix(ty.element)}"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    raise TypeError(f"no intrinsic suffix for {ty}")
+
+
+def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Signed integer minimum (a ``select``; LLVM turns it into ``smin``)."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Signed integer maximum."""
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+@contextlib.contextmanager
+def for_range(
+    b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int = 1, name: str = "i"
+) -> Iterator[ir.Value]:
+    """Emit ``for (i = start; i < stop; i += step)`` (signed compare); yields ``i``.
+
+    The body is whatever the caller emits inside the ``with`` block; it may create blocks.
+    """
+    step_v = i64(step) if isinstance(step, int) else step
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    end = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, end)
+    b.position_at_end(body)
+    yield i
+    nxt = b.add(i, step_v, name=f"{name}.next")
+    i.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(end)
+
+
+def new_function(
+    module: ir.Module,
+    name: str,
+    args: list[tuple[str, ir.Type]],
+    *,
+    linkage: str = "internal",
+    noalias: tuple[str, ...] = (),
+    inline: str | None = None,
+) -> tuple[ir.Function, ir.IRBuilder]:
+    """Add ``void name(args)`` to ``module`` and return it with a builder at its entry block."""
+    if name in module.globals:
+        raise ValueError(f"function {name!r} already exists in module {module.name!r}")
+    fn = ir.Function(module, ir.FunctionType(VOID, [t for _, t in args]), name)
+    fn.linkage = linkage
+    fn.attributes.add("nounwind")
+    if inline is not None:
+        fn.attributes.add(inline)
+    for arg, (arg_name, _) in zip(fn.args, args, strict=True):
+        arg.name = arg_name
+        if arg_name in noalias:
+            arg.add_attribute("noalias")
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))

@@ -1,0 +1,155 @@
+"""``compile``: the device-independent entry point from tensors to a ``CpuExecutable``."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from ..errors import CompileError, InputBufferNotFoundError
+from ..graph import Node, structural_key, toposort
+from ..passes import Graph
+from ..symbolic import Var, upper
+from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
+from ._cpu import CpuExecutable
+from ._lower import Lowered, lower
+from ._partition import registered_plugins
+
+__all__ = ["compile", "as_node"]
+
+log = structlog.get_logger("asyncjit.compiler")
+
+_PLANS: collections.OrderedDict[Hashable, CpuExecutable] = collections.OrderedDict()
+_PLANS_MAX = 256
+_LOCK = threading.Lock()
+
+
+def as_node(x: Any) -> Node:
+    """The graph node of a ``Tensor`` or ``Node``."""
+    if isinstance(x, Node):
+        return x
+    node = getattr(x, "node", None)
+    if isinstance(node, Node):
+        return node
+    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
+
+
+def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple[Hashable, ...]:
+    """An exact, shallow key: each node's structural key over interned input keys."""
+    interned: dict[Hashable, int] = {}
+    ids: dict[int, int] = {}
+    position = {n.id: i for i, n in enumerate(graph.inputs)}
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            key: Hashable = ("placeholder", position[n.id], n.dtype, n.shape, n.attrs["name"])
+        else:
+            key = structural_key(n, (ids[i.id] for i in n.inputs))
+        ids[n.id] = interned.setdefault(key, len(interned))
+    plugins = tuple(p.name for p in registered_plugins())
+    fixed_key = tuple(sorted((fixed or {}).items()))
+    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, plugins)
+
+
+def _flops(lowered: Lowered) -> int:
+    total = 0
+    for k in lowered.fusion.kernels:
+        n = k.node
+        numel = 1
+        for d in n.shape:
+            numel *= max(upper(d), 0)
+        if k.kind == "matmul":
+            total += 2 * numel * max(upper(n.inputs[0].shape[-1]), 0)
+        elif k.kind == "conv1d":
+            w = n.inputs[1]
+            total += 2 * numel * int(w.shape[1]) * int(w.shape[2])
+        else:
+            total += numel * (1 + len(k.fused))
+    return total
+
+
+def compile(
+    outputs: Sequence[Any] | Any,
+    inputs: Sequence[Any],
+    vars: Sequence[Var] | None = None,
+    *,
+    name: str | None = None,
+    fixed: Mapping[str, int] | None = None,
+) -> CpuExecutable:
+    """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
+
+    Args:
+        outputs: ``Tensor``/``Node`` or a sequence of them.
+        inputs: the placeholders, in the order ``run``/launchers take them.
+        vars: the plan's vars in the order var values travel (default: every var used, by name).
+        name: a label for logs and ``repr`` (does not change the code).
+        fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
+
+    Raises:
+        InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
+        CompileError: lowering failed; VarBoundsError: a bad ``fixed`` value.
+    """
+    outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
+    ins = [as_node(i) for i in inputs]
+    for i in ins:
+        if i.op != "placeholder":
+            raise CompileError(f"inputs must be placeholders, got {i!r}")
+    listed = {i.id for i in ins}
+    missing = [n.attrs["name"] for n in toposort(outs) if n.op == "placeholder" and n.id not in listed]
+    if missing:
+        raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
+    graph = Graph.of(outs, ins, vars)
+    label = name or "plan"
+    key = _plan_key(graph, label, fixed)
+    with _LOCK:
+        hit = _PLANS.get(key)
+        if hit is not None:
+            _PLANS.move_to_end(key)
+    if hit is not None:
+        count_memory_hit()
+        return hit
+    t0 = time.perf_counter()
+    lowered = lower(graph, label, fixed)
+    ir_text: str | Callable[[], str] = lowered.emit_ir
+    found = None
+    phash = None
+    if not lowered.claims:  # plugin kernels are opaque to the plan index: always emit their IR
+        phash = plan_hash(repr(key[1:]))
+        recorded = lookup_plan(phash)
+        found = get_code_by_key(recorded, label) if recorded is not None else None
+    if found is not None and recorded is not None:
+        code_key, (obj, loaded) = recorded, found
+    else:
+        ir_text = lowered.emit_ir()
+        code_key, obj, loaded = get_code(ir_text, label)
+        if phash is not None:
+            record_plan(phash, code_key)
+    exe = CpuExecutable(
+        name=label,
+        signature=lowered.signature,
+        layout=lowered.layout,
+        consts=[c.attrs["value"] for c in lowered.consts],
+        arena_bytes=lowered.memory.arena_bytes,
+        kernel_names=lowered.kernel_names,
+        ir_text=ir_text,
+        code_key=code_key,
+        object_code=obj,
+        loaded=loaded,
+        fixed=lowered.fixed,
+        flops=_flops(lowered),
+    )
+    log.info(
+        "plan_compiled",
+        plan=label,
+        kernels=len(lowered.kernel_names),
+        seconds=round(time.perf_counter() - t0, 4),
+        arena_bytes=lowered.memory.arena_bytes,
+    )
+    with _LOCK:
+        _PLANS[key] = exe
+        while len(_PLANS) > _PLANS_MAX:
+            _PLANS.popitem(last=False)
+    return exe

@@ -1,0 +1,80 @@
+"""``ReferenceExecutable``: the numpy interpreter behind the ``Executable`` contract.
+
+The runtime's ``reference`` device runs plans through it: its launcher views the memory at the
+given addresses as numpy arrays (shapes from the checked var values), evaluates the graph with
+``asyncjit.reference`` and writes the results into the output memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CompileError
+from ..passes import Graph
+from ..reference import run_nodes
+from ..symbolic import Var
+from ._api import as_node
+from ._executable import Executable, Launcher
+from ._lower import signature_of
+
+__all__ = ["ReferenceExecutable"]
+
+
+def _view(addr: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(shape, dtype)
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    arr: np.ndarray = np.frombuffer(memoryview(buf), dtype=dtype)
+    return arr.reshape(shape)
+
+
+class _ReferenceLauncher:
+    def __init__(self, exe: ReferenceExecutable) -> None:
+        self._exe = exe
+
+    def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
+        sig = self._exe.signature
+        bindings = dict(zip(sig.var_names, values, strict=True))
+        in_shapes, out_shapes = sig.input_shapes(values), sig.output_shapes(values)
+        n = len(sig.inputs)
+        feed = {
+            node: _view(addr, shape, spec.dtype.np)
+            for node, addr, shape, spec in zip(
+                self._exe.graph.inputs, addrs[:n], in_shapes, sig.inputs, strict=True
+            )
+        }
+        results = run_nodes(self._exe.graph.outputs, feed, bindings)
+        for addr, shape, spec, value in zip(addrs[n:], out_shapes, sig.outputs, results, strict=True):
+            _view(addr, shape, spec.dtype.np)[...] = value
+
+
+class ReferenceExecutable(Executable):
+    """Runs a graph with the numpy reference interpreter; same signature as the compiled plan."""
+
+    def __init__(
+        self,
+        outputs: Sequence[Any],
+        inputs: Sequence[Any],
+        vars: Sequence[Var] | None = None,
+        *,
+        name: str = "plan",
+    ) -> None:
+        self.graph = Graph.of([as_node(o) for o in outputs], [as_node(i) for i in inputs], vars)
+        self.name = name
+        self.signature = signature_of(self.graph)
+
+    def launcher(self) -> Launcher:
+        return _ReferenceLauncher(self)
+
+    def serialize(self) -> bytes:
+        """Not supported: a reference plan is rebuilt from its graph, which holds Python objects.
+
+        Raises:
+            CompileError: always.
+        """
+        raise CompileError("ReferenceExecutable cannot be serialized; rebuild it from the graph")

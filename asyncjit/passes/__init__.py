@@ -1,0 +1,39 @@
+"""Graph -> graph rewrites, each a small pure function, and the standard pipeline that runs them."""
+
+from ._cse import cse as cse
+from ._dce import dce as dce
+from ._dce import live_nodes as live_nodes
+from ._fold import fold_constants as fold_constants
+from ._fusion import FusionPlan as FusionPlan
+from ._fusion import Kernel as Kernel
+from ._fusion import fuse as fuse
+from ._graph import Graph as Graph
+from ._graph import rebuild as rebuild
+from ._graph import remake as remake
+from ._memory import ALIGN as ALIGN
+from ._memory import MemoryPlan as MemoryPlan
+from ._memory import Slot as Slot
+from ._memory import plan_memory as plan_memory
+from ._pipeline import optimize_graph as optimize_graph
+from ._refine import refine as refine
+from ._simplify import simplify as simplify
+
+__all__ = [
+    "ALIGN",
+    "FusionPlan",
+    "Graph",
+    "Kernel",
+    "MemoryPlan",
+    "Slot",
+    "cse",
+    "dce",
+    "fold_constants",
+    "fuse",
+    "live_nodes",
+    "optimize_graph",
+    "plan_memory",
+    "rebuild",
+    "refine",
+    "remake",
+    "simplify",
+]

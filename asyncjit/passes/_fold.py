@@ -1,0 +1,60 @@
+"""Constant folding: evaluate nodes whose inputs are all constants, with the reference semantics.
+
+A node is folded only if its result is static and no larger than its largest input, so folding
+never grows memory (a broadcast scalar stays a scalar plus an ``expand`` that codegen inlines).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import OPS, Node, make_node
+from ._graph import Graph, rebuild, remake
+
+__all__ = ["fold_constants", "MAX_FOLD_ELEMENTS"]
+
+MAX_FOLD_ELEMENTS = 1 << 16
+"""Larger results stay as ops: folding them would bloat executables for little gain."""
+
+
+def _numel(node: Node) -> int | None:
+    if not all(isinstance(d, int) for d in node.shape):
+        return None
+    return int(np.prod([int(d) for d in node.shape], dtype=np.int64))
+
+
+def _source(node: Node) -> Node | None:
+    """The ``const`` a node is a (broadcast/reshaped) view of, if any."""
+    while node.op in ("expand", "reshape"):
+        node = node.inputs[0]
+    return node if node.op == "const" else None
+
+
+def _value(node: Node) -> np.ndarray:
+    if node.op == "const":
+        return np.asarray(node.attrs["value"])
+    shape = tuple(int(d) for d in node.shape)
+    inner = _value(node.inputs[0])
+    return np.broadcast_to(inner, shape) if node.op == "expand" else inner.reshape(shape)
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Replace foldable nodes by ``const`` nodes holding their value."""
+
+    def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
+        new = remake(node, inputs)
+        if new.op in ("placeholder", "const", "expand", "reshape") or not new.inputs:
+            return new
+        sources = [_source(i) for i in new.inputs]
+        if any(s is None for s in sources) or any(_numel(i) is None for i in new.inputs):
+            return new
+        size = _numel(new)
+        biggest = max(int(s.attrs["value"].size) for s in sources if s is not None)
+        if size is None or size > biggest or size > MAX_FOLD_ELEMENTS:
+            return new
+        args = [np.ascontiguousarray(_value(i)) for i in new.inputs]
+        value = np.ascontiguousarray(OPS[new.op].reference(new, args, {}))
+        value.setflags(write=False)
+        return make_node("const", (), value=value)
+
+    return rebuild(graph, rewrite)

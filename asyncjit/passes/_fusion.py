@@ -1,0 +1,167 @@
+"""Fusion: decide which values get buffers, and group the rest into kernels.
+
+A value is *materialized* (has a buffer) if it is a placeholder, a non-scalar constant, a graph
+output, the result of an op that needs its own loop structure (reduce, matmul, conv1d, scatter,
+nonzero, a plugin's kernel), an operand of matmul/conv1d/plugins (they read contiguous memory), or
+a computed value several consumers share (computing it once beats recomputing it per consumer).
+
+Everything else is *fused*: elementwise ops, broadcasts, gathers and movement ops
+(reshape/permute/expand/shrink/pad/cat) are inlined into the consuming kernel, movement ops as
+index arithmetic on loads (tinygrad's view idea), so fused values never touch memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import attrs
+
+from ..graph import OPS, Node
+from ._graph import Graph
+
+__all__ = ["FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS"]
+
+OWN_LOOP_OPS = frozenset({"reduce", "matmul", "conv1d", "scatter", "nonzero"})
+_DENSE_OPERANDS = frozenset({"matmul", "conv1d"})
+
+
+@attrs.frozen
+class Kernel:
+    """One loop nest: computes ``node`` (with ``fused`` nodes inlined) into its buffer.
+
+    ``kind`` is ``loop`` (elementwise/movement/gather root), an ``OWN_LOOP_OPS`` name, ``copy``
+    (an output that is an input, a constant or a repeated output) or ``plugin``. ``target`` is the
+    output slot written, or ``None`` for the buffer of ``node`` itself.
+    """
+
+    name: str
+    kind: str
+    node: Node
+    fused: tuple[Node, ...]
+    reads: tuple[Node, ...]
+    target: int | None = None
+    plugin: str | None = None
+
+
+@attrs.frozen
+class FusionPlan:
+    """The kernels of a graph in execution order and the ids of materialized nodes."""
+
+    graph: Graph
+    kernels: tuple[Kernel, ...]
+    materialized: frozenset[int]
+
+
+def _is_scalar_const(node: Node) -> bool:
+    return node.op == "const" and node.attrs["value"].size == 1
+
+
+def _computes(node: Node, mat: set[int], memo: dict[int, bool]) -> bool:
+    """Whether inlining ``node`` repeats arithmetic (not just index math on buffers)."""
+    if node.id in mat or node.op in ("placeholder", "const", "arange", "dim"):
+        return False
+    if node.id not in memo:
+        kind = OPS[node.op].kind
+        memo[node.id] = kind != "movement" or any(_computes(i, mat, memo) for i in node.inputs)
+    return memo[node.id]
+
+
+def _materialize(graph: Graph, claimed: Mapping[int, str], interior: frozenset[int]) -> set[int]:
+    nodes = [n for n in graph.nodes if n.id not in interior]
+    consumers: dict[int, set[int]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            consumers.setdefault(i.id, set()).add(n.id)
+    by_id = {n.id: n for n in nodes}
+    mat: set[int] = {n.id for n in graph.outputs}
+    for n in nodes:
+        if (
+            n.op == "placeholder"
+            or (n.op == "const" and not _is_scalar_const(n))
+            or n.op in OWN_LOOP_OPS
+            or n.id in claimed
+        ):
+            mat.add(n.id)
+        if n.op in _DENSE_OPERANDS or n.id in claimed:
+            mat.update(i.id for i in n.inputs)
+    memo: dict[int, bool] = {}
+    for n in nodes:  # inputs before users, so _computes sees earlier decisions
+        users = consumers.get(n.id, set())
+        if n.id in mat or not users:
+            continue
+        grows = any(by_id[u].op == "expand" for u in users)
+        if (len(users) > 1 or grows) and _computes(n, mat, memo):
+            mat.add(n.id)
+            memo.clear()
+    return mat
+
+
+def _walk(root: Node, mat: set[int]) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    """(fused nodes, materialized leaves) reachable from ``root``'s inputs without crossing a buffer."""
+    fused: dict[int, Node] = {}
+    reads: dict[int, Node] = {}
+    stack = list(root.inputs)
+    while stack:
+        n = stack.pop()
+        if n.id in mat:
+            reads.setdefault(n.id, n)
+        elif n.id not in fused:
+            fused[n.id] = n
+            stack.extend(n.inputs)
+    return tuple(sorted(fused.values(), key=lambda n: n.id)), tuple(
+        sorted(reads.values(), key=lambda n: n.id)
+    )
+
+
+def _name(index: int, kind: str, root: Node, fused: tuple[Node, ...]) -> str:
+    ops: list[str] = []
+    for n in (*fused, root):
+        label = n.attrs["op"] if n.op == "reduce" else n.op
+        if OPS[n.op].kind != "movement" and n.op not in ("const", "placeholder") and label not in ops:
+            ops.append(label)
+    label = "_".join(ops[-4:]) or root.op
+    prefix = "fused" if kind == "loop" and len(ops) > 1 else kind
+    return re.sub(r"[^A-Za-z0-9_]", "_", f"k{index}_{prefix}_{label}")
+
+
+def fuse(
+    graph: Graph, claimed: Mapping[int, str] | None = None, interior: frozenset[int] = frozenset()
+) -> FusionPlan:
+    """Group ``graph`` into kernels.
+
+    ``claimed`` maps the output node of each plugin subgraph to the plugin's name; ``interior``
+    holds the other nodes plugins claimed (the CPU compiler emits nothing for them).
+    """
+    claimed = dict(claimed or {})
+    mat = _materialize(graph, claimed, interior)
+    kernels: list[Kernel] = []
+    first_output: dict[int, int] = {}
+    for j, out in enumerate(graph.outputs):
+        first_output.setdefault(out.id, j)
+    for n in graph.nodes:
+        if n.id not in mat or n.id in interior or n.op == "placeholder" or n.op == "const":
+            continue
+        fused, reads = _walk(n, mat)
+        if n.id in claimed:
+            kind, fused, reads = "plugin", (), n.inputs
+        elif n.op in OWN_LOOP_OPS:
+            kind = n.op
+        else:
+            kind = "loop"
+        kernels.append(
+            Kernel(
+                _name(len(kernels), kind, n, fused),
+                kind,
+                n,
+                fused,
+                reads,
+                target=first_output.get(n.id),
+                plugin=claimed.get(n.id),
+            )
+        )
+    for j, out in enumerate(graph.outputs):
+        if first_output[out.id] != j or out.op in ("placeholder", "const"):
+            name = _name(len(kernels), "copy", out, ())
+            kernels.append(Kernel(name, "copy", out, (), (out,) if out.id in mat else (), target=j))
+    return FusionPlan(graph, tuple(kernels), frozenset(mat))

@@ -1,0 +1,292 @@
+"""Throughput of the native kernels against numpy, measured in one run on this machine.
+
+    .venv/bin/python benchmarks/kernels.py [--quick]
+
+Prints GFLOP/s and the ratio to numpy (single-threaded OpenBLAS: ``OPENBLAS_NUM_THREADS=1`` is
+set before numpy loads) for matmul at 512^3 and the small shapes of LSTM / linear layers, conv1d
+for the Silero VAD layers against numpy im2col + matmul, and math-function throughput over 16M
+floats against the numpy ufunc.  Every kernel is called through one pointer to an argument
+block, as the runtime does; best of several repetitions.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import ctypes
+import functools
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from asyncjit.codegen._conv import conv1d_output_length, conv1d_scratch_bytes, emit_conv1d
+from asyncjit.codegen._mathfn import emit_unary
+from asyncjit.codegen._matmul import emit_matmul, matmul_scratch_bytes, matmul_tiling
+from asyncjit.codegen._target import (
+    F32,
+    I64,
+    PTR,
+    LoadedObject,
+    compile_to_object,
+    for_range,
+    i64,
+    load_object,
+    new_function,
+)
+
+QUICK = "--quick" in sys.argv
+
+
+def best_time(fn: Callable[[], object], min_total: float = 0.2, repeats: int = 5) -> float:
+    """Best per-call seconds over ``repeats`` batches that each run at least ``min_total/repeats``."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, int(min_total / repeats / one))
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def add_entry(module: ir.Module, entry: str, kernel: ir.Function) -> None:
+    fn, b = new_function(module, entry, [("args", PTR)], linkage="external")
+    vals = []
+    for i, arg in enumerate(kernel.args):
+        v = b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], source_etype=I64), typ=I64)
+        vals.append(b.inttoptr(v, PTR) if arg.type == PTR else v)
+    b.call(kernel, vals)
+    b.ret_void()
+
+
+def compile_module(module: ir.Module) -> tuple[LoadedObject, float]:
+    t0 = time.perf_counter()
+    obj = compile_to_object(str(module))
+    ms = (time.perf_counter() - t0) * 1e3
+    return load_object(obj), ms
+
+
+def caller(obj: LoadedObject, entry: str, args: list[int]) -> Callable[[], object]:
+    fn = obj.cfunc(entry, None, ctypes.c_void_p)
+    block = np.array(args, dtype=np.int64)
+    addr = block.ctypes.data
+    caller.keep.append(block)  # type: ignore[attr-defined]
+    return lambda: fn(addr)
+
+
+caller.keep = []  # type: ignore[attr-defined]
+
+
+def bench_matmul() -> None:
+    module = ir.Module("bench_matmul")
+    add_entry(module, "mm", emit_matmul(module, "bench.matmul"))
+    obj, ms = compile_module(module)
+    print(f"\n## matmul (float32, {matmul_tiling()!r}; module compile {ms:.0f} ms)")
+    print(f"{'M x N x K':>16} {'layout':>6} {'ours GF/s':>10} {'numpy GF/s':>11} {'ratio':>6} {'ours us':>9}")
+    shapes = [
+        (512, 512, 512),
+        (1, 512, 512),
+        (4, 512, 512),
+        (16, 256, 256),
+        (64, 512, 512),
+        (1, 64, 64),
+        (8, 128, 128),
+        (32, 256, 256),
+        (64, 64, 64),
+        (256, 512, 512),
+        (1, 256, 1024),
+        (64, 256, 1024),
+    ]
+    if QUICK:
+        shapes = shapes[:4]
+    rng = np.random.default_rng(0)
+    for m, n, k in shapes:
+        for layout in ("NN", "NT"):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k) if layout == "NT" else (k, n)).astype(np.float32)
+            bmat = w.T if layout == "NT" else w
+            b_strides = (0, 1, k) if layout == "NT" else (0, n, 1)
+            c = np.empty((m, n), np.float32)
+            scratch = np.zeros(matmul_scratch_bytes(m, n, k), np.uint8)
+            run = caller(
+                obj,
+                "mm",
+                [
+                    a.ctypes.data,
+                    w.ctypes.data,
+                    c.ctypes.data,
+                    scratch.ctypes.data,
+                    1,
+                    m,
+                    n,
+                    k,
+                    0,
+                    k,
+                    1,
+                    *b_strides,
+                    m * n,
+                    n,
+                ],
+            )
+            run()
+            np.testing.assert_allclose(c, a @ bmat, rtol=1e-3, atol=1e-3 * math.sqrt(k))
+            out = np.empty((m, n), np.float32)
+            t_ours = best_time(run)
+            t_np = best_time(functools.partial(np.matmul, a, bmat, out=out))
+            gf = 2 * m * n * k / 1e9
+            print(
+                f"{m:>4} x {n:>4} x {k:>4} {layout:>6} {gf / t_ours:10.1f} {gf / t_np:11.1f} "
+                f"{t_np / t_ours:6.2f} {t_ours * 1e6:9.2f}"
+            )
+
+
+VAD_LAYERS = [  # (label, cin, cout, k, stride, pad, L)
+    ("stft 1->258 k256 s128", 1, 258, 256, 128, 0, 640),
+    ("129->128 k3 s1", 129, 128, 3, 1, 1, 4),
+    ("128->64 k3 s2", 128, 64, 3, 2, 1, 4),
+    ("64->64 k3 s2", 64, 64, 3, 2, 1, 2),
+    ("64->128 k3 s1", 64, 128, 3, 1, 1, 1),
+]
+
+
+def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """numpy im2col (strided view) + matmul, groups = 1, dilation = 1."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad))) if pad else x
+    n, cin, length = xp.shape
+    cout, _, k = w.shape
+    lout = (length - k) // stride + 1
+    s = xp.strides
+    cols = np.lib.stride_tricks.as_strided(xp, (n, lout, cin, k), (s[0], s[2] * stride, s[1], s[2]))
+    out = np.matmul(cols.reshape(n, lout, cin * k), w.reshape(cout, cin * k).T)
+    return np.asarray(out.transpose(0, 2, 1))
+
+
+def bench_conv() -> None:
+    module = ir.Module("bench_conv")
+    for i, (_, cin, cout, k, stride, pad, _l) in enumerate(VAD_LAYERS):
+        add_entry(
+            module,
+            f"c{i}",
+            emit_conv1d(
+                module,
+                f"bench.conv{i}",
+                cin=cin,
+                cout=cout,
+                k=k,
+                stride=stride,
+                dilation=1,
+                groups=1,
+                pad_l=pad,
+                pad_r=pad,
+            ),
+        )
+    obj, ms = compile_module(module)
+    print(f"\n## conv1d, Silero VAD layers (module compile {ms:.0f} ms)")
+    print(f"{'layer':>22} {'N':>4} {'ours us':>9} {'numpy us':>9} {'ratio':>6} {'ours GF/s':>10}")
+    rng = np.random.default_rng(0)
+    for n in (1, 8, 64, 256) if not QUICK else (1, 64):
+        for i, (label, cin, cout, k, stride, pad, length) in enumerate(VAD_LAYERS):
+            x = rng.standard_normal((n, cin, length)).astype(np.float32)
+            w = rng.standard_normal((cout, cin, k)).astype(np.float32)
+            lout = conv1d_output_length(length, k=k, stride=stride, dilation=1, pad_l=pad, pad_r=pad)
+            y = np.empty((n, cout, lout), np.float32)
+            scratch = np.zeros(
+                conv1d_scratch_bytes(
+                    cin=cin,
+                    cout=cout,
+                    k=k,
+                    stride=stride,
+                    dilation=1,
+                    groups=1,
+                    n_max=n,
+                    l_max=length,
+                    pad_l=pad,
+                    pad_r=pad,
+                ),
+                np.uint8,
+            )
+            run = caller(
+                obj,
+                f"c{i}",
+                [x.ctypes.data, w.ctypes.data, y.ctypes.data, scratch.ctypes.data, n, length, lout],
+            )
+            run()
+            ref = numpy_conv(x, w, stride, pad)
+            np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * math.sqrt(cin * k))
+            t_ours = best_time(run, 0.1)
+            t_np = best_time(functools.partial(numpy_conv, x, w, stride, pad), 0.1)
+            gf = 2 * n * cout * lout * cin * k / 1e9
+            print(
+                f"{label:>22} {n:>4} {t_ours * 1e6:9.2f} {t_np * 1e6:9.2f} {t_np / t_ours:6.2f} "
+                f"{gf / t_ours:10.1f}"
+            )
+
+
+MATH_NUMPY: dict[str, Callable[[np.ndarray, np.ndarray], object]] = {
+    "exp": lambda x, o: np.exp(x, out=o),
+    "log": lambda x, o: np.log(np.abs(x, out=o), out=o),
+    "tanh": lambda x, o: np.tanh(x, out=o),
+    "sigmoid": lambda x, o: np.divide(1.0, np.add(1.0, np.exp(np.negative(x, out=o), out=o), out=o), out=o),
+    "sin": lambda x, o: np.sin(x, out=o),
+    "cos": lambda x, o: np.cos(x, out=o),
+}
+
+
+def bench_math() -> None:
+    ops = ["exp", "log", "tanh", "sigmoid", "sin", "cos", "erf", "gelu", "gelu_tanh"]
+    module = ir.Module("bench_math")
+    for op in ops:
+        fn, b = new_function(module, f"m_{op}", [("args", PTR)], linkage="external")
+        slots = [b.load(b.gep(fn.args[0], [i64(i)], source_etype=I64), typ=I64) for i in range(3)]
+        x, out, n = b.inttoptr(slots[0], PTR), b.inttoptr(slots[1], PTR), slots[2]
+        # a plain scalar loop, as the compiler emits it; LLVM's loop vectorizer widens it
+        with for_range(b, i64(0), n) as i:
+            v = b.load(b.gep(x, [i], source_etype=F32), typ=F32, align=4)
+            if op == "log":
+                v = b.call(module.declare_intrinsic("llvm.fabs", [F32]), [v])
+            b.store(emit_unary(b, op, v), b.gep(out, [i], source_etype=F32), align=4)
+        b.ret_void()
+    obj, ms = compile_module(module)
+    print(f"\n## math functions (a plain loop, vectorized by LLVM; module compile {ms:.0f} ms)")
+    for size in (1 << 16, 1 << (22 if QUICK else 24)):
+        where = "in L2" if size < 1 << 20 else "memory-bound"
+        print(f"\n{size:,} float32 ({where}), uniform(-8, 8)")
+        bench_math_size(obj, ops, size)
+
+
+def bench_math_size(obj: LoadedObject, ops: list[str], size: int) -> None:
+    print(f"{'op':>10} {'ours Gelem/s':>13} {'numpy Gelem/s':>14} {'ratio':>6}")
+    x = np.random.default_rng(0).uniform(-8, 8, size).astype(np.float32)
+    out = np.empty_like(x)
+    out2 = np.empty_like(x)
+    for op in ops:
+        run = caller(obj, f"m_{op}", [x.ctypes.data, out.ctypes.data, size])
+        t_ours = best_time(run, 0.5, 3)
+        ref_fn = MATH_NUMPY.get(op)
+        if ref_fn is None:
+            print(f"{op:>10} {size / t_ours / 1e9:13.2f} {'-':>14} {'-':>6}")
+            continue
+        t_np = best_time(functools.partial(ref_fn, x, out2), 0.5, 3)
+        print(f"{op:>10} {size / t_ours / 1e9:13.2f} {size / t_np / 1e9:14.2f} {t_np / t_ours:6.2f}")
+
+
+def main() -> None:
+    print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
+    bench_matmul()
+    bench_conv()
+    bench_math()
+
+
+if __name__ == "__main__":
+    main()

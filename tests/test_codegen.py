@@ -1,0 +1,229 @@
+"""Codegen and the CPU executable: one compile per plan, checks before native code, semantics corners."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from asyncjit import Tensor, Var, reference
+from asyncjit.codegen._target import emit_assembly
+from asyncjit.compiler import ReferenceExecutable, compile, compile_stats, deserialize
+from asyncjit.errors import CompileError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "off")
+
+
+def _chain(t: Var) -> tuple[Tensor, Tensor]:
+    x = Tensor.placeholder((t, 16), name="x")
+    return x, ((x * 1.5 + 0.25).tanh() - x.abs()).maximum(x * 0.5)
+
+
+def test_one_compile_serves_fifty_bindings() -> None:
+    """A var bound to 50 values: exactly one cold compile, every result equals the reference."""
+    t = Var("t", 1, 200)
+    x, y = _chain(t)
+    compile_stats(reset=True)
+    exe = compile(y, [x])
+    rng = np.random.default_rng(0)
+    for tv in range(1, 200, 4):
+        xv = rng.standard_normal((tv, 16)).astype(np.float32)
+        (got,) = exe.run([xv], {"t": tv})
+        np.testing.assert_allclose(got, reference.evaluate(y, {x: xv}, {"t": tv}), rtol=1e-5, atol=1e-5)
+    assert compile_stats().cold_compiles == 1
+    assert compile(y, [x]) is exe  # same plan key -> same executable, a memory hit
+    assert compile_stats().memory_hits >= 1
+
+
+def test_bad_inputs_raise_typed_errors() -> None:
+    """Vars out of bounds or unknown, wrong shapes, dtypes or counts: typed errors, no native call."""
+    t = Var("t", 2, 8)
+    x, y = _chain(t)
+    exe = compile(y, [x])
+    good = np.ones((4, 16), np.float32)
+    with pytest.raises(VarBoundsError):
+        exe.run([np.ones((1, 16), np.float32)], {"t": 1})
+    with pytest.raises(VarBoundsError):
+        exe.run([np.ones((9, 16), np.float32)], {"t": 9})
+    with pytest.raises(VarBoundsError):
+        exe.run([good], {"t": 4, "nope": 1})
+    with pytest.raises(ShapeMismatchError):
+        exe.run([good], {"t": 5})
+    with pytest.raises(ShapeMismatchError):
+        exe.run([np.ones((4, 15), np.float32)], {"t": 4})
+    with pytest.raises(DTypeMismatchError):
+        exe.run([good.astype(np.float64)], {"t": 4})
+    with pytest.raises(DTypeMismatchError):
+        exe.run([good.astype(np.int32)], {"t": 4})
+    with pytest.raises(ShapeMismatchError):
+        exe.run([good, good], {"t": 4})
+
+
+def test_non_contiguous_inputs_are_copied() -> None:
+    """Strided and transposed numpy views give the same result as their contiguous copies."""
+    t = Var("t", 1, 32)
+    x, y = _chain(t)
+    exe = compile(y, [x])
+    base = np.random.default_rng(1).standard_normal((16, 20)).astype(np.float32)
+    view = base.T[::2]  # (10, 16), non-contiguous
+    (got,) = exe.run([view], {"t": 10})
+    (want,) = exe.run([np.ascontiguousarray(view)], {"t": 10})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_kernel_names_ir_and_vectorized_loop() -> None:
+    """Kernels have recognisable names, the IR is kept, and the fused loop uses packed SIMD."""
+    t = Var("t", 1, 4096)
+    x = Tensor.placeholder((t,), name="x")
+    y = ((x * 2.0 + 1.0) * x - 3.0).sum()
+    exe = compile(y, [x], name="chain")
+    assert any(re.fullmatch(r"k\d+_reduce_\w*sum", k) for k in exe.kernel_names), exe.kernel_names
+    assert "define void @plan(ptr" in exe.ir_text
+    asm = emit_assembly(exe.ir_text)
+    assert re.search(r"\bv?(add|mul|fmadd\w*)ps\b", asm)
+
+
+def test_integer_division_and_casts_never_trap() -> None:
+    """idiv/mod by zero give 0, INT_MIN // -1 wraps, float->int casts saturate: like the reference."""
+    a = Tensor.placeholder((6,), "int32", name="a")
+    b = Tensor.placeholder((6,), "int32", name="b")
+    f = Tensor.placeholder((4,), "float32", name="f")
+    outs = [a // b, a % b, f.cast("int32")]
+    exe = compile(outs, [a, b, f])
+    av = np.array([7, -7, 5, np.iinfo(np.int32).min, 0, 3], np.int32)
+    bv = np.array([2, 2, 0, -1, 0, -2], np.int32)
+    fv = np.array([np.nan, 1e20, -1e20, -2.5], np.float32)
+    got = exe.run([av, bv, fv])
+    want = reference.evaluate(outs, {a: av, b: bv, f: fv})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_gather_clamps_and_scatter_drops_out_of_range() -> None:
+    """Data-steered indices never leave the buffer."""
+    x = Tensor.placeholder((5, 3), name="x")
+    idx = Tensor.placeholder((4,), "int64", name="idx")
+    src = Tensor.placeholder((5, 4), name="src")
+    outs = [x.gather(0, idx), Tensor.zeros((5, 8)).scatter(1, idx, src)]
+    exe = compile(outs, [x, idx, src])
+    xv = np.arange(15, dtype=np.float32).reshape(5, 3)
+    iv = np.array([-100, 2, 99, 7], np.int64)
+    sv = np.arange(20, dtype=np.float32).reshape(5, 4)
+    got = exe.run([xv, iv, sv])
+    want = reference.evaluate(outs, {x: xv, idx: iv, src: sv})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_fixed_vars_are_refined_away() -> None:
+    """``fixed`` specialises a var; run accepts the fixed value and rejects any other."""
+    t = Var("t", 1, 64)
+    x, y = _chain(t)
+    exe = compile(y, [x], fixed={"t": 5})
+    assert exe.signature.var_names == ()
+    xv = np.ones((5, 16), np.float32)
+    (got,) = exe.run([xv], {"t": 5})
+    np.testing.assert_allclose(got, reference.evaluate(y, {x: xv}, {"t": 5}), rtol=1e-6)
+    with pytest.raises(VarBoundsError):
+        exe.run([xv], {"t": 6})
+    with pytest.raises(VarBoundsError):
+        compile(y, [x], fixed={"t": 65})
+
+
+def test_serialize_roundtrip_and_corruption() -> None:
+    """``deserialize(serialize())`` runs the same; a flipped byte or truncation is a CompileError."""
+    t = Var("t", 1, 16)
+    x = Tensor.placeholder((t, 4), name="x")
+    w = Tensor.const(np.arange(12, dtype=np.float32).reshape(4, 3))
+    y = (x @ w).relu()
+    exe = compile(y, [x])
+    data = exe.serialize()
+    back = deserialize(data)
+    xv = np.random.default_rng(2).standard_normal((7, 4)).astype(np.float32)
+    np.testing.assert_array_equal(back.run([xv], {"t": 7})[0], exe.run([xv], {"t": 7})[0])
+    assert back.signature.inputs == exe.signature.inputs
+    corrupt = bytearray(data)
+    corrupt[len(data) // 2] ^= 0xFF
+    with pytest.raises(CompileError):
+        deserialize(bytes(corrupt))
+    with pytest.raises(CompileError):
+        deserialize(data[:-10])
+    with pytest.raises(CompileError):
+        deserialize(b"not an executable at all, clearly")
+
+
+def test_reference_executable_launcher_uses_raw_addresses() -> None:
+    """The reference device's executable reads and writes memory through addresses."""
+    t = Var("t", 1, 8)
+    x, y = _chain(t)
+    exe = ReferenceExecutable([y], [x])
+    xv = np.random.default_rng(3).standard_normal((3, 16)).astype(np.float32)
+    out = np.zeros((3, 16), np.float32)
+    values = exe.signature.var_values({"t": 3})
+    exe.signature.validate([xv.shape], [exe.signature.inputs[0].dtype], values)
+    exe.launcher()([xv.ctypes.data, out.ctypes.data], values)
+    np.testing.assert_array_equal(out, reference.evaluate(y, {x: xv}, {"t": 3}))
+
+
+def test_launcher_replays_with_changed_slots() -> None:
+    """The bare launcher: new addresses and var values take effect on the next call."""
+    t = Var("t", 1, 8)
+    x, y = _chain(t)
+    exe = compile(y, [x])
+    lau = exe.launcher()
+    for tv in (2, 5, 5, 3):
+        xv = np.full((tv, 16), float(tv), np.float32)
+        out = np.empty((tv, 16), np.float32)
+        lau([xv.ctypes.data, out.ctypes.data], (tv,))
+        np.testing.assert_allclose(out, reference.evaluate(y, {x: xv}, {"t": tv}), rtol=1e-6)
+
+
+def test_ir_is_deterministic_across_compile_history() -> None:
+    """The same graph gives the same IR (and code key) whatever was compiled before it."""
+    t = Var("t", 1, 9)
+
+    def build() -> tuple[Tensor, Tensor]:
+        x = Tensor.placeholder((t, 4), name="x")
+        return x, x.reshape(4, t).permute(1, 0).pad(((1, 2), (0, 1))) * 2.0
+
+    xa, ya = build()
+    first = compile(ya, [xa], name="a")
+    z = Tensor.placeholder((t, 3), name="z")
+    compile((z.reshape(3, t).T + 1.0).sum(), [z])
+    xb, yb = build()
+    second = compile(yb, [xb], name="b")
+    assert second is not first
+    assert second.ir_text == first.ir_text and second.code_key == first.code_key
+
+
+@pytest.mark.parametrize("offset", [0, 4, 60, 2])
+def test_streaming_store_path_matches_plain_loop(offset: int) -> None:
+    """Big outputs take the non-temporal path (aligned head, 16-lane blocks, tail); small ones don't.
+
+    ``offset`` shifts the output address: 4 and 60 exercise the scalar head, 2 (not float-aligned)
+    must fall back to the plain loop.
+    """
+    from asyncjit.codegen._stream import STREAM_BYTES
+
+    big = STREAM_BYTES // 4 + 1237
+    t = Var("t", 1, big)
+    x = Tensor.placeholder((t,), name="x")
+    y = ((x * 1.5 + 0.5).maximum(x) - 0.25).abs()
+    exe = compile(y, [x])
+    lau = exe.launcher()
+    for n in (big, big - 3, 1000):
+        xv = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        raw = np.zeros(n * 4 + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + offset
+        lau([xv.ctypes.data, raw.ctypes.data + start], (n,))
+        got = (
+            raw[start : start + 4 * n].view(np.float32)
+            if offset % 4 == 0
+            else np.frombuffer(raw[start : start + 4 * n].tobytes(), np.float32)
+        )
+        np.testing.assert_allclose(got, np.abs(np.maximum(xv * 1.5 + 0.5, xv) - 0.25), rtol=1e-6, atol=1e-6)
+        assert not raw[:start].any() and not raw[start + 4 * n :].any()  # nothing written outside

@@ -1,0 +1,111 @@
+"""Graph passes: each is a pure graph -> graph function with a checkable effect."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from asyncjit import Tensor, Var, reference
+from asyncjit.passes import (
+    ALIGN,
+    Graph,
+    cse,
+    dce,
+    fold_constants,
+    fuse,
+    optimize_graph,
+    plan_memory,
+    refine,
+    simplify,
+)
+from asyncjit.passes._memory import capacity_bytes
+
+
+def _ops(g: Graph) -> list[str]:
+    return [n.op for n in g.nodes]
+
+
+def test_simplify_removes_identities_and_merges_views() -> None:
+    """``x*1``, no-op casts and reshape-of-reshape disappear; the value is unchanged."""
+    x = Tensor.placeholder((2, 6), name="x")
+    y = (x * 1.0).cast("float32").reshape(3, 4).reshape(12)
+    g = simplify(Graph.of([y.node], [x.node]))
+    assert _ops(g) == ["placeholder", "reshape"]
+    xv = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(reference.evaluate(g.outputs[0], {x: xv}), xv.reshape(12))
+
+
+def test_fold_constants_never_grows_memory() -> None:
+    """Small constant expressions fold; a broadcast scalar stays scalar + expand."""
+    x = Tensor.placeholder((1000,), name="x")
+    c = Tensor.const(np.arange(4, dtype=np.float32)) * 2.0 + 1.0
+    big = Tensor.full((1000,), 3.0)
+    g = fold_constants(Graph.of([c.node, (x + big).node], [x.node]))
+    assert g.outputs[0].op == "const"
+    np.testing.assert_array_equal(g.outputs[0].attrs["value"], np.arange(4) * 2.0 + 1.0)
+    assert all(n.attrs["value"].size == 1 for n in g.nodes if n.op == "const" and n is not g.outputs[0])
+
+
+def test_cse_merges_equal_subexpressions() -> None:
+    """Two structurally equal nodes become one."""
+    x = Tensor.placeholder((4,), name="x")
+    a, b = x.exp() + 1.0, x.exp() + 1.0
+    g = cse(Graph.of([(a * b).node], [x.node]))
+    assert _ops(g).count("exp") == 1
+    mul = g.outputs[0]
+    assert mul.inputs[0] is mul.inputs[1]
+
+
+def test_dce_keeps_unused_placeholders_but_drops_dead_nodes() -> None:
+    """Placeholders are the ABI; nothing else unreachable stays."""
+    x = Tensor.placeholder((4,), name="x")
+    unused = Tensor.placeholder((4,), name="unused")
+    _dead = x.sin()
+    g = dce(Graph.of([x.exp().node], [x.node, unused.node]))
+    assert "sin" not in _ops(g)
+    assert g.inputs[1] is unused.node
+
+
+def test_refine_substitutes_fixed_and_degenerate_vars() -> None:
+    """Fixed vars and min == max vars become ints; the remaining vars stay symbolic."""
+    t, s, one = Var("t", 1, 100), Var("s", 1, 9), Var("u", 3, 3)
+    x = Tensor.placeholder((t, s, one), name="x")
+    g = refine(Graph.of([x.sum(axis=0).node], [x.node]), {"t": 10})
+    assert g.inputs[0].shape == (10, s, 3)
+    assert [v.name for v in g.vars] == ["s"]
+
+
+def test_fusion_puts_a_chain_and_its_reduction_in_one_kernel() -> None:
+    """An elementwise chain feeding a reduction is one kernel with no intermediate buffers."""
+    t = Var("t", 1, 64)
+    x = Tensor.placeholder((t, 8), name="x")
+    y = ((x * 2.0 + 1.0).exp() - x).sum(axis=1)
+    plan = fuse(optimize_graph(Graph.of([y.node], [x.node])))
+    reduces = [k for k in plan.kernels if k.kind == "reduce"]
+    assert len(reduces) == 1
+    assert {"exp", "mul", "add", "sub"} <= {n.op for n in reduces[0].fused}
+    assert reduces[0].name.startswith("k0_reduce_")
+    memory = plan_memory(plan)
+    assert all(s.kind != "arena" for nid, s in memory.slots.items() if nid != reduces[0].node.id)
+
+
+def test_memory_plan_reuses_arena_by_liveness() -> None:
+    """A chain of materialized intermediates reuses arena space; offsets are 64-byte aligned."""
+    t = Var("t", 1, 32)
+    x = Tensor.placeholder((t, 16), name="x")
+    h = x
+    for _ in range(6):
+        h = h.sum(axis=1, keepdims=True).expand(t, 16) + h  # each sum is a materialized intermediate
+    plan = fuse(optimize_graph(Graph.of([h.node], [x.node])))
+    memory = plan_memory(plan, scratch_bytes=100)
+    arena = [s for s in memory.slots.values() if s.kind == "arena"]
+    assert len(arena) >= 4
+    assert all(s.offset % ALIGN == 0 for s in arena)
+    assert memory.scratch_offset % ALIGN == 0
+    assert len({s.offset for s in arena}) < len(arena)  # some space reused
+    by_id = {n.id: n for n in plan.graph.nodes}
+    separate = sum(
+        max(ALIGN, -(-capacity_bytes(by_id[nid]) // ALIGN) * ALIGN)
+        for nid, s in memory.slots.items()
+        if s.kind == "arena"
+    )
+    assert memory.scratch_offset < separate  # sharing made the arena smaller than one buffer each
