@@ -8,6 +8,9 @@ subclasses it, so existing ``except ValueError`` clauses keep working.
 from __future__ import annotations
 
 __all__ = [
+    "AdmissionTimeoutError",
+    "AudioFormatError",
+    "BacklogFullError",
     "BufferDeletedError",
     "BuildError",
     "CacheError",
@@ -20,10 +23,15 @@ __all__ = [
     "JitError",
     "KernelRuntimeError",
     "ModelFormatError",
+    "MuxClosedError",
     "NotPreparedError",
     "OutputLayoutMismatchError",
     "ShapeMismatchError",
     "StaticArgumentError",
+    "StepCancelledError",
+    "StreamBusyError",
+    "StreamClosedError",
+    "StreamIdleError",
     "TensorError",
     "VarBoundsError",
     "WouldBlock",
@@ -106,6 +114,45 @@ class StaticArgumentError(JitError, TypeError):
 
 class ModelFormatError(JitError, ValueError):
     """A model or weights file is missing, malformed, or not the network we expect."""
+
+
+class AudioFormatError(JitError, ValueError):
+    """Audio a model cannot take: an unreadable, empty, truncated, stereo or non-16-bit WAV file,
+    an unsupported sample rate, or samples that are NaN or infinite.
+
+    The message says how to convert the input (usually a ``sox`` command).
+    """
+
+
+class StreamIdleError(JitError):
+    """Your stream sent no step for ``idle_timeout`` seconds, so the mux closed it and freed its slot.
+
+    Open a new stream (its state starts afresh) or raise ``idle_timeout``.
+    """
+
+
+class StreamClosedError(ClosedError):
+    """Your code closed this stream (or left its ``async with``); it accepts no more steps."""
+
+
+class MuxClosedError(ClosedError):
+    """The ``StreamMux`` is not serving: it was never entered with ``async with``, or has exited."""
+
+
+class AdmissionTimeoutError(JitError, TimeoutError):
+    """Every slot stayed busy for ``admission_timeout`` seconds while this stream waited in the backlog."""
+
+
+class BacklogFullError(JitError):
+    """``max_streams`` streams are open and the backlog is full: the service is over capacity."""
+
+
+class StreamBusyError(JitError):
+    """Two tasks waited to submit on one stream at once; give each producer its own stream."""
+
+
+class StepCancelledError(JitError):
+    """The step was cancelled before it was batched, so it never ran and has no result."""
 
 
 class WouldBlock(JitError):

@@ -55,6 +55,9 @@ def register_pytree_node(cls: type, flatten: Flatten, unflatten: Unflatten) -> N
 def static_key(value: Any) -> Hashable:
     """A cache key for a static value: ``(type, value)``, recursively for containers.
 
+    Lists, tuples and dicts key by their contents (so ``[1, 2]`` is a usable static value);
+    any other unhashable value is an error rather than a key by identity.
+
     Raises:
         StaticArgumentError: if the value (or a part of it) is unhashable.
     """

@@ -1,0 +1,255 @@
+"""Every surprising behaviour a user can hit, ranked, each shown handled by a test.
+
+Ranked as tinygrad's ``test_jit_footguns.py`` does: silent wrong results first (the worst), then
+silent slowness, then loud errors whose message must say what to do. Each test's docstring says
+what a user might expect and what asyncjit does.
+
+ 1. closing over a host array bakes its value at trace time (silent stale value)
+ 2. holding an output buffer across steps (stale output reuse)
+ 3. unlisted vars keep a value left over from the previous call
+ 4. float64 inputs silently narrowed
+ 5. gather with out-of-range indices reads outside the buffer
+ 6. integer division by zero traps the process
+ 7. branching on a tensor value inside build/jit
+ 8. static values 1 and 1.0 sharing one compiled plan
+ 9. a new length recompiles every call (silent slowness)
+10. wrong-size input reaches native code
+11. a var out of its range reaches native code
+12. writing an input view while an async execute reads it
+13. reusing a recurrent wrapper after reset carries old state
+14. using a buffer after delete / donation
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import asyncjit
+from asyncjit import InputSpec, JitRecurrent, JitWrapper, LstmState, Tensor, Var, jit
+from asyncjit.errors import (
+    BufferDeletedError,
+    DeviceError,
+    ShapeMismatchError,
+    VarBoundsError,
+)
+
+
+class Doubler(JitWrapper[None]):
+    x = asyncjit.Input()
+    t = asyncjit.VarSpec(1, 8)
+
+    def build(self, model: None, x: Tensor, t: Var) -> Tensor:
+        return x[:t] * 2.0
+
+
+@pytest.fixture(scope="module")
+def doubler() -> Doubler:
+    return Doubler(None).prepare(InputSpec.f32((8,)))  # type: ignore[return-value]
+
+
+def test_01_closed_over_array_is_a_constant_of_the_plan() -> None:
+    """A host array read from outside the function is baked in when traced (as in JAX): later
+    mutation is not seen. Pass values that change as arguments instead."""
+    table = np.ones(3, np.float32)
+
+    @jit
+    def f(x: Tensor) -> Tensor:
+        return x + table
+
+    x = np.zeros(3, np.float32)
+    np.testing.assert_array_equal(f(x).to_numpy_blocking(), 1)
+    table[:] = 5  # not seen: the plan holds a copy
+    np.testing.assert_array_equal(f(x).to_numpy_blocking(), 1)
+
+    @jit
+    def g(x: Tensor, table: Tensor) -> Tensor:
+        return x + table
+
+    np.testing.assert_array_equal(g(x, table).to_numpy_blocking(), 5)
+
+
+def test_02_an_output_buffer_held_across_steps_keeps_its_values(doubler: Doubler) -> None:
+    """Each execute produces fresh output buffers, so a buffer kept from step 1 still holds
+    step 1's values after step 2 (no aliasing of a reused output)."""
+    doubler.x_mut()[:] = 1
+    doubler.execute()
+    first = doubler.output()
+    doubler.x_mut()[:] = 7
+    doubler.execute()
+    np.testing.assert_array_equal(first.to_numpy_blocking(), 2)
+    np.testing.assert_array_equal(doubler.output().to_numpy_blocking(), 14)
+
+
+def test_03_unlisted_vars_revert_to_their_prepare_value(doubler: Doubler) -> None:
+    """execute() after execute_with_vars({"t": 3}) runs at t's upper bound, never at 3."""
+    doubler.x_mut()[:] = 1
+    doubler.execute_with_vars({"t": 3})
+    assert doubler.output().shape == (3,)
+    doubler.execute()
+    assert doubler.output().shape == (8,)
+
+
+def test_04_float64_inputs_to_jit_are_narrowed_to_float32() -> None:
+    """As JAX does without x64: float64 arrays become float32, so the result is float32."""
+
+    @jit
+    def f(x: Tensor) -> Tensor:
+        return x * 1.0
+
+    out = f(np.array([1 / 3]))
+    assert out.dtype == asyncjit.float32
+    assert out.to_numpy_blocking()[0] == np.float32(1 / 3)
+
+
+def test_05_gather_indices_out_of_range_are_clamped_not_read_out_of_bounds() -> None:
+    """Indices are data; the native code clamps them into range instead of reading outside."""
+
+    @jit
+    def f(x: Tensor, idx: Tensor) -> Tensor:
+        return x.gather(0, idx)
+
+    x = np.arange(4, dtype=np.float32)
+    out = f(x, np.array([-5, 1, 99, 3], np.int64)).to_numpy_blocking()
+    np.testing.assert_array_equal(out, [0, 1, 3, 3])
+
+
+def test_06_integer_division_by_zero_gives_zero_instead_of_trapping() -> None:
+    """x // 0 and x % 0 on integers give 0 (native sdiv would kill the process with SIGFPE)."""
+
+    @jit
+    def f(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        return a // b, a % b
+
+    a = np.array([7, -7, np.iinfo(np.int32).min], np.int32)
+    b = np.array([0, 0, -1], np.int32)
+    q, r = f(a, b)
+    np.testing.assert_array_equal(q.to_numpy_blocking()[:2], [0, 0])
+    np.testing.assert_array_equal(r.to_numpy_blocking()[:2], [0, 0])
+
+
+def test_07_branching_on_a_tensor_value_is_an_error_at_trace_time() -> None:
+    """``if x > 0`` would bake one branch into the plan; asyncjit refuses with a TypeError that
+    points to Tensor.where."""
+
+    @jit
+    def f(x: Tensor) -> Tensor:
+        if x.sum() > 0:
+            return x
+        return -x
+
+    with pytest.raises(TypeError, match="where"):
+        f(np.ones(2, np.float32))
+
+
+def test_08_static_one_and_one_point_zero_are_different_plans() -> None:
+    """JAX keys 1 and 1.0 together; asyncjit keys static values by (type, value)."""
+
+    @jit(static_argnames="k")
+    def f(x: Tensor, k: object) -> Tensor:
+        return x * k
+
+    f(np.ones(1, np.float32), 1)
+    f(np.ones(1, np.float32), 1.0)
+    assert f.cache_size() == 2
+
+
+def test_09_declared_dynamic_dims_do_not_recompile_per_length() -> None:
+    """Without ``dynamic`` each new length compiles a new plan; with it, one plan serves all."""
+
+    @jit
+    def per_length(x: Tensor) -> Tensor:
+        return x + 1.0
+
+    @jit(dynamic={"x": {0: ("n", 1, 64)}})
+    def bounded(x: Tensor) -> Tensor:
+        return x + 1.0
+
+    for n in (3, 4, 5):
+        per_length(np.ones(n, np.float32))
+        bounded(np.ones(n, np.float32))
+    assert per_length.cache_size() == 3
+    assert bounded.cache_size() == 1 and bounded.compiles == 1
+
+
+def test_10_wrong_size_input_is_a_typed_error_before_native_code() -> None:
+    """An input of the wrong shape never reaches the kernel: ShapeMismatchError names both."""
+    t = Var("t", 1, 16)
+    x = Tensor.placeholder((t,), name="x")
+    exe = asyncjit.compiler.compile([x * 2.0], [x])
+    with pytest.raises(ShapeMismatchError, match=r"input 'x'.*\(5,\).*\(6,\)"):
+        exe.run([np.ones(6, np.float32)], {"t": 5})
+
+
+def test_11_var_out_of_range_is_a_typed_error(doubler: Doubler) -> None:
+    """t=9 for a plan bounded at 8 raises VarBoundsError instead of writing past the buffer."""
+    with pytest.raises(VarBoundsError, match=r"\[1, 8\]"):
+        doubler.execute_with_vars({"t": 9})
+
+
+@pytest.mark.anyio
+async def test_12_input_view_is_refused_while_an_async_execute_reads_it(doubler: Doubler) -> None:
+    """Asking for an input view while execute_async is in flight raises DeviceError instead of
+    letting the write race the kernel."""
+    import anyio
+
+    errors: list[BaseException] = []
+
+    async def writer() -> None:
+        try:
+            doubler.x_mut()[:] = 3
+        except DeviceError as exc:
+            errors.append(exc)
+
+    p = doubler._ready()
+    p.in_flight += 1  # what execute_async holds while the plan runs
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+    finally:
+        p.in_flight -= 1
+    assert errors and "in-flight" in str(errors[0])
+    doubler.x_mut()[:] = 3  # allowed again once nothing is in flight
+
+
+class Acc(JitWrapper[None]):
+    x = asyncjit.Input()
+    h = asyncjit.Input()
+    c = asyncjit.Input()
+
+    def build(self, model: None, x: Tensor, h: Tensor, c: Tensor) -> Tensor:
+        return Tensor.cat([(h + x).sum(axis=1, keepdims=True), h + x, c], axis=1)
+
+    def pack_state(self, state: LstmState) -> None:
+        self.h_mut()[0] = state.h
+        self.c_mut()[0] = state.c
+
+
+def test_13_reset_starts_a_new_sequence() -> None:
+    """After reset() the recurrent state is zero: the next step equals a fresh first step."""
+    jit_ = Acc(None).prepare(InputSpec.f32((1, 2)), InputSpec.f32((1, 2)), InputSpec.f32((1, 2)))
+    rnn = JitRecurrent(jit_, LstmState.zeros(2), head_len=1)
+
+    def write(j: Acc) -> None:
+        j.x_mut()[:] = 1
+
+    first = rnn.step(write)[0]
+    assert rnn.step(write)[0] == 2 * first  # state carried
+    rnn.reset()
+    assert rnn.step(write)[0] == first
+
+
+def test_14_deleted_and_donated_buffers_raise_instead_of_reading_freed_memory() -> None:
+    """A deleted buffer, or one donated to an execution, raises BufferDeletedError when used."""
+    client = asyncjit.default_client()
+    buf = client.buffer_from_host(np.ones(4, np.float32))
+    buf.delete()
+    with pytest.raises(BufferDeletedError):
+        buf.to_numpy_blocking()
+    x = Tensor.placeholder((4,), name="x")
+    loaded = client.load(asyncjit.compiler.compile([x + 1.0], [x]))
+    donated = client.buffer_from_host(np.ones(4, np.float32))
+    (out,) = loaded.execute_blocking([donated], donate=[0])
+    np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
+    with pytest.raises(BufferDeletedError):
+        loaded.execute_blocking([donated])
