@@ -3,28 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
+
+import structlog
+
+from .errors import JitError
 
 __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Evaluate one symbolic graph at three lengths on the reference backend."""
-    from ._demo import main as demo_main
+    """Stream audio through the real Silero VAD and compare with ONNX Runtime."""
+    from ._demo import run_demo
+    from .runtime import default_client
 
-    demo_main()
+    try:
+        run_demo(args.audio, compare=not args.no_compare)
+    finally:
+        default_client().close()  # drain now, under the demo's log level, not at interpreter exit
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``asyncjit`` console script."""
     parser = argparse.ArgumentParser(prog="asyncjit", description="asyncjit command line")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show structlog info events")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the built-in demo")
+    demo = sub.add_parser("demo", help="stream speech through the real Silero VAD (vs ONNX Runtime)")
+    demo.add_argument("--audio", metavar="FILE.wav", help="a mono 8 or 16 kHz WAV (default: built-in speech)")
+    demo.add_argument("--no-compare", action="store_true", help="skip the ONNX Runtime run")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    previous = structlog.get_config()
+    if not args.verbose:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        return int(args.func(args))
+    except (JitError, FileNotFoundError) as exc:
+        print(f"asyncjit: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        structlog.configure(**previous)
 
 
 if __name__ == "__main__":

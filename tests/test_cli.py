@@ -1,21 +1,57 @@
-"""The ``asyncjit`` command."""
+"""The ``asyncjit`` command: the Silero VAD demo and its error handling."""
 
 from __future__ import annotations
 
+import wave
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from asyncjit.cli import main
 
 
-def test_demo_prints_three_lengths(capsys: pytest.CaptureFixture[str]) -> None:
-    """``asyncjit demo`` evaluates one graph at three lengths, each with a tiny error."""
+def test_demo_finds_the_speech_segments_and_compares_with_onnxruntime(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``asyncjit demo`` prints four speech segments, latencies, and the ONNX Runtime ratio."""
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    lines = [line for line in out.splitlines() if line.strip().startswith("t=")]
-    assert len(lines) == 3
-    for line in lines:
-        err = float(line.rsplit("max |err|", 1)[1])
-        assert err < 1e-5
+    assert "speech segments (4):" in out
+    assert "asyncjit      per-chunk latency" in out
+    assert "ONNX Runtime  per-chunk latency" in out
+    diff = float(out.rsplit("max |probability difference|", 1)[1])
+    assert diff < 1e-4
+
+
+def test_demo_on_a_user_file_at_8khz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--audio`` takes a user's mono WAV; 8 kHz runs the 8 kHz weights."""
+    path = tmp_path / "tone.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        t = np.arange(8000) / 8000
+        w.writeframes((np.sin(2 * np.pi * 220 * t) * 3000).astype("<i2").tobytes())
+    assert main(["demo", "--audio", str(path), "--no-compare"]) == 0
+    out = capsys.readouterr().out
+    assert "at 8000 Hz" in out and "ONNX Runtime" not in out
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [(b"RIFF0000WAVEjunk", "16-bit PCM WAV"), (None, "No such file")],
+)
+def test_demo_reports_bad_audio_as_an_error_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, match: str
+) -> None:
+    """Malformed or missing audio exits with status 2 and a one-line message, no traceback."""
+    path = tmp_path / "bad.wav"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["demo", "--audio", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("asyncjit: error:") and match in err
 
 
 def test_unknown_command_exits_with_usage() -> None:

@@ -1,0 +1,209 @@
+"""Speech segments from per-chunk speech probabilities, as ``silero_vad.get_speech_timestamps`` finds them.
+
+This is the state machine of ``get_speech_timestamps_from_probs`` in ``silero_vad/utils_vad.py``
+(silero-vad 6.2), re-implemented in plain Python so that neither torch nor the package is needed.
+It is kept step for step like the original, including its float/int arithmetic, so that given the
+same probabilities it returns the same sample positions (``tests/test_speech_timestamps.py``
+runs both on the same inputs).
+
+Hysteresis: a segment starts at the first chunk with ``p >= threshold`` and ends once ``p <
+neg_threshold`` has lasted ``min_silence_duration_ms``; segments shorter than
+``min_speech_duration_ms`` are dropped; segments longer than ``max_speech_duration_s`` are cut at
+the longest silence seen inside them; finally each is padded by ``speech_pad_ms`` on both sides
+(neighbours closer than twice that split the gap between them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+__all__ = ["SpeechSegment", "speech_timestamps"]
+
+
+@attrs.frozen
+class SpeechSegment:
+    """One stretch of speech: ``[start, end)`` in samples at ``sample_rate``."""
+
+    start: int
+    end: int
+    sample_rate: int
+
+    @property
+    def start_s(self) -> float:
+        """Start in seconds."""
+        return self.start / self.sample_rate
+
+    @property
+    def end_s(self) -> float:
+        """End in seconds."""
+        return self.end / self.sample_rate
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end - self.start) / self.sample_rate
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"start": ..., "end": ...}`` in samples, the form ``get_speech_timestamps`` returns."""
+        return {"start": self.start, "end": self.end}
+
+
+def speech_timestamps(
+    probs: Sequence[float] | np.ndarray,
+    sample_rate: int = 16000,
+    *,
+    threshold: float = 0.5,
+    neg_threshold: float | None = None,
+    min_speech_duration_ms: float = 250,
+    max_speech_duration_s: float = math.inf,
+    min_silence_duration_ms: float = 100,
+    speech_pad_ms: float = 30,
+    window_size_samples: int | None = None,
+    audio_length_samples: int | None = None,
+    min_silence_at_max_speech: float = 98,
+    use_max_poss_sil_at_max_speech: bool = True,
+) -> list[SpeechSegment]:
+    """Turn one speech probability per chunk into speech segments (in samples).
+
+    Args:
+        probs: one probability per chunk of ``window_size_samples`` samples, in order.
+        sample_rate: the audio's rate; converts the ``_ms``/``_s`` parameters to samples.
+        threshold: probabilities at or above it are speech.
+        neg_threshold: while in speech, probabilities below it are silence; by default
+            ``max(threshold - 0.15, 0.01)``.
+        min_speech_duration_ms: shorter segments are dropped.
+        max_speech_duration_s: longer segments are split (at the longest inner silence of at
+            least ``min_silence_at_max_speech`` ms if ``use_max_poss_sil_at_max_speech``, else at the
+            last one; at the current chunk when there is none).
+        min_silence_duration_ms: silence that long ends a segment.
+        speech_pad_ms: padding added to both sides of each segment.
+        window_size_samples: samples per probability; 512 at 16 kHz and 256 at 8 kHz by default
+            (the only values silero_vad uses).
+        audio_length_samples: the audio's length, which bounds the last segment; by default
+            ``len(probs) * window_size_samples``.
+        min_silence_at_max_speech: see ``max_speech_duration_s``.
+        use_max_poss_sil_at_max_speech: see ``max_speech_duration_s``.
+
+    Raises:
+        ValueError: ``probs`` is not 1-D or holds NaN, or a parameter is out of range.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"probs must be 1-D (one probability per chunk), got shape {p.shape}")
+    if np.isnan(p).any():
+        raise ValueError("probs contains NaN; the VAD was fed NaN audio or a broken state")
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    if window_size_samples is None:
+        window_size_samples = 512 if sample_rate == 16000 else 256
+    if window_size_samples <= 0:
+        raise ValueError(f"window_size_samples must be positive, got {window_size_samples}")
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be within [0, 1], got {threshold}")
+    if audio_length_samples is None:
+        audio_length_samples = len(p) * window_size_samples
+
+    # The names and the float arithmetic below follow utils_vad.py on purpose; see the module doc.
+    min_speech_samples = sample_rate * min_speech_duration_ms / 1000
+    speech_pad_samples = sample_rate * speech_pad_ms / 1000
+    max_speech_samples = sample_rate * max_speech_duration_s - window_size_samples - 2 * speech_pad_samples
+    min_silence_samples = sample_rate * min_silence_duration_ms / 1000
+    min_silence_samples_at_max_speech = sample_rate * min_silence_at_max_speech / 1000
+    if neg_threshold is None:
+        neg_threshold = max(threshold - 0.15, 0.01)
+
+    triggered = False
+    speeches: list[dict[str, int]] = []
+    current: dict[str, int] = {}
+    temp_end = 0  # where a possible end of speech began (silence is tolerated for a while)
+    prev_end = next_start = 0  # split points for segments that reach the maximum length
+    possible_ends: list[tuple[int, int]] = []
+
+    for i, prob in enumerate(p.tolist()):
+        cur_sample = window_size_samples * i
+
+        # speech came back after a tentative end: remember that silence as a split point
+        if prob >= threshold and temp_end:
+            sil_dur = cur_sample - temp_end
+            if sil_dur > min_silence_samples_at_max_speech:
+                possible_ends.append((temp_end, sil_dur))
+            temp_end = 0
+            if next_start < prev_end:
+                next_start = cur_sample
+
+        if prob >= threshold and not triggered:
+            triggered = True
+            current["start"] = cur_sample
+            continue
+
+        if triggered and cur_sample - current["start"] > max_speech_samples:
+            if use_max_poss_sil_at_max_speech and possible_ends:
+                prev_end, dur = max(possible_ends, key=lambda e: e[1])
+                current["end"] = prev_end
+                speeches.append(current)
+                current = {}
+                next_start = prev_end + dur
+                if next_start < prev_end + cur_sample:  # kept as written in utils_vad.py
+                    current["start"] = next_start
+                else:
+                    triggered = False
+                prev_end = next_start = temp_end = 0
+                possible_ends = []
+            elif prev_end:
+                current["end"] = prev_end
+                speeches.append(current)
+                current = {}
+                if next_start < prev_end:
+                    triggered = False
+                else:
+                    current["start"] = next_start
+                prev_end = next_start = temp_end = 0
+                possible_ends = []
+            else:
+                current["end"] = cur_sample
+                speeches.append(current)
+                current = {}
+                prev_end = next_start = temp_end = 0
+                triggered = False
+                possible_ends = []
+                continue
+
+        if prob < neg_threshold and triggered:
+            if not temp_end:
+                temp_end = cur_sample
+            sil_dur_now = cur_sample - temp_end
+            if not use_max_poss_sil_at_max_speech and sil_dur_now > min_silence_samples_at_max_speech:
+                prev_end = temp_end
+            if sil_dur_now < min_silence_samples:
+                continue
+            current["end"] = temp_end
+            if current["end"] - current["start"] > min_speech_samples:
+                speeches.append(current)
+            current = {}
+            prev_end = next_start = temp_end = 0
+            triggered = False
+            possible_ends = []
+            continue
+
+    if current and audio_length_samples - current["start"] > min_speech_samples:
+        current["end"] = audio_length_samples
+        speeches.append(current)
+
+    for i, speech in enumerate(speeches):
+        if i == 0:
+            speech["start"] = int(max(0, speech["start"] - speech_pad_samples))
+        if i != len(speeches) - 1:
+            silence = speeches[i + 1]["start"] - speech["end"]
+            if silence < 2 * speech_pad_samples:
+                speech["end"] += int(silence // 2)
+                speeches[i + 1]["start"] = int(max(0, speeches[i + 1]["start"] - silence // 2))
+            else:
+                speech["end"] = int(min(audio_length_samples, speech["end"] + speech_pad_samples))
+                speeches[i + 1]["start"] = int(max(0, speeches[i + 1]["start"] - speech_pad_samples))
+        else:
+            speech["end"] = int(min(audio_length_samples, speech["end"] + speech_pad_samples))
+
+    return [SpeechSegment(s["start"], s["end"], sample_rate) for s in speeches]

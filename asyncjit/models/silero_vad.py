@@ -1,0 +1,640 @@
+"""Silero VAD on the ``Tensor`` API, with the published weights read from the ``silero-vad`` package.
+
+The network (one step per chunk; issue 6), for a chunk of ``n`` new samples at 16 kHz (8 kHz):
+
+1. ``[context | chunk]``: the last 64 (32) samples of the previous chunk, then 512 (256) new
+   ones, reflect-padded by 64 (32) samples on the right;
+2. an STFT as ``conv1d`` with the file's ``[2F, 1, K]`` basis (K = 256 (128), hop 128 (64))
+   and the magnitude ``sqrt(re^2 + im^2)`` -> ``[B, F, 4]`` with F = 129 (65);
+3. four ``conv1d`` + ReLU layers (strides 1, 2, 2, 1; padding 1) -> ``[B, 128, 1]``;
+4. one LSTM cell, hidden 128, state ``(h, c)``;
+5. ReLU, a 1x1 conv (a ``[128] -> [1]`` linear layer) and a sigmoid: the speech probability.
+
+The ONNX file computes step 4 with an ONNX ``LSTM`` op (gate order i, o, f, c) fed by slices
+that reorder PyTorch's ``weight_ih``/``weight_hh`` (gate order i, f, g, o); we keep PyTorch's
+order and check, when loading, that the file reorders exactly that way.
+
+Batch is a dim of the inputs, normally a bounded ``asyncjit.Var("b", 1, max_batch)``, so one
+graph serves 1..N streams. Four builders share one network:
+
+* ``build_step``: ``(chunk, h, c) -> (prob, h, c)``;
+* ``build_step_state``: the ONNX interface, ``(chunk, state[2, b, 128]) -> (prob, state)``;
+* ``build_step_packed``: ends in ``[prob | h | c]``, the layout ``JitRecurrent`` expects;
+* ``build_step_slots``: the slot pool of ``StreamMux`` (issue 7): gathers each stream's state and
+  audio context from a pool by slot index, runs the step, scatters them back, all in the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
+from ..graph import shape_str
+from ..recurrent import JitRecurrent, LstmState
+from ..symbolic import Dim, Var
+from ..tensor import Tensor
+from ..wrapper import Input, InputSpec, JitWrapper, VarSpec
+from ._audio import check_chunk, check_sample_rate
+from ._onnx_weights import OnnxGraph, attr_value, load_model, package_data_file
+from ._timestamps import SpeechSegment, speech_timestamps
+
+__all__ = [
+    "HIDDEN",
+    "ConvLayer",
+    "SileroVad",
+    "SileroVadJit",
+    "VadModel",
+    "SileroWeights",
+    "build_step",
+    "build_step_packed",
+    "build_step_slots",
+    "build_step_state",
+    "default_model_path",
+    "load_weights",
+    "slot_row_width",
+]
+
+HIDDEN = 128
+"""The LSTM width: the state is ``[2, B, HIDDEN]`` (h, c)."""
+
+# Chunk and context sizes are not in the graph (its input is ``[?, ?]``); these are the values
+# silero_vad.utils_vad.OnnxWrapper uses, which the model was trained with.
+_CHUNK = {16000: 512, 8000: 256}
+_CONTEXT = {16000: 64, 8000: 32}
+_INSTALL_HINT = "install it with: pip install --no-deps silero-vad (its torch dependency is not needed)"
+
+
+@attrs.frozen(eq=False, repr=False)
+class ConvLayer:
+    """One encoder layer: ``conv1d(weight [O, C, K], bias [O], stride, padding)`` then ReLU."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    stride: int
+    padding: int
+
+
+@attrs.frozen(eq=False, repr=False)
+class SileroWeights:
+    """The Silero VAD weights for one sample rate, as read-only float32 numpy arrays.
+
+    LSTM weights keep PyTorch's layout and gate order (i, f, g, o): ``w_ih``/``w_hh`` are
+    ``[4*HIDDEN, in]``, the biases ``[4*HIDDEN]``.
+    """
+
+    sample_rate: int
+    chunk_samples: int
+    context_samples: int
+    hop: int
+    stft_basis: np.ndarray
+    encoder: tuple[ConvLayer, ...]
+    w_ih: np.ndarray
+    w_hh: np.ndarray
+    b_ih: np.ndarray
+    b_hh: np.ndarray
+    head_weight: np.ndarray
+    head_bias: np.ndarray
+    source: str
+
+    @property
+    def input_samples(self) -> int:
+        """Samples per step fed to the network: ``context_samples + chunk_samples``."""
+        return self.context_samples + self.chunk_samples
+
+    @property
+    def filter_length(self) -> int:
+        """The STFT window ``K`` (256 at 16 kHz, 128 at 8 kHz)."""
+        return int(self.stft_basis.shape[2])
+
+    @property
+    def n_freq(self) -> int:
+        """STFT bins ``K // 2 + 1`` (129 at 16 kHz, 65 at 8 kHz)."""
+        return int(self.stft_basis.shape[0]) // 2
+
+    @property
+    def reflect_pad(self) -> int:
+        """Right reflect padding before the STFT: ``(K - hop) // 2`` (64 at 16 kHz, 32 at 8 kHz)."""
+        return (self.filter_length - self.hop) // 2
+
+    def __repr__(self) -> str:
+        return (
+            f"SileroWeights(sample_rate={self.sample_rate}, chunk={self.chunk_samples}, "
+            f"context={self.context_samples}, stft={self.n_freq}x{self.filter_length}/{self.hop}, "
+            f"source={self.source!r})"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def default_model_path() -> Path:
+    """``silero_vad/data/silero_vad.onnx`` of the installed ``silero-vad`` (not imported).
+
+    Raises:
+        ModelFormatError: ``silero-vad`` is not installed, or its data file is missing.
+    """
+    return package_data_file("silero_vad", "data/silero_vad.onnx", _INSTALL_HINT)
+
+
+def load_weights(sample_rate: int = 16000, path: str | os.PathLike[str] | None = None) -> SileroWeights:
+    """Read the Silero VAD weights for ``sample_rate`` (8000 or 16000) from its ONNX file.
+
+    Args:
+        sample_rate: 16000 or 8000; each has its own weights in the file.
+        path: an ONNX file with the Silero VAD graph; the installed package's
+            ``silero_vad.onnx`` by default.
+
+    Raises:
+        AudioFormatError: ``sample_rate`` is neither 8000 nor 16000.
+        ModelFormatError: ``onnx`` or ``silero-vad`` is missing, the file is missing or
+            unreadable, or its graph is not the network this module rebuilds.
+    """
+    check_sample_rate(sample_rate)
+    resolved = default_model_path() if path is None else Path(path)
+    return _load_cached(sample_rate, str(resolved.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(sample_rate: int, path: str) -> SileroWeights:
+    # The arrays are read-only, so one SileroWeights can be shared by every caller.
+    model = load_model(Path(path))
+    branches = _branches_by_rate(model, Path(path))
+    if sample_rate not in branches:
+        raise ModelFormatError(f"{path}: has weights for {sorted(branches)} Hz only, not {sample_rate} Hz")
+    return _parse_branch(branches[sample_rate], sample_rate)
+
+
+def _branches_by_rate(model: Any, source: Path) -> dict[int, OnnxGraph]:
+    """Map each sample rate to the (sub)graph that holds its weights.
+
+    The published file branches with ``If(Equal(sr, 16000))``: then = 16 kHz, else = 8 kHz. A
+    file without that ``If`` holds one network; its STFT window tells which rate it is for.
+    """
+    graph = model.graph
+    names = {i.name for i in graph.input}
+    if not {"input", "state"} <= names:
+        raise ModelFormatError(
+            f"{source}: unexpected graph: inputs {sorted(names)}, expected input and state"
+        )
+    top = OnnxGraph(graph, source)
+    produced = {out: n for n in graph.node for out in n.output}
+    for node in graph.node:
+        if node.op_type != "If":
+            continue
+        cond = produced.get(node.input[0])
+        if cond is None or cond.op_type != "Equal" or "sr" not in cond.input:
+            continue
+        other = next(i for i in cond.input if i != "sr")
+        if other not in top.constants or int(np.asarray(top.constants[other]).reshape(-1)[0]) != 16000:
+            raise top.fail(f"the If on sr compares it with {other!r}, expected the constant 16000")
+        branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
+        return {
+            16000: OnnxGraph(branches["then_branch"], source),
+            8000: OnnxGraph(branches["else_branch"], source),
+        }
+    k = int(top.param("stft.forward_basis_buffer").shape[-1])
+    rate = {256: 16000, 128: 8000}.get(k)
+    if rate is None:
+        raise top.fail(f"STFT window {k} matches neither 16 kHz (256) nor 8 kHz (128)")
+    return {rate: top}
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    out = np.ascontiguousarray(a, dtype=np.float32)
+    out.setflags(write=False)
+    return out
+
+
+def _conv_node(g: OnnxGraph, weight_name: str) -> Any:
+    full = g.param_name(weight_name)
+    hits = [n for n in g.of_type("Conv") if len(n.input) > 1 and n.input[1] == full]
+    if len(hits) != 1:
+        raise g.fail(f"expected one Conv using {weight_name!r}, found {len(hits)}")
+    node = hits[0]
+    if attr_value(node, "group", 1) != 1 or any(d != 1 for d in attr_value(node, "dilations", [1])):
+        raise g.fail(f"the Conv using {weight_name!r} is grouped or dilated")
+    return node
+
+
+def _parse_branch(g: OnnxGraph, sample_rate: int) -> SileroWeights:
+    basis = g.param("stft.forward_basis_buffer")
+    if basis.ndim != 3 or basis.shape[1] != 1 or basis.shape[0] != 2 * (basis.shape[2] // 2 + 1):
+        raise g.fail(f"STFT basis has shape {basis.shape}, expected [2*(K//2+1), 1, K]")
+    stft = _conv_node(g, "stft.forward_basis_buffer")
+    hop = int(attr_value(stft, "strides", [1])[0])
+    if any(attr_value(stft, "pads", [0, 0])):
+        raise g.fail("the STFT Conv pads its input; expected an explicit reflect Pad")
+    if not any(n.input[0] == "input" and attr_value(n, "mode") == "reflect" for n in g.of_type("Pad")):
+        raise g.fail("no reflect Pad of the input before the STFT")
+
+    encoder: list[ConvLayer] = []
+    for i in range(8):
+        name = f"encoder.{i}.reparam_conv.weight"
+        if not g.has_param(name):
+            break
+        node = _conv_node(g, name)
+        pads = list(attr_value(node, "pads", [0, 0]))
+        if len(pads) != 2 or pads[0] != pads[1]:
+            raise g.fail(f"encoder layer {i} pads {pads}; expected symmetric padding")
+        encoder.append(
+            ConvLayer(
+                weight=_f32(g.param(name)),
+                bias=_f32(g.param(f"encoder.{i}.reparam_conv.bias")),
+                stride=int(attr_value(node, "strides", [1])[0]),
+                padding=int(pads[0]),
+            )
+        )
+    if len(encoder) != 4:
+        raise g.fail(f"{len(encoder)} encoder layers, expected 4")
+
+    w_ih, w_hh = g.param("decoder.rnn.weight_ih"), g.param("decoder.rnn.weight_hh")
+    b_ih, b_hh = g.param("decoder.rnn.bias_ih"), g.param("decoder.rnn.bias_hh")
+    _check_lstm(g, w_ih.shape[0] // 4)
+    weights = SileroWeights(
+        sample_rate=sample_rate,
+        chunk_samples=_CHUNK[sample_rate],
+        context_samples=_CONTEXT[sample_rate],
+        hop=hop,
+        stft_basis=_f32(basis),
+        encoder=tuple(encoder),
+        w_ih=_f32(w_ih),
+        w_hh=_f32(w_hh),
+        b_ih=_f32(b_ih),
+        b_hh=_f32(b_hh),
+        head_weight=_f32(g.param("decoder.decoder.2.weight")),
+        head_bias=_f32(g.param("decoder.decoder.2.bias")),
+        source=str(g.source),
+    )
+    _check_shapes(g, weights)
+    return weights
+
+
+def _check_lstm(g: OnnxGraph, hidden: int) -> None:
+    """The file must run a plain forward LSTM cell and feed it PyTorch's gates reordered to
+    ONNX's (i, f, g, o) -> (i, o, f, c); that is what lets us use the PyTorch weights as they are."""
+    lstms = list(g.of_type("LSTM"))
+    if not lstms:
+        raise g.fail("no LSTM op (a decomposed LSTM is not supported)")
+    for node in lstms:
+        acts = attr_value(node, "activations")
+        plain = (
+            attr_value(node, "hidden_size") == hidden
+            and attr_value(node, "direction", "forward") == "forward"
+            and attr_value(node, "clip") is None
+            and attr_value(node, "input_forget", 0) == 0
+            and (
+                acts is None
+                or [a.decode() if isinstance(a, bytes) else a for a in acts] == ["Sigmoid", "Tanh", "Tanh"]
+            )
+        )
+        if not plain:
+            raise g.fail(f"LSTM {node.name!r} is not a plain forward cell of hidden size {hidden}")
+    full = g.param_name("decoder.rnn.weight_ih")
+    slices = {n.output[0]: n for n in g.of_type("Slice") if n.input[0] == full}
+    want = [(0, hidden), (3 * hidden, 4 * hidden), (hidden, 3 * hidden)]
+    found: list[list[tuple[int, int]]] = []
+    for cat in g.of_type("Concat"):
+        if cat.input and all(i in slices for i in cat.input):
+            found.append(
+                [
+                    (g.scalar_ints(slices[i].input[1])[0], g.scalar_ints(slices[i].input[2])[0])
+                    for i in cat.input
+                ]
+            )
+    if not found or any(f != want for f in found):
+        raise g.fail(
+            f"LSTM input weights are sliced as {found}; expected the PyTorch->ONNX gate reorder {want}"
+        )
+
+
+def _check_shapes(g: OnnxGraph, w: SileroWeights) -> None:
+    """Every weight must line up with its neighbours, and the encoder must end at length 1."""
+    channels = w.n_freq
+    length = (w.input_samples + w.reflect_pad - w.filter_length) // w.hop + 1
+    for i, layer in enumerate(w.encoder):
+        o, c, k = layer.weight.shape
+        if c != channels or layer.bias.shape != (o,):
+            raise g.fail(
+                f"encoder layer {i}: weight {layer.weight.shape} and bias {layer.bias.shape} "
+                f"do not fit {channels} input channels"
+            )
+        channels = o
+        length = (length + 2 * layer.padding - k) // layer.stride + 1
+    if length != 1:
+        raise g.fail(f"the encoder ends at length {length} for a {w.chunk_samples}-sample chunk, expected 1")
+    h = HIDDEN
+    want = {
+        "weight_ih": (w.w_ih.shape, (4 * h, channels)),
+        "weight_hh": (w.w_hh.shape, (4 * h, h)),
+        "bias_ih": (w.b_ih.shape, (4 * h,)),
+        "bias_hh": (w.b_hh.shape, (4 * h,)),
+        "decoder.2.weight": (w.head_weight.shape, (1, h, 1)),
+        "decoder.2.bias": (w.head_bias.shape, (1,)),
+    }
+    for name, (got, expected) in want.items():
+        if got != expected:
+            raise g.fail(f"{name} has shape {got}, expected {expected}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the network
+
+
+def _check_input(t: Tensor, name: str, batch: Dim, width: int) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
+    if t.ndim != 2 or t.shape[0] != batch or t.shape[1] != width:
+        raise ShapeMismatchError(f"{name} must have shape [{batch}, {width}], got {shape_str(t.shape)}")
+    if t.dtype != dt.float32:
+        raise DTypeMismatchError(
+            f"{name} must be float32, got {t.dtype.name}; cast it with .cast(asyncjit.float32)"
+        )
+
+
+def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One Silero VAD step on ``chunk [b, context + n]`` with LSTM state ``h, c [b, 128]``.
+
+    Returns:
+        ``(prob [b, 1], h_new [b, 128], c_new [b, 128])``, all float32.
+
+    Raises:
+        ShapeMismatchError: an input has the wrong shape (the batch dim of all three must be the
+            same dim, e.g. one ``Var``).
+        DTypeMismatchError: an input is not float32.
+    """
+    w = weights
+    b = chunk.shape[0] if isinstance(chunk, Tensor) and chunk.ndim else 0
+    _check_input(chunk, "chunk", b, w.input_samples)
+    _check_input(h, "h", b, HIDDEN)
+    _check_input(c, "c", b, HIDDEN)
+
+    # STFT magnitude: reflect pad on the right, conv with the real|imag basis, |.|
+    x = chunk.pad([None, (0, w.reflect_pad)], mode="reflect").unsqueeze(1)
+    spec = x.conv1d(Tensor.const(w.stft_basis), stride=w.hop)
+    re, im = spec.split([w.n_freq, w.n_freq], axis=1)
+    x = (re * re + im * im).sqrt()
+
+    for layer in w.encoder:
+        x = x.conv1d(
+            Tensor.const(layer.weight), Tensor.const(layer.bias), stride=layer.stride, padding=layer.padding
+        ).relu()
+    x = x.squeeze(2)  # [b, 128, 1] -> [b, 128]
+
+    # LSTM cell as one matmul over [x | h]: gates = [x | h] @ [W_ih | W_hh]^T + b_ih + b_hh
+    w_cat = np.concatenate([w.w_ih, w.w_hh], axis=1).T
+    bias = w.b_ih + w.b_hh
+    gates = Tensor.cat([x, h], axis=1) @ Tensor.const(w_cat) + Tensor.const(bias)
+    i_gate, f_gate, g_gate, o_gate = gates.chunk(4, axis=1)  # PyTorch order
+    c_new = f_gate.sigmoid() * c + i_gate.sigmoid() * g_gate.tanh()
+    h_new = o_gate.sigmoid() * c_new.tanh()
+
+    head = w.head_weight.reshape(1, HIDDEN).T  # the 1x1 conv as [128, 1]
+    prob = (h_new.relu() @ Tensor.const(head) + Tensor.const(w.head_bias)).sigmoid()
+    return prob, h_new, c_new
+
+
+def build_step_state(weights: SileroWeights, chunk: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """The ONNX interface: ``(chunk [b, context + n], state [2, b, 128]) -> (prob [b, 1], state)``."""
+    if not isinstance(state, Tensor) or state.ndim != 3 or state.shape[0] != 2 or state.shape[2] != HIDDEN:
+        got = shape_str(state.shape) if isinstance(state, Tensor) else type(state).__name__
+        raise ShapeMismatchError(f"state must have shape [2, b, {HIDDEN}], got {got}")
+    h, c = state[0], state[1]
+    prob, h_new, c_new = build_step(weights, chunk, h, c)
+    return prob, Tensor.stack([h_new, c_new], axis=0)
+
+
+def build_step_packed(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> Tensor:
+    """``build_step`` with one output ``[b, 1 + 2*128]`` laid out ``[prob | h | c]`` per row,
+    the ``[head | h | c]`` layout ``JitRecurrent`` splits (head_len = 1)."""
+    prob, h_new, c_new = build_step(weights, chunk, h, c)
+    return Tensor.cat([prob, h_new, c_new], axis=1)
+
+
+def slot_row_width(weights: SileroWeights) -> int:
+    """Floats per stream in a slot pool: ``h (128) | c (128) | context`` (320 at 16 kHz)."""
+    return 2 * HIDDEN + weights.context_samples
+
+
+def build_step_slots(
+    weights: SileroWeights, samples: Tensor, slots: Tensor, pool: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One batched step for the streams in ``slots`` of a slot pool, gathered and scattered in-graph.
+
+    Each pool row holds one stream's ``[h | c | context]`` (``slot_row_width`` floats; a zero row
+    is a fresh stream, exactly like a new ``OnnxWrapper``). The step gathers the rows of
+    ``slots``, prepends each row's context to its new samples, runs the network, and writes
+    ``[h_new | c_new | last context samples of the chunk]`` back to the same rows.
+
+    Args:
+        samples: ``[b, n]`` float32, the new samples only (512 at 16 kHz, 256 at 8 kHz).
+        slots: ``[b]`` int32/int64, distinct row indices of ``pool``. Out-of-range indices read
+            a clamped row and write nowhere (the reference semantics of gather/scatter).
+        pool: ``[max_streams, slot_row_width]`` float32.
+
+    Returns:
+        ``(prob [b], new_pool [max_streams, slot_row_width])``.
+    """
+    w = weights
+    b = samples.shape[0] if isinstance(samples, Tensor) and samples.ndim else 0
+    _check_input(samples, "samples", b, w.chunk_samples)
+    width = slot_row_width(w)
+    if not isinstance(pool, Tensor) or pool.ndim != 2 or pool.shape[1] != width or pool.dtype != dt.float32:
+        got = f"{pool.dtype.name}{shape_str(pool.shape)}" if isinstance(pool, Tensor) else type(pool).__name__
+        raise ShapeMismatchError(f"pool must be float32 [max_streams, {width}], got {got}")
+    if not isinstance(slots, Tensor) or slots.ndim != 1 or slots.shape[0] != b or not slots.dtype.is_int:
+        got = (
+            f"{slots.dtype.name}{shape_str(slots.shape)}"
+            if isinstance(slots, Tensor)
+            else type(slots).__name__
+        )
+        raise ShapeMismatchError(f"slots must be an int tensor of shape [{b}], got {got}")
+
+    ctx = w.context_samples
+    rows = pool.gather(0, slots)
+    h, c, context = rows.split([HIDDEN, HIDDEN, ctx], axis=1)
+    chunk = Tensor.cat([context, samples], axis=1)
+    prob, h_new, c_new = build_step(w, chunk, h, c)
+    # OnnxWrapper keeps x[..., -context:] of [context | chunk] as the next context
+    next_context = chunk.shrink([None, (w.chunk_samples, w.input_samples)])
+    new_pool = pool.scatter(0, slots, Tensor.cat([h_new, c_new, next_context], axis=1))
+    return prob.reshape(b), new_pool
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-stream user API
+
+
+@attrs.frozen(eq=False)
+class VadModel:
+    """What ``SileroVadJit`` builds from: the weights and the largest batch one plan serves."""
+
+    weights: SileroWeights
+    max_batch: int = 1
+
+
+class SileroVadJit(JitWrapper[VadModel]):
+    """The Silero VAD step as a ``JitWrapper``: inputs ``chunk [B, ctx+n]``, ``state_h``,
+    ``state_c [B, 128]`` at their maximum batch, var ``b`` (``1..max_batch``) selects the rows
+    that run; the output is ``[prob | h | c]`` per row (``build_step_packed``)."""
+
+    chunk = Input()
+    state_h = Input()
+    state_c = Input()
+    b = VarSpec(1, lambda model: model.max_batch)
+
+    def build(self, model: VadModel, chunk: Tensor, state_h: Tensor, state_c: Tensor, b: Var) -> Tensor:
+        return build_step_packed(model.weights, chunk[:b], state_h[:b], state_c[:b])
+
+    def pack_state(self, state: LstmState) -> None:
+        """``RecurrentJit``: copy one stream's state into row 0."""
+        self.state_h_mut()[0] = state.h
+        self.state_c_mut()[0] = state.c
+
+    @classmethod
+    def prepared(cls, weights: SileroWeights, max_batch: int = 1, device: Any = None) -> SileroVadJit:
+        """A prepared plan for ``1..max_batch`` streams (batch fixed at compile time when 1)."""
+        jit = cls(VadModel(weights, max_batch), device=device)
+        if max_batch == 1:
+            jit.with_b_fixed(1)
+        jit.prepare(
+            InputSpec.f32((max_batch, weights.input_samples)),
+            InputSpec.f32((max_batch, HIDDEN)),
+            InputSpec.f32((max_batch, HIDDEN)),
+        )
+        return jit
+
+
+class SileroVad:
+    """Speech probability for one audio stream, chunk by chunk, like the package's ``OnnxWrapper``.
+
+    The object keeps the stream's LSTM state and the last ``context_samples`` of audio between
+    calls; ``reset()`` starts a new stream. The plan is compiled once per process (the compile
+    cache serves later instances) and replayed with one native call per chunk.
+
+    Args:
+        sample_rate: 16000 (chunks of 512 samples) or 8000 (256 samples).
+        device: a runtime ``Device`` or an index into the default client's devices.
+
+    Raises:
+        AudioFormatError: an unsupported sample rate. ModelFormatError: the ``silero-vad``
+            package or its ONNX file is missing or not the network we expect.
+    """
+
+    def __init__(
+        self, sample_rate: int = 16000, device: Any = None, *, weights: SileroWeights | None = None
+    ) -> None:
+        self.sample_rate = check_sample_rate(sample_rate)
+        self.weights = weights if weights is not None else load_weights(self.sample_rate)
+        if self.weights.sample_rate != self.sample_rate:
+            raise ModelFormatError(
+                f"weights are for {self.weights.sample_rate} Hz, "
+                f"SileroVad was asked for {self.sample_rate} Hz"
+            )
+        self._jit = SileroVadJit.prepared(self.weights, 1, device)
+        self._rnn = JitRecurrent(self._jit, LstmState.zeros(HIDDEN), head_len=1)
+        self._context = np.zeros(self.weights.context_samples, np.float32)
+
+    def __repr__(self) -> str:
+        return f"<SileroVad {self.sample_rate} Hz chunk={self.chunk_samples}>"
+
+    @property
+    def chunk_samples(self) -> int:
+        """Samples per call: 512 at 16 kHz, 256 at 8 kHz."""
+        return self.weights.chunk_samples
+
+    @property
+    def last_timing(self) -> Any:
+        """Pack / exec / read seconds of the latest chunk (``recurrent.StepTiming``)."""
+        return self._rnn.last_timing
+
+    def _write(self, chunk: object) -> np.ndarray:
+        x = check_chunk(chunk, self.sample_rate)
+        if x.ndim != 1:
+            raise ShapeMismatchError(
+                f"SileroVad takes one chunk of shape [{self.chunk_samples}], got {x.shape}; "
+                "use one SileroVad per stream (or StreamMux to batch many streams)"
+            )
+        ctx = self._context.size
+        view = self._jit.chunk_mut()
+        view[0, :ctx] = self._context
+        view[0, ctx:] = x
+        return x
+
+    def __call__(self, chunk: np.ndarray) -> float:
+        """The speech probability of the next chunk of this stream (blocking; cheap plans run inline).
+
+        Raises:
+            DTypeMismatchError / ShapeMismatchError / AudioFormatError: a chunk that is not
+                ``float32[chunk_samples]`` of finite samples (the state is left untouched).
+        """
+        x = self._write(chunk)
+        prob = self._rnn.step()
+        self._context[:] = x[-self._context.size :]
+        return float(prob[0])
+
+    async def call_async(self, chunk: np.ndarray) -> float:
+        """``__call__`` for event-loop callers: awaits the replay without blocking the loop."""
+        x = self._write(chunk)
+        prob = await self._rnn.step_async()
+        self._context[:] = x[-self._context.size :]
+        return float(prob[0])
+
+    def reset(self) -> None:
+        """Forget the stream: zero the LSTM state and the audio context."""
+        self._rnn.reset()
+        self._context[:] = 0
+
+    def _chunks(self, waveform: object) -> list[np.ndarray]:
+        audio = np.asarray(waveform)
+        if audio.dtype != np.float32 or audio.ndim != 1:
+            raise DTypeMismatchError(
+                f"a waveform must be a 1-D float32 array, got {audio.dtype}{list(audio.shape)}; "
+                "read files with asyncjit.models.read_wav"
+            )
+        n = self.chunk_samples
+        if audio.size == 0:
+            return []
+        padded = np.zeros(-(-audio.size // n) * n, np.float32)
+        padded[: audio.size] = audio
+        return list(padded.reshape(-1, n))
+
+    def probabilities(self, waveform: np.ndarray) -> np.ndarray:
+        """Per-chunk speech probabilities of a whole waveform (resets the stream first)."""
+        self.reset()
+        return np.array([self(c) for c in self._chunks(waveform)], np.float32)
+
+    async def probabilities_async(self, waveform: np.ndarray) -> np.ndarray:
+        """``probabilities`` for event-loop callers."""
+        self.reset()
+        return np.array([await self.call_async(c) for c in self._chunks(waveform)], np.float32)
+
+    def speech_timestamps(self, waveform: np.ndarray, **params: Any) -> list[SpeechSegment]:
+        """Speech segments of a waveform, with ``get_speech_timestamps``'s parameters
+        (``threshold``, ``min_speech_duration_ms``, ``min_silence_duration_ms``, ``speech_pad_ms``, ...)."""
+        probs = self.probabilities(waveform)
+        return speech_timestamps(
+            probs,
+            self.sample_rate,
+            window_size_samples=self.chunk_samples,
+            audio_length_samples=int(np.asarray(waveform).size),
+            **params,
+        )
+
+    async def speech_timestamps_async(self, waveform: np.ndarray, **params: Any) -> list[SpeechSegment]:
+        """``speech_timestamps`` for event-loop callers."""
+        probs = await self.probabilities_async(waveform)
+        return speech_timestamps(
+            probs,
+            self.sample_rate,
+            window_size_samples=self.chunk_samples,
+            audio_length_samples=int(np.asarray(waveform).size),
+            **params,
+        )
