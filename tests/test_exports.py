@@ -8,7 +8,15 @@ import pytest
 
 import asyncjit
 
-PACKAGES = ["asyncjit", "asyncjit.graph", "asyncjit.runtime", "asyncjit.devices"]
+PACKAGES = [
+    "asyncjit",
+    "asyncjit.compiler",
+    "asyncjit.devices",
+    "asyncjit.graph",
+    "asyncjit.models",
+    "asyncjit.runtime",
+    "asyncjit.scheduler",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

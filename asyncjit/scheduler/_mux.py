@@ -1,0 +1,505 @@
+"""``StreamMux``: many live streams served by one batched recurrent plan (issue 7, item 1).
+
+``async with mux:`` runs one service task. Producers append steps to their stream's FIFO; the
+service forms a batch of at most one step per ready stream, oldest stream first (round robin, so
+no stream starves), runs the plan once for all of them, and resolves every future of the batch
+itself: one loop wake-up (the plan's completion) per batch, never one per waiter.
+
+**When a batch goes.** As soon as ``max_batch_size`` streams are ready, or every open stream is
+ready (the batch cannot grow), or ``max_queue_delay`` has passed since the oldest waiting step
+arrived. The service sleeps on a signal with that deadline; producers wake it only when a batch
+starts forming or becomes full (no polling, no busy wait). One batch is in flight at a time:
+steps that arrive meanwhile wait for the next, which keeps each stream's steps in order and lets
+``BatchedStep`` implementations touch the pool between runs.
+
+**Between runs** the service frees and resets released slots, admits backlog waiters in order,
+applies initial states, and closes streams idle for ``idle_timeout``: never silently, their
+next call raises ``StreamIdleError`` and a ``stream.idle_timeout`` warning is logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ..errors import DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
+from ._groups import single_failure
+from ._metrics import MuxMetrics
+from ._protocol import BatchedStep
+from ._signal import Signal, SignalFactory, loop_clock, signal_factory
+from ._slots import SlotPool
+from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture
+
+__all__ = ["MuxStatistics", "StreamMux"]
+
+_log = structlog.get_logger("asyncjit.scheduler")
+_ids = itertools.count(1)
+
+
+@attrs.frozen
+class MuxStatistics:
+    """A snapshot of a mux: gauges and totals (``metrics()`` adds histograms and percentiles)."""
+
+    name: str
+    running: bool
+    active_streams: int
+    max_streams: int
+    backlog: int
+    ready_streams: int
+    free_slots: int
+    batches: int
+    requests: int
+
+
+class StreamMux:
+    """Serve one ``BatchedStep`` to up to ``max_streams`` concurrent streams.
+
+    Args:
+        step: the batched recurrent plan and its slot pool (see ``BatchedStep``).
+        max_streams: streams open at once (default ``step.num_slots``); more wait in the backlog.
+        max_batch_size: streams per run (default and at most ``step.max_batch_size``).
+        max_queue_delay: seconds the oldest waiting step may wait for the batch to fill.
+        idle_timeout: seconds without a step after which a stream is closed (None: never).
+        backlog: streams that may wait for a slot (default ``max_streams``); more raise
+            ``BacklogFullError``.
+        admission_timeout: seconds a stream waits in the backlog before ``AdmissionTimeoutError``
+            (None: no limit).
+        queue_depth: steps a stream may have queued before ``submit`` waits.
+        metrics_interval: seconds between ``mux.metrics`` log events while serving (None: only
+            when the mux exits).
+        name: shown in logs and ``repr``.
+
+    Raises:
+        ValueError: a size or delay out of range, or larger than the plan supports.
+    """
+
+    def __init__(
+        self,
+        step: BatchedStep,
+        *,
+        max_streams: int | None = None,
+        max_batch_size: int | None = None,
+        max_queue_delay: float = 0.002,
+        idle_timeout: float | None = 60.0,
+        backlog: int | None = None,
+        admission_timeout: float | None = None,
+        queue_depth: int = 4,
+        metrics_interval: float | None = 60.0,
+        name: str | None = None,
+    ) -> None:
+        self.step = step
+        self.max_streams = step.num_slots if max_streams is None else max_streams
+        self.max_batch_size = step.max_batch_size if max_batch_size is None else max_batch_size
+        self.max_queue_delay = max_queue_delay
+        self.idle_timeout = idle_timeout
+        self.admission_timeout = admission_timeout
+        self.queue_depth = queue_depth
+        self.metrics_interval = metrics_interval
+        self.name = name if name is not None else f"mux{next(_ids)}"
+        _check_config(self, step, backlog)
+        self._chunk_shape = tuple(step.chunk_shape)
+        self._chunk_dtype = np.dtype(step.chunk_dtype)
+        backlog = self.max_streams if backlog is None else backlog
+        self._slots = SlotPool(self.max_streams, backlog, self._notify)
+        self._metrics = MuxMetrics(self.max_batch_size)
+        # Ready streams (a step queued, not in the running batch), oldest first; ordered sets.
+        self._ready: OrderedDict[MuxStream, None] = OrderedDict()
+        self._activity: OrderedDict[MuxStream, None] = OrderedDict()  # least recently active first
+        self._first_wait: float | None = None  # arrival of the oldest step waiting in _ready
+        self._n_open = 0
+        self._stream_ids = itertools.count(1)
+        # Reused batch inputs (BatchedStep.run must not keep them).
+        self._chunks = np.zeros((self.max_batch_size, *self._chunk_shape), self._chunk_dtype)
+        self._slot_index = np.zeros(self.max_batch_size, np.int32)
+        self._running = False
+        self._in_run = False
+        self._exited = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._signal: SignalFactory = _not_running
+        self._clock: Callable[[], float] = _not_running_clock
+        self._wake: Signal | None = None
+        self._sleeping = False
+        self._next_log = math.inf
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        state = "running" if s.running else ("exited" if self._exited else "idle")
+        return (
+            f"<StreamMux {self.name} {state} streams={s.active_streams}/{s.max_streams} "
+            f"backlog={s.backlog} ready={s.ready_streams} batches={s.batches}>"
+        )
+
+    # -- running -----------------------------------------------------------------------------
+    async def __aenter__(self) -> StreamMux:
+        if self._running or self._exited:
+            raise RuntimeError(f"{self!r} can be entered once; create a new StreamMux")
+        self._signal = signal_factory()
+        self._clock = loop_clock()
+        if self.metrics_interval is not None:
+            self._next_log = self._clock() + self.metrics_interval
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._running = True
+        tg.start_soon(self._serve, name=f"StreamMux {self.name} service")
+        _log.info("mux.start", mux=self.name, max_streams=self.max_streams, max_batch=self.max_batch_size)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        tg = self._tg
+        assert tg is not None
+        self._shutdown()
+        tg.cancel_scope.cancel()
+        failure: BaseException | None = None
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            failure = single_failure(group)
+            if failure is None:
+                raise
+        finally:
+            _log.info("mux.metrics", mux=self.name, final=True, **self.metrics())
+        raise failure  # outside the handler: your body's exception itself, not a group
+
+    def _shutdown(self) -> None:
+        """Refuse new work; fail every queued step and backlog waiter with ``MuxClosedError``."""
+        self._running = False
+        self._exited = True
+        self._slots.close()
+        for stream in list(self._activity):
+            self._close_stream(stream, (MuxClosedError, f"the StreamMux {self.name} has exited"))
+
+    # -- opening streams ---------------------------------------------------------------------
+    def open_stream(self, state: object | None = None, *, name: str | None = None) -> MuxStream:
+        """A stream admitted when entered: ``async with mux.open_stream() as s``.
+
+        Entering waits in the backlog when ``max_streams`` are open.
+
+        Args:
+            state: the initial state of its slot (checked now by ``step.check_state``); None: zeros.
+
+        Raises (on entering):
+            BacklogFullError, AdmissionTimeoutError, MuxClosedError.
+        """
+        return MuxStream(self, self._stream_name(name), self._checked(state))
+
+    def open_stream_nowait(self, state: object | None = None, *, name: str | None = None) -> MuxStream:
+        """An admitted stream, or ``WouldBlock`` when no slot is free now (or others wait).
+
+        Close it with ``close()`` or use it in ``async with``.
+        """
+        stream = MuxStream(self, self._stream_name(name), self._checked(state))
+        self._check_running()
+        slot = self._slots.try_acquire(stream.state)
+        if slot is None:
+            raise WouldBlock(
+                f"{self!r}: no stream slot is free (or others wait first); use `async with open_stream()`"
+            )
+        self._activate(stream, slot)
+        return stream
+
+    def _stream_name(self, name: str | None) -> str:
+        return name if name is not None else f"{self.name}/s{next(self._stream_ids)}"
+
+    def _checked(self, state: object | None) -> object | None:
+        return None if state is None else self.step.check_state(state)
+
+    def _check_running(self) -> None:
+        if not self._running:
+            why = "has exited" if self._exited else "is not running; enter it with `async with mux:`"
+            raise MuxClosedError(f"StreamMux {self.name} {why}")
+
+    async def _admit(self, stream: MuxStream) -> None:
+        self._check_running()
+        try:
+            slot = await self._slots.acquire(stream.state, self.admission_timeout, self._signal)
+        except JitError as exc:
+            if isinstance(exc, TimeoutError):
+                self._metrics.admission_timeouts += 1
+            elif not isinstance(exc, MuxClosedError):
+                self._metrics.backlog_rejected += 1
+            _log.warning("stream.rejected", mux=self.name, stream=stream.name, reason=type(exc).__name__)
+            raise
+        self._activate(stream, slot)
+
+    def _activate(self, stream: MuxStream, slot: int) -> None:
+        stream.slot = slot
+        stream.state = None
+        stream._status = OPEN
+        stream._last_active = self._clock()
+        self._activity[stream] = None
+        self._n_open += 1
+        self._metrics.opened += 1
+        self._service_slots()
+        if self._sleeping and self._wake is not None:
+            self._wake.set()  # a new idle deadline, and "every stream ready" may no longer hold
+
+    # -- closing streams ---------------------------------------------------------------------
+    def _close_stream(self, stream: MuxStream, reason: tuple[type[JitError], str] | None) -> None:
+        """Close ``stream`` (idempotent); queued steps fail with ``reason`` (default: closed by you)."""
+        if stream._status != OPEN:
+            if stream._closed_by is None:
+                stream._status = CLOSED
+                stream._closed_by = (StreamClosedError, f"{stream.name} was closed before it was admitted")
+            return
+        if reason is None:
+            reason = (StreamClosedError, f"{stream.name} was closed by your code; open a new stream")
+        stream._status = CLOSED
+        stream._closed_by = reason
+        queue = stream._queue
+        if queue:
+            cls, message = reason
+            for fut in queue:
+                fut._fail(cls(f"{message} (this step was never run)"))
+            queue.clear()
+            self._on_unready(stream)
+        self._activity.pop(stream, None)
+        self._n_open -= 1
+        self._metrics.closed += 1
+        stream._wake_producer()
+        assert stream.slot is not None
+        if self._running:
+            self._slots.release(stream.slot)
+            self._service_slots()
+
+    def _service_slots(self) -> None:
+        """Reset and hand on released slots now, unless a run is in progress (then the service
+        does it right after the run: the pool may not be written meanwhile)."""
+        if not self._in_run:
+            self._slots.service(self.step.reset_slot)
+
+    def _expire_idle(self, now: float) -> None:
+        """Close streams idle for ``idle_timeout``; called between runs, so their slot is not in use."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return
+        limit = now - timeout
+        activity = self._activity
+        while activity:
+            stream = next(iter(activity))
+            if stream._last_active > limit:
+                return
+            if stream._queue:  # it waits for us, it is not idle
+                stream._last_active = now
+                activity.move_to_end(stream)
+                continue
+            idle = now - stream._last_active
+            self._metrics.idle_expired += 1
+            _log.warning(
+                "stream.idle_timeout",
+                mux=self.name,
+                stream=stream.name,
+                slot=stream.slot,
+                idle_s=round(idle, 3),
+                idle_timeout=timeout,
+            )
+            message = (
+                f"{stream.name} sent no step for {idle:.3f} s (idle_timeout={timeout} s); the mux "
+                "closed it and freed its slot. Open a new stream, or raise idle_timeout"
+            )
+            self._close_stream(stream, (StreamIdleError, message))
+
+    # -- producers' side ---------------------------------------------------------------------
+    def _coerce(self, chunk: npt.ArrayLike) -> npt.NDArray[Any]:
+        """A private copy of ``chunk`` in the plan's dtype; a float64 chunk becomes float32."""
+        dtype = self._chunk_dtype
+        if type(chunk) is np.ndarray and chunk.dtype == dtype and chunk.shape == self._chunk_shape:
+            return chunk.copy()  # the common case, checked in three comparisons
+        arr = np.asarray(chunk)
+        if arr.dtype != dtype and arr.dtype.kind != dtype.kind:
+            pcm = arr.dtype.kind in "iu"
+            hint = " (scale integer PCM first: pcm.astype(np.float32) / 32768)" if pcm else ""
+            raise DTypeMismatchError(f"{self.name}: a chunk must be {dtype}, got {arr.dtype}{hint}")
+        if arr.shape != self._chunk_shape:
+            raise ShapeMismatchError(
+                f"{self.name}: a chunk must have shape {self._chunk_shape}, got {arr.shape}"
+            )
+        return np.array(arr, dtype=dtype, copy=True)
+
+    def _on_ready(self, stream: MuxStream) -> None:
+        ready = self._ready
+        ready[stream] = None
+        n = len(ready)
+        if n == 1:
+            self._first_wait = stream._queue[0].arrival
+        if self._sleeping and (n == 1 or n >= self.max_batch_size or n >= self._n_open):
+            self._notify()
+
+    def _on_unready(self, stream: MuxStream) -> None:
+        self._ready.pop(stream, None)
+        if not self._ready:
+            self._first_wait = None
+
+    def _notify(self) -> None:
+        wake = self._wake
+        if self._sleeping and wake is not None:
+            wake.set()
+
+    # -- the service -------------------------------------------------------------------------
+    async def _serve(self) -> None:
+        delay = self.max_queue_delay
+        while True:
+            now = self._clock()
+            if now >= self._next_log:
+                self._next_log = now + (self.metrics_interval or math.inf)
+                _log.info("mux.metrics", mux=self.name, **self.metrics())
+            self._expire_idle(now)
+            self._slots.service(self.step.reset_slot)
+            deadline = math.inf
+            if self.idle_timeout is not None and self._activity:
+                deadline = next(iter(self._activity))._last_active + self.idle_timeout
+            n = len(self._ready)
+            if n:
+                assert self._first_wait is not None
+                due = self._first_wait + delay
+                if n >= self.max_batch_size or n >= self._n_open or now >= due:
+                    await self._run_batch(now)
+                    continue
+                deadline = min(deadline, due)
+            await self._sleep(min(deadline, self._next_log))
+
+    async def _sleep(self, deadline: float) -> None:
+        wake = self._wake = self._signal()
+        self._sleeping = True
+        try:
+            if deadline == math.inf:
+                await wake.wait()
+            else:
+                with anyio.CancelScope(deadline=deadline):
+                    await wake.wait()
+        finally:
+            self._sleeping = False
+
+    def _take_batch(self, now: float) -> list[StepFuture]:
+        """Pop the oldest step of up to ``max_batch_size`` ready streams, oldest stream first."""
+        ready = self._ready
+        batch: list[StepFuture] = []
+        delays = self._metrics.queue_delay
+        activity = self._activity
+        for _ in range(min(len(ready), self.max_batch_size)):
+            stream, _ = ready.popitem(last=False)
+            fut = stream._queue.popleft()
+            fut._state = BATCHED
+            batch.append(fut)
+            delays.add(now - fut.arrival)
+            stream._last_active = now
+            activity.move_to_end(stream)
+            if stream._room is not None:
+                stream._wake_producer()
+        for fut in batch:  # streams with more steps queue up again, behind every other stream
+            stream = fut.stream
+            if stream._queue:
+                ready[stream] = None
+        if not ready:
+            self._first_wait = None
+        elif len(ready) < self.max_batch_size:
+            self._first_wait = min(s._queue[0].arrival for s in ready)
+        else:
+            self._first_wait = now  # the next batch is full already: it goes at once
+        return batch
+
+    async def _run_batch(self, now: float) -> None:
+        batch = self._take_batch(now)
+        b = len(batch)
+        chunks = self._chunks[:b]
+        slots = self._slot_index[:b]
+        np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
+        for i, fut in enumerate(batch):
+            slot = fut.stream.slot
+            assert slot is not None  # batched streams are open
+            slots[i] = slot
+            fut.chunk = None
+        t0 = self._clock()
+        self._in_run = True
+        try:
+            out = await self.step.run(chunks, slots)
+            if len(out) != b:
+                raise ShapeMismatchError(
+                    f"{self.step!r}.run returned {len(out)} rows for a batch of {b} streams"
+                )
+        except Exception as exc:
+            self._metrics.record_batch(b, self._clock() - t0, failed=True)
+            _log.warning("mux.batch_failed", mux=self.name, batch=b, error=repr(exc))
+            for fut in batch:
+                fut._fail(exc)
+            return
+        except BaseException:  # the mux is exiting while this batch runs
+            for fut in batch:
+                fut._fail(MuxClosedError(f"the StreamMux {self.name} exited while this step ran"))
+            raise
+        finally:
+            self._in_run = False
+        self._metrics.record_batch(b, self._clock() - t0, failed=False)
+        for i, fut in enumerate(batch):  # the waiting tasks run in the next loop iteration
+            fut._resolve(out[i, ...])
+
+    # -- observing ---------------------------------------------------------------------------
+    def statistics(self) -> MuxStatistics:
+        m = self._metrics
+        return MuxStatistics(
+            self.name,
+            self._running,
+            self._n_open,
+            self.max_streams,
+            self._slots.waiting,
+            len(self._ready),
+            self._slots.free,
+            m.batches,
+            m.requests,
+        )
+
+    def metrics(self) -> dict[str, Any]:
+        """Batch-size histogram, queue delay and step time percentiles (ms), counters and gauges."""
+        return self._metrics.as_dict(
+            active_streams=self._n_open,
+            max_streams=self.max_streams,
+            backlog=self._slots.waiting,
+            ready_streams=len(self._ready),
+            free_slots=self._slots.free,
+        )
+
+
+def _check_config(mux: StreamMux, step: BatchedStep, backlog: int | None) -> None:
+    if not 1 <= mux.max_streams <= step.num_slots:
+        raise ValueError(
+            f"max_streams must be in [1, {step.num_slots}] (the plan's slots), got {mux.max_streams}"
+        )
+    if not 1 <= mux.max_batch_size <= step.max_batch_size:
+        raise ValueError(
+            f"max_batch_size must be in [1, {step.max_batch_size}] (the plan's batch bound), "
+            f"got {mux.max_batch_size}"
+        )
+    if not mux.max_queue_delay >= 0:
+        raise ValueError(f"max_queue_delay must be >= 0 seconds, got {mux.max_queue_delay}")
+    if mux.idle_timeout is not None and not mux.idle_timeout > 0:
+        raise ValueError(f"idle_timeout must be > 0 seconds or None, got {mux.idle_timeout}")
+    if mux.admission_timeout is not None and not mux.admission_timeout >= 0:
+        raise ValueError(f"admission_timeout must be >= 0 seconds or None, got {mux.admission_timeout}")
+    if mux.queue_depth < 1:
+        raise ValueError(f"queue_depth must be >= 1, got {mux.queue_depth}")
+    if backlog is not None and backlog < 0:
+        raise ValueError(f"backlog must be >= 0, got {backlog}")
+    if mux.metrics_interval is not None and not mux.metrics_interval > 0:
+        raise ValueError(f"metrics_interval must be > 0 seconds or None, got {mux.metrics_interval}")
+
+
+def _not_running() -> Signal:
+    raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")
+
+
+def _not_running_clock() -> float:
+    raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")

@@ -1,0 +1,146 @@
+"""``Signal``: a one-shot wake-up for one task of the running loop, its backend chosen once.
+
+The mux creates one per request, per backlog waiter and per service sleep. ``anyio.Event()``
+looks the backend up on every construction (1.4 µs against 0.3 µs for a bare asyncio future,
+STYLE.md section 3), so ``signal_factory()`` is called once when a mux starts and returns the
+asyncio or trio class bound to that loop. Signals are set only from the loop's own thread (device
+completions reach the loop through the runtime's coalescing ``Waker`` first), so they need no lock.
+
+``wait()`` returns at once, without a checkpoint, when the signal is already set; otherwise it
+parks the task until ``set()``. One waiter at a time: a second raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from asyncio.events import _get_running_loop
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["Signal", "SignalFactory", "loop_clock", "signal_factory"]
+
+
+class Signal(Protocol):
+    """Set once by anyone on the loop; awaited by one task."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+SignalFactory = Callable[[], Signal]
+
+
+class AsyncioSignal:
+    """A lazily created ``loop.create_future()``; a cancelled wait leaves the signal reusable."""
+
+    __slots__ = ("_fut", "_loop", "_set")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._fut: asyncio.Future[None] | None = None
+        self._set = False
+
+    def __repr__(self) -> str:
+        return f"<AsyncioSignal {'set' if self._set else 'clear'}>"
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        if self._fut is not None:
+            raise RuntimeError("this signal already has a waiting task")
+        fut = self._fut = self._loop.create_future()
+        try:
+            await fut
+        finally:
+            self._fut = None
+
+
+@functools.cache
+def _trio_signal_class() -> type[Signal]:
+    """Built on first use so that asyncio-only programs never import trio."""
+    import trio
+
+    reschedule = trio.lowlevel.reschedule
+    current_task = trio.lowlevel.current_task
+    wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+    succeeded = trio.lowlevel.Abort.SUCCEEDED
+
+    class TrioSignal:
+        __slots__ = ("_set", "_task")
+
+        def __init__(self) -> None:
+            self._set = False
+            self._task: trio.lowlevel.Task | None = None
+
+        def __repr__(self) -> str:
+            return f"<TrioSignal {'set' if self._set else 'clear'}>"
+
+        def set(self) -> None:
+            if self._set:
+                return
+            self._set = True
+            task = self._task
+            if task is not None:
+                self._task = None
+                reschedule(task)
+
+        def is_set(self) -> bool:
+            return self._set
+
+        async def wait(self) -> None:
+            if self._set:
+                return
+            if self._task is not None:
+                raise RuntimeError("this signal already has a waiting task")
+            self._task = current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._task = None
+                return succeeded
+
+            await wait_task_rescheduled(abort)
+
+    return TrioSignal
+
+
+def signal_factory() -> SignalFactory:
+    """The ``Signal`` constructor for the running loop (asyncio or trio).
+
+    Raises:
+        RuntimeError: when called outside a running asyncio or trio loop.
+    """
+    loop = _get_running_loop()
+    if loop is not None:
+        return functools.partial(AsyncioSignal, loop)
+    try:
+        import trio
+
+        trio.lowlevel.current_task()
+    except (ImportError, RuntimeError):
+        raise RuntimeError("StreamMux needs a running asyncio or trio event loop") from None
+    return _trio_signal_class()
+
+
+def loop_clock() -> Callable[[], float]:
+    """The running loop's clock (what anyio deadlines use), picked once: ``loop.time`` or trio's."""
+    loop = _get_running_loop()
+    if loop is not None:
+        return loop.time
+    import trio
+
+    return trio.current_time

@@ -1,0 +1,311 @@
+"""``MuxStream`` (one live stream of a ``StreamMux``) and ``StepFuture`` (one submitted step).
+
+A stream owns a bounded FIFO of submitted steps; the mux takes at most one step per stream per
+batch, always the oldest, so results come back in submission order. When the FIFO is full,
+``submit`` waits (backpressure on the producer) and ``submit_nowait`` raises ``WouldBlock``.
+
+**Cancellation.** Cancelling the task that awaits a step (``await s.step(c)`` or ``await fut``)
+cancels the step, with one of two outcomes, decided by whether it was already batched:
+
+* not yet batched: it is withdrawn and never runs; the stream's state is as if it was never sent;
+* batched (its run is in progress): the run completes and the stream's state *is* advanced by
+  that chunk; only the result is dropped (counted as ``dropped_results``).
+
+Either way the stream stays usable and other streams are unaffected. ``StepFuture.cancel()``
+gives the first outcome explicitly and says whether it happened.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import numpy.typing as npt
+
+from ..errors import JitError, WouldBlock
+from ._errors import StepCancelledError, StreamBusyError
+from ._signal import Signal
+
+if TYPE_CHECKING:
+    from ._mux import StreamMux
+
+__all__ = ["MuxStream", "StepFuture", "StreamStatistics"]
+
+PENDING: Final = 0
+BATCHED: Final = 1
+DONE: Final = 2
+CANCELLED: Final = 3
+_STATE_NAMES = ("pending", "batched", "done", "cancelled")
+
+
+class StepFuture:
+    """The result of one submitted step: ``await`` it; ``cancel()`` it while it is not batched."""
+
+    __slots__ = ("_error", "_signal", "_state", "_tb", "_value", "arrival", "chunk", "stream")
+
+    def __init__(self, stream: MuxStream, chunk: npt.NDArray[Any], arrival: float, signal: Signal) -> None:
+        self.stream = stream
+        self.chunk: npt.NDArray[Any] | None = chunk
+        self.arrival = arrival
+        self._signal = signal
+        self._state = PENDING
+        self._value: npt.NDArray[Any] | None = None
+        self._error: BaseException | None = None
+        self._tb: TracebackType | None = None
+
+    def __repr__(self) -> str:
+        failed = " failed" if self._error is not None else ""
+        return f"<StepFuture {self.stream.name} {_STATE_NAMES[self._state]}{failed}>"
+
+    def done(self) -> bool:
+        """True once it has a result or an error, or was cancelled."""
+        return self._state >= DONE
+
+    def cancelled(self) -> bool:
+        return self._state == CANCELLED
+
+    def cancel(self) -> bool:
+        """Withdraw the step if it is not batched yet; True if it will never run."""
+        if self._state == PENDING:
+            self.stream._withdraw(self)
+            return True
+        return self._state == CANCELLED
+
+    def result(self) -> npt.NDArray[Any]:
+        """The step's output row (``out[i, ...]`` of its batch), without waiting.
+
+        Raises:
+            WouldBlock: not done yet (``await`` the future instead).
+            StepCancelledError: it was cancelled before it ran.
+            Exception: the batch's original error, or the reason the stream or mux closed.
+        """
+        state = self._state
+        if state == DONE:
+            if self._error is not None:
+                raise self._error.with_traceback(self._tb)
+            assert self._value is not None
+            return self._value
+        if state == CANCELLED:
+            raise StepCancelledError(f"{self!r} was cancelled before it was batched; it never ran")
+        raise WouldBlock(f"{self!r} has no result yet; await it")
+
+    def __await__(self) -> Generator[Any, None, npt.NDArray[Any]]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> npt.NDArray[Any]:
+        if self._state < DONE:
+            try:
+                await self._signal.wait()
+            except BaseException:
+                self._abandon()
+                raise
+        return self.result()
+
+    def _abandon(self) -> None:
+        """The awaiting task was cancelled (see the module docstring for the semantics)."""
+        if self._state == PENDING:
+            self.stream._withdraw(self)
+        elif self._state == BATCHED:
+            self.stream._mux._metrics.dropped += 1
+
+    # -- the mux's side ----------------------------------------------------------------------
+    def _resolve(self, value: npt.NDArray[Any]) -> None:
+        self._value = value
+        self._state = DONE
+        self._signal.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._tb = error.__traceback__
+        self._state = DONE
+        self.chunk = None
+        self._signal.set()
+
+    def _mark_cancelled(self) -> None:
+        self._state = CANCELLED
+        self.chunk = None
+        self._signal.set()
+
+
+@attrs.frozen
+class StreamStatistics:
+    """A snapshot of one stream."""
+
+    name: str
+    status: str
+    slot: int | None
+    queued: int
+    queue_depth: int
+    submitted: int
+    last_active: float
+
+
+NEW: Final = "new"
+WAITING: Final = "waiting"
+OPEN: Final = "open"
+CLOSED: Final = "closed"
+
+
+class MuxStream:
+    """One live stream: ``async with mux.open_stream() as s: out = await s.step(chunk)``.
+
+    Create through ``StreamMux.open_stream`` (admitted when entered) or ``open_stream_nowait``.
+    """
+
+    __slots__ = (
+        "_closed_by",
+        "_last_active",
+        "_mux",
+        "_queue",
+        "_room",
+        "_status",
+        "_submitted",
+        "name",
+        "slot",
+        "state",
+    )
+
+    def __init__(self, mux: StreamMux, name: str, state: object | None) -> None:
+        self._mux = mux
+        self.name = name
+        self.state = state  # the initial state (checked); dropped once the stream is admitted
+        self.slot: int | None = None
+        self._status = NEW
+        self._queue: deque[StepFuture] = deque()
+        self._room: Signal | None = None
+        self._submitted = 0
+        self._last_active = 0.0
+        self._closed_by: tuple[type[JitError], str] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<MuxStream {self.name} {self._status} slot={self.slot} "
+            f"queued={len(self._queue)}/{self._mux.queue_depth} submitted={self._submitted}>"
+        )
+
+    def statistics(self) -> StreamStatistics:
+        return StreamStatistics(
+            self.name,
+            self._status,
+            self.slot,
+            len(self._queue),
+            self._mux.queue_depth,
+            self._submitted,
+            self._last_active,
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._status == CLOSED
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def __aenter__(self) -> MuxStream:
+        if self._status == NEW:
+            self._status = WAITING
+            try:
+                await self._mux._admit(self)
+            except BaseException:
+                self._status = CLOSED
+                raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free the slot (reset by the mux) and fail steps not yet batched. Idempotent."""
+        self._mux._close_stream(self, None)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    # -- steps -------------------------------------------------------------------------------
+    async def step(self, chunk: npt.ArrayLike) -> npt.NDArray[Any]:
+        """Submit ``chunk`` and wait for its output (the simple path).
+
+        A checkpoint: it always waits for the mux's service task to run the batch.
+
+        Raises:
+            StreamIdleError, StreamClosedError, MuxClosedError: the stream cannot step.
+            ShapeMismatchError, DTypeMismatchError: ``chunk`` does not fit the plan.
+            Exception: the batch's original error.
+        """
+        if len(self._queue) < self._mux.queue_depth:
+            fut = self.submit_nowait(chunk)
+        else:
+            fut = await self.submit(chunk)
+        return await fut
+
+    async def submit(self, chunk: npt.ArrayLike) -> StepFuture:
+        """Queue ``chunk`` and return its future; waits while ``queue_depth`` steps are queued.
+
+        A checkpoint only when it waits for room (so a producer far ahead of the mux is slowed down).
+        """
+        while True:
+            self._check_usable()
+            if len(self._queue) < self._mux.queue_depth:
+                return self._enqueue(chunk)
+            if self._room is not None:
+                raise StreamBusyError(f"{self!r}: another task already waits to submit on this stream")
+            room = self._room = self._mux._signal()
+            try:
+                await room.wait()
+            finally:
+                self._room = None
+
+    def submit_nowait(self, chunk: npt.ArrayLike) -> StepFuture:
+        """``submit`` without waiting.
+
+        Raises:
+            WouldBlock: ``queue_depth`` steps are already queued.
+        """
+        self._check_usable()
+        if len(self._queue) >= self._mux.queue_depth:
+            raise WouldBlock(
+                f"{self!r}: {self._mux.queue_depth} steps are queued (queue_depth); await "
+                "submit() or step() to wait for room"
+            )
+        return self._enqueue(chunk)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._status == OPEN:
+            return
+        if self._closed_by is not None:
+            cls, message = self._closed_by
+            raise cls(message)
+        raise WouldBlock(f"{self!r} is not admitted yet; use `async with mux.open_stream() as s`")
+
+    def _enqueue(self, chunk: npt.ArrayLike) -> StepFuture:
+        mux = self._mux
+        arr = mux._coerce(chunk)
+        now = mux._clock()
+        fut = StepFuture(self, arr, now, mux._signal())
+        q = self._queue
+        q.append(fut)
+        self._submitted += 1
+        self._last_active = now
+        mux._activity.move_to_end(self)
+        if len(q) == 1:
+            mux._on_ready(self)
+        return fut
+
+    def _withdraw(self, fut: StepFuture) -> None:
+        """Remove a step that is not batched (cancelled by its waiter or by ``cancel()``)."""
+        self._queue.remove(fut)
+        fut._mark_cancelled()
+        self._mux._metrics.cancelled += 1
+        if not self._queue:
+            self._mux._on_unready(self)
+        self._wake_producer()
+
+    def _wake_producer(self) -> None:
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()

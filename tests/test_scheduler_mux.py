@@ -1,0 +1,611 @@
+"""``StreamMux`` (``asyncjit.scheduler``): batching, ordering, admission, lifecycle, cancellation, errors.
+
+The plan is ``HostBatchedStep`` over ``toy_step`` on a real ``Client`` device (queued path, so
+device threads, futures and coalesced wake-ups run for real); every stream's outputs are compared
+with ``run_unbatched``, the same recurrence stepped one stream at a time in numpy. No timing
+thresholds that a loaded machine can break: timer semantics run on trio's ``MockClock``; real-time
+tests only check lower bounds or use generous ``fail_after`` limits.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+import pytest
+import structlog
+
+import asyncjit.scheduler as sched
+from asyncjit.errors import DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from asyncjit.runtime import Client
+from asyncjit.scheduler import (
+    AdmissionTimeoutError,
+    BacklogFullError,
+    BatchedStep,
+    HostBatchedStep,
+    MuxClosedError,
+    StepCancelledError,
+    StreamClosedError,
+    StreamIdleError,
+    StreamMux,
+    run_unbatched,
+    toy_step,
+)
+
+ZERO = np.zeros(4, np.float32)
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    c = Client("cpu", inline="never")
+    yield c
+    c.close()
+
+
+def chunks_for(seed: int, n: int) -> list[npt.NDArray[np.float32]]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(16).astype(np.float32) for _ in range(n)]
+
+
+def close_to(got: list[Any], want: list[Any]) -> bool:
+    return len(got) == len(want) and bool(np.allclose(np.array(got), np.array(want), atol=1e-5, rtol=0))
+
+
+class Gate:
+    """A step function that, while armed, holds its device until released: a batch 'in the middle'."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, chunks: npt.NDArray[Any], states: npt.NDArray[Any]) -> Any:
+        if self.armed:
+            self.entered.set()
+            assert self.release.wait(20), "gate never released"
+        return toy_step(chunks, states)
+
+    async def wait_entered(self) -> None:
+        assert await anyio.to_thread.run_sync(self.entered.wait, 20)
+
+    def open(self) -> None:
+        self.armed = False
+        self.release.set()
+
+
+class Recording:
+    """A ``BatchedStep`` wrapper that records the slots of every run."""
+
+    def __init__(self, inner: HostBatchedStep) -> None:
+        self.inner = inner
+        self.max_batch_size = inner.max_batch_size
+        self.num_slots = inner.num_slots
+        self.chunk_shape = inner.chunk_shape
+        self.chunk_dtype = inner.chunk_dtype
+        self.batches: list[list[int]] = []
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        self.batches.append([int(s) for s in slots])
+        return await self.inner.run(chunks, slots)
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        self.inner.reset_slot(slot, state)
+
+    def check_state(self, state: object) -> object:
+        return self.inner.check_state(state)
+
+
+# -- correctness against the unbatched reference ----------------------------------------------------
+@pytest.mark.anyio
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_batched_results_equal_unbatched_with_random_join_and_leave(client: Client, seed: int) -> None:
+    """Streams join and leave at random times; each one's outputs equal its own unbatched run."""
+    step = HostBatchedStep(client, max_batch_size=8, num_slots=12)
+    rng = random.Random(seed)
+    plans = {i: (rng.uniform(0, 0.02), chunks_for(seed * 100 + i, rng.randint(1, 25))) for i in range(30)}
+    got: dict[int, list[Any]] = {}
+    async with StreamMux(step, max_streams=12, backlog=30, max_queue_delay=0.001) as mux:
+
+        async def one(i: int) -> None:
+            start, chunks = plans[i]
+            await anyio.sleep(start)
+            async with mux.open_stream(name=f"s{i}") as s:
+                outs = []
+                for c in chunks:
+                    outs.append(await s.step(c))
+                    if rng.random() < 0.1:
+                        await anyio.sleep(rng.uniform(0, 0.003))
+                got[i] = outs
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for i in plans:
+                    tg.start_soon(one, i)
+        m = mux.metrics()
+    for i, (_, chunks) in plans.items():
+        assert close_to(got[i], run_unbatched(toy_step, chunks, ZERO)), i
+    assert m["requests"] == sum(len(c) for _, c in plans.values())
+    assert max(m["batch_size_histogram"]) > 1, "streams were never batched together"
+
+
+@pytest.mark.anyio
+async def test_initial_state_policy_zeros_or_given(client: Client) -> None:
+    """A stream starts from zeros or from the state it is opened with; a bad state fails at open."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    init = np.array([0.5, -0.25, 0.1, 0.9], np.float32)
+    chunks = chunks_for(7, 5)
+    async with StreamMux(step) as mux:
+        async with mux.open_stream(init) as s1, mux.open_stream() as s2:
+            a = [await s1.step(c) for c in chunks]
+            b = [await s2.step(c) for c in chunks]
+        with pytest.raises(ShapeMismatchError, match=r"shape \(4,\)"):
+            mux.open_stream(np.zeros(3))
+    assert close_to(a, run_unbatched(toy_step, chunks, init))
+    assert close_to(b, run_unbatched(toy_step, chunks, ZERO))
+
+
+@pytest.mark.anyio
+async def test_chunks_are_checked_and_copied(client: Client) -> None:
+    """Wrong shapes and integer PCM raise; float64 converts; mutating a chunk after submit is safe."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    async with StreamMux(step) as mux, mux.open_stream() as s:
+        with pytest.raises(ShapeMismatchError, match=r"shape \(16,\)"):
+            s.submit_nowait(np.zeros(15, np.float32))
+        with pytest.raises(DTypeMismatchError, match="32768"):
+            s.submit_nowait(np.zeros(16, np.int16))
+        c = chunks_for(3, 1)[0]
+        fut = s.submit_nowait(c.astype(np.float64))
+        c_copy = c.copy()
+        c[:] = 1e6  # the mux took its own copy
+        out = await fut
+    assert close_to([out], run_unbatched(toy_step, [c_copy], ZERO))
+
+
+# -- batch formation ---------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_fifo_per_stream_and_one_step_per_stream_per_batch(client: Client) -> None:
+    """Many queued steps of one stream run one per batch, in submission order."""
+    rec = Recording(HostBatchedStep(client, max_batch_size=8, num_slots=8))
+    chunks = chunks_for(11, 12)
+    async with StreamMux(rec, queue_depth=12, max_queue_delay=0) as mux, mux.open_stream() as s:
+        futs = [s.submit_nowait(c) for c in chunks]
+        order: list[int] = []
+
+        async def wait(i: int) -> None:
+            await futs[i]
+            order.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in reversed(range(len(futs))):
+                tg.start_soon(wait, i)
+        outs = [f.result() for f in futs]
+    assert close_to(outs, run_unbatched(toy_step, chunks, ZERO))
+    assert all(len(b) == 1 for b in rec.batches) and len(rec.batches) == 12
+    assert order == sorted(order), "results resolved out of submission order"
+
+
+@pytest.mark.anyio
+async def test_no_stream_starves_behind_a_long_backlog(client: Client) -> None:
+    """With 32 streams each far ahead, batches go round robin: every stream runs within 8 batches."""
+    rec = Recording(HostBatchedStep(client, max_batch_size=4, num_slots=32))
+    data = {i: chunks_for(i, 8) for i in range(32)}
+    async with StreamMux(rec, queue_depth=8, max_queue_delay=0) as mux:
+        streams = [mux.open_stream_nowait(name=f"s{i}") for i in range(32)]
+        futs = {i: [streams[i].submit_nowait(c) for c in data[i]] for i in range(32)}
+        with anyio.fail_after(30):
+            outs = {i: [await f for f in futs[i]] for i in range(32)}
+        for s in streams:
+            s.close()
+    for i in range(32):
+        assert close_to(outs[i], run_unbatched(toy_step, data[i], ZERO))
+    slots = [s.slot for s in streams]  # a closed stream still shows the slot it had
+    assert all(len(b) == 4 and len(set(b)) == 4 for b in rec.batches)
+    for window in range(0, 64, 8):  # each window of 8 batches serves every stream exactly once
+        served = [s for b in rec.batches[window : window + 8] for s in b]
+        assert sorted(served) == list(range(32)) == sorted(s for s in slots if s is not None)
+
+
+def test_queue_delay_timer_starts_at_first_waiting_request() -> None:
+    """On a mock clock: a partial batch goes exactly max_queue_delay after its *first* step arrived;
+    a full batch, or one holding every open stream, goes at once."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    client = Client("cpu", inline="always")  # no device-thread waits: virtual time stays exact
+    step = HostBatchedStep(client, max_batch_size=3, num_slots=8)
+    x = chunks_for(1, 1)[0]
+    times: dict[str, float] = {}
+
+    async def main() -> None:
+        async with StreamMux(step, max_queue_delay=1.0, idle_timeout=None, metrics_interval=None) as mux:
+            a, b, c, d = (mux.open_stream_nowait() for _ in range(4))
+            t0 = trio.current_time()
+            fa = a.submit_nowait(x)
+            await trio.sleep(0.4)
+            fb = b.submit_nowait(x)
+            await fa
+            times["partial"] = trio.current_time() - t0
+            assert fb.done()
+            t1 = trio.current_time()
+            await trio.testing.wait_all_tasks_blocked()
+            fs = [s.submit_nowait(x) for s in (a, b, c)]  # max_batch_size=3: full
+            for f in fs:
+                await f
+            times["full"] = trio.current_time() - t1
+            d.close()
+            c.close()
+            t2 = trio.current_time()
+            fs = [s.submit_nowait(x) for s in (a, b)]  # every open stream is waiting
+            for f in fs:
+                await f
+            times["all_open"] = trio.current_time() - t2
+            m = mux.metrics()
+        assert m["batch_size_histogram"] == {2: 2, 3: 1}
+        assert m["queue_delay_ms"]["max"] == pytest.approx(1000.0)
+
+    try:
+        trio.run(main, clock=MockClock(autojump_threshold=0))
+    finally:
+        client.close()
+    assert times["partial"] == pytest.approx(1.0)
+    assert times["full"] == 0.0
+    assert times["all_open"] == 0.0
+
+
+@pytest.mark.anyio
+async def test_queue_delay_real_clock_bounds(client: Client) -> None:
+    """Real clock, lower bounds only: a lone step of two open streams waits for max_queue_delay;
+    a full batch does not wait for a 60 s delay."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=4)
+    x = chunks_for(2, 1)[0]
+    async with StreamMux(step, max_queue_delay=0.05) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        t0 = anyio.current_time()
+        await a.step(x)
+        assert anyio.current_time() - t0 >= 0.045
+    async with StreamMux(step, max_queue_delay=60) as mux:
+        a, b, _c = mux.open_stream_nowait(), mux.open_stream_nowait(), mux.open_stream_nowait()
+        with anyio.fail_after(20):
+            fa, fb = a.submit_nowait(x), b.submit_nowait(x)
+            await fa
+            await fb
+
+
+# -- admission --------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_backlog_admits_in_order(client: Client) -> None:
+    """With max_streams=2, later streams wait in the backlog and are admitted first come, first served."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    admitted: list[int] = []
+    async with StreamMux(step, max_streams=2, backlog=10) as mux:
+        holders = [mux.open_stream_nowait(), mux.open_stream_nowait()]
+        with pytest.raises(WouldBlock):
+            mux.open_stream_nowait()
+
+        async def wait_turn(i: int) -> None:
+            async with mux.open_stream() as s:
+                admitted.append(i)
+                await s.step(chunks_for(i, 1)[0])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(wait_turn, i)
+                with anyio.fail_after(10):  # enqueue in order
+                    while mux.statistics().backlog < i + 1:
+                        await anyio.sleep(0.001)
+            assert admitted == []
+            for h in holders:
+                h.close()
+        with anyio.fail_after(10):  # closed slots are reset and freed by the service task
+            while mux.statistics().free_slots < 2:
+                await anyio.sleep(0.001)
+        assert mux.statistics().backlog == 0
+    # Slots are handed over in backlog order, two at a time (trio may wake a pair in either order).
+    pairs = [sorted(admitted[k : k + 2]) for k in (0, 2, 4)]
+    assert pairs == [[0, 1], [2, 3], [4, 5]], admitted
+
+
+@pytest.mark.anyio
+async def test_backlog_full_and_admission_timeout(client: Client) -> None:
+    """A full backlog raises at once; a backlog wait longer than admission_timeout raises."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    async with StreamMux(step, max_streams=1, backlog=1, admission_timeout=0.05) as mux:
+        holder = mux.open_stream_nowait()
+        with pytest.raises(AdmissionTimeoutError, match=r"admission_timeout=0\.05"):
+            async with mux.open_stream():
+                pass
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_enter_and_leave, mux)
+            while mux.statistics().backlog < 1:
+                await anyio.sleep(0.001)
+            with pytest.raises(BacklogFullError, match="backlog=1"):
+                async with mux.open_stream():
+                    pass
+            holder.close()
+        m = mux.metrics()
+    assert m["admission_timeouts"] == 1 and m["backlog_rejected"] == 1
+
+
+async def _enter_and_leave(mux: StreamMux) -> None:
+    async with mux.open_stream() as s:
+        await s.step(np.zeros(16, np.float32))
+
+
+# -- lifecycle ----------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_idle_timeout_raises_logs_and_frees_slot(client: Client) -> None:
+    """An idle stream's next call raises StreamIdleError; the event is logged; its slot is reset
+    and reused."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=1)
+    chunks = chunks_for(5, 3)
+    with structlog.testing.capture_logs() as logs:
+        async with StreamMux(step, max_streams=1, idle_timeout=0.05, backlog=1) as mux:
+            s = mux.open_stream_nowait(name="sleepy")
+            await s.step(chunks[0])
+            slot = s.slot
+            assert slot is not None
+            assert np.any(step.read_slot(slot) != 0)
+            async with anyio.create_task_group() as tg:
+                # A second stream waits in the backlog: the expiry hands it the slot.
+                tg.start_soon(_enter_and_leave, mux)
+                with anyio.fail_after(20):
+                    while mux.metrics()["idle_expired"] < 1:
+                        await anyio.sleep(0.01)
+            with pytest.raises(StreamIdleError, match=r"idle_timeout=0\.05"):
+                await s.step(chunks[1])
+            with pytest.raises(StreamIdleError):
+                s.submit_nowait(chunks[1])
+            s.close()  # closing an expired stream is fine
+            async with mux.open_stream() as fresh:  # slot reset: a fresh stream starts from zeros
+                out = await fresh.step(chunks[2])
+    assert close_to([out], run_unbatched(toy_step, [chunks[2]], ZERO))
+    events = [e for e in logs if e["event"] == "stream.idle_timeout"]
+    assert len(events) == 1 and events[0]["stream"] == "sleepy" and events[0]["log_level"] == "warning"
+
+
+@pytest.mark.anyio
+async def test_closed_stream_and_exited_mux_raise(client: Client) -> None:
+    """Steps after close raise StreamClosedError; a mux not running refuses streams; its exit
+    fails queued steps."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    mux = StreamMux(step, max_queue_delay=60)
+    with pytest.raises(MuxClosedError, match="async with mux"):
+        mux.open_stream_nowait()
+    async with mux:
+        async with mux.open_stream() as s:
+            await s.step(np.zeros(16, np.float32))
+        with pytest.raises(StreamClosedError, match="closed by your code"):
+            await s.step(np.zeros(16, np.float32))
+        a, _b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        pending = a.submit_nowait(np.zeros(16, np.float32))  # waits 60 s for a batch partner
+    with pytest.raises(MuxClosedError):
+        pending.result()
+    with pytest.raises(MuxClosedError):
+        await a.step(np.zeros(16, np.float32))
+    with pytest.raises(RuntimeError, match="entered once"):
+        async with mux:
+            pass
+
+
+@pytest.mark.anyio
+async def test_backpressure_submit_waits_and_nowait_raises(client: Client) -> None:
+    """A full stream queue: submit_nowait raises WouldBlock, submit waits for room."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=2, num_slots=2)
+    chunks = chunks_for(9, 4)
+    async with StreamMux(step, queue_depth=2, max_queue_delay=0) as mux, mux.open_stream() as s:
+        gate.armed = True
+        try:
+            f0 = s.submit_nowait(chunks[0])
+            await gate.wait_entered()  # f0 is running; two more fill the queue
+            f1, f2 = s.submit_nowait(chunks[1]), s.submit_nowait(chunks[2])
+            with pytest.raises(WouldBlock, match="queue_depth"):
+                s.submit_nowait(chunks[3])
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def producer() -> None:
+                    got.append(await s.submit(chunks[3]))
+
+                tg.start_soon(producer)
+                await anyio.sleep(0.05)
+                assert got == [], "submit did not wait for room"
+                gate.open()
+        finally:
+            gate.open()
+        outs = [await f for f in (f0, f1, f2, got[0])]
+    assert close_to(outs, run_unbatched(toy_step, chunks, ZERO))
+
+
+# -- cancellation -------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_cancel_in_the_middle_of_a_batch(client: Client) -> None:
+    """A batched step whose waiter is cancelled: the batch completes, other streams get results,
+    the cancelled stream's state *did* advance, its result is dropped."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca, cb = chunks_for(1, 3), chunks_for(2, 3)
+    async with StreamMux(step, max_queue_delay=0) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        await a.step(ca[0])
+        await b.step(cb[0])
+        gate.armed = True
+        try:
+            fa, fb = a.submit_nowait(ca[1]), b.submit_nowait(cb[1])  # one batch of both
+            async with anyio.create_task_group() as tg:
+
+                async def wait_a(scope: anyio.CancelScope) -> None:
+                    with scope:
+                        await fa
+
+                scope = anyio.CancelScope()
+                tg.start_soon(wait_a, scope)
+                await gate.wait_entered()
+                scope.cancel()
+            assert not fa.cancel(), "a batched step cannot be withdrawn"
+        finally:
+            gate.open()
+        rb1 = await fb
+        ra2 = await a.step(ca[2])
+        rb2 = await b.step(cb[2])
+        m = mux.metrics()
+    assert m["dropped_results"] == 1 and m["cancelled"] == 0
+    assert close_to([ra2], run_unbatched(toy_step, ca, ZERO)[2:])  # ca[1] was applied
+    assert close_to([rb1, rb2], run_unbatched(toy_step, cb, ZERO)[1:])
+
+
+@pytest.mark.anyio
+async def test_cancelled_step_not_yet_batched_never_runs(client: Client) -> None:
+    """A step cancelled while waiting for a batch is withdrawn: the stream continues as if never sent."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca, cb = chunks_for(3, 2), chunks_for(4, 3)
+    async with StreamMux(step, max_queue_delay=0) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        gate.armed = True
+        try:
+            fa = a.submit_nowait(ca[0])  # runs alone and is held at the gate
+            await gate.wait_entered()
+            with anyio.move_on_after(0.02):
+                await b.step(cb[0])  # waits for the next batch, then is cancelled
+            explicit = b.submit_nowait(cb[1])
+            assert explicit.cancel() and explicit.cancelled()
+        finally:
+            gate.open()
+        await fa
+        rb = await b.step(cb[2])
+        ra = await a.step(ca[1])
+        with pytest.raises(StepCancelledError):
+            explicit.result()
+        m = mux.metrics()
+    assert m["cancelled"] == 2 and m["dropped_results"] == 0
+    assert close_to([rb], run_unbatched(toy_step, [cb[2]], ZERO))
+    assert close_to([ra], run_unbatched(toy_step, ca, ZERO)[1:])
+
+
+# -- errors --------------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_failing_batch_fails_its_steps_and_mux_keeps_serving(client: Client) -> None:
+    """A plan error fails every step of that batch with the original error; states stay as before."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    ca, cb = chunks_for(1, 3), chunks_for(2, 3)
+    poison = np.full(16, 666.0, np.float32)
+    async with StreamMux(step, max_queue_delay=0) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        ra0, rb0 = await _both(a.submit_nowait(ca[0]), b.submit_nowait(cb[0]))
+        fa, fb = a.submit_nowait(poison), b.submit_nowait(cb[1])
+        for f in (fa, fb):
+            with pytest.raises(ValueError, match="poisoned chunk") as info:
+                await f
+        assert "toy_step" in "".join(str(x) for x in info.traceback)
+        ra1, rb1 = await _both(a.submit_nowait(ca[1]), b.submit_nowait(cb[2]))
+        m = mux.metrics()
+    assert close_to([ra0, ra1], run_unbatched(toy_step, ca[:2], ZERO))
+    assert close_to([rb0, rb1], run_unbatched(toy_step, [cb[0], cb[2]], ZERO))  # cb[1] failed: no update
+    assert m["failed_batches"] == 1 and m["failed_requests"] == 2
+
+
+async def _both(f: sched.StepFuture, g: sched.StepFuture) -> tuple[Any, Any]:
+    return await f, await g
+
+
+# -- scale and memory ----------------------------------------------------------------------------
+def _rss_bytes() -> int:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.anyio
+async def test_1000_streams_10000_chunks_nothing_lost_duplicated_or_reordered(client: Client) -> None:
+    """1,000 streams (256 slots, the rest in the backlog) x 10 chunks: every result exact and in
+    order, and memory flat between two identical rounds."""
+    step = HostBatchedStep(client, max_batch_size=64, num_slots=256)
+    base = np.random.default_rng(0).standard_normal((1000, 10, 16)).astype(np.float32)
+    want = {i: run_unbatched(toy_step, list(base[i]), ZERO) for i in range(1000)}
+
+    async def one_round() -> dict[int, list[Any]]:
+        got: dict[int, list[Any]] = {}
+        async with StreamMux(step, max_streams=256, backlog=1000, max_queue_delay=0.001) as mux:
+
+            async def one(i: int) -> None:
+                async with mux.open_stream() as s:
+                    got[i] = [await s.step(c) for c in base[i]]
+
+            async with anyio.create_task_group() as tg:
+                for i in range(1000):
+                    tg.start_soon(one, i)
+            assert mux.metrics()["requests"] == 10_000
+        return got
+
+    with anyio.fail_after(50):
+        await one_round()
+        before = _rss_bytes()
+        got = await one_round()
+        after = _rss_bytes()
+    assert sorted(got) == list(range(1000))
+    for i in range(1000):
+        assert close_to(got[i], want[i]), i
+    assert after - before < 32 * 2**20, f"RSS grew by {(after - before) / 2**20:.1f} MiB"
+
+
+# -- observing and configuration ----------------------------------------------------------------
+@pytest.mark.anyio
+async def test_statistics_metrics_and_repr(client: Client) -> None:
+    """statistics(), metrics() and repr() show the state of the mux and its streams."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    async with StreamMux(step, name="vad", max_queue_delay=0) as mux, mux.open_stream(name="s1") as s:
+        await s.step(np.zeros(16, np.float32))
+        st = mux.statistics()
+        assert (st.name, st.running, st.active_streams, st.free_slots, st.batches) == ("vad", True, 1, 3, 1)
+        m = mux.metrics()
+        assert m["batch_size_histogram"] == {1: 1} and m["requests"] == 1
+        assert set(m["queue_delay_ms"]) == {"p50", "p99", "max"} and m["step_ms"]["p50"] > 0
+        assert "vad running streams=1/4" in repr(mux)
+        assert repr(s).startswith("<MuxStream s1 open slot=0") and s.statistics().submitted == 1
+    assert isinstance(step, BatchedStep)
+
+
+def test_config_is_validated(client: Client) -> None:
+    """Sizes beyond the plan's bounds and negative delays raise ValueError at construction."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"max_streams": 5}, "max_streams"),
+        ({"max_batch_size": 8}, "max_batch_size"),
+        ({"max_queue_delay": -1}, "max_queue_delay"),
+        ({"idle_timeout": 0}, "idle_timeout"),
+        ({"queue_depth": 0}, "queue_depth"),
+        ({"backlog": -1}, "backlog"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            StreamMux(step, **kwargs)
+
+
+def test_exports_are_unique_and_errors_are_jit_errors() -> None:
+    """Every public scheduler name resolves once; its errors share the JitError base."""
+    assert len(sched.__all__) == len(set(sched.__all__))
+    for name in sched.__all__:
+        assert hasattr(sched, name), name
+    for cls in (StreamIdleError, StreamClosedError, MuxClosedError, AdmissionTimeoutError, BacklogFullError):
+        assert issubclass(cls, JitError)
+    assert issubclass(AdmissionTimeoutError, TimeoutError)
+
+
+@pytest.mark.anyio
+async def test_error_in_the_mux_body_propagates_unwrapped(client: Client) -> None:
+    """An exception raised inside ``async with mux`` comes out as itself, not an ExceptionGroup,
+    and leaves no service task behind."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    before = len(anyio.get_running_tasks())
+    with pytest.raises(KeyError, match="from the body"):
+        async with StreamMux(step) as mux, mux.open_stream() as s:
+            await s.step(np.zeros(16, np.float32))
+            raise KeyError("from the body")
+    assert len(anyio.get_running_tasks()) == before
