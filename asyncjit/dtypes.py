@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "DType",
+    "check_array_dtype",
     "bool_",
     "float16",
     "float32",
@@ -105,3 +106,21 @@ def scalar_dtype(value: object, other: DType) -> DType:
     if isinstance(value, float | np.floating):
         return other if other.is_float else float32
     raise TypeError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")
+
+
+def check_array_dtype(array: np.ndarray, want: DType, what: str) -> None:
+    """Check that ``array`` holds ``want`` exactly (no silent conversion of inputs).
+
+    Raises:
+        DTypeMismatchError: naming ``what`` (e.g. ``input 'x'``), the dtypes, and the fix.
+    """
+    from .errors import DTypeMismatchError
+
+    try:
+        got = from_numpy(array.dtype)
+    except TypeError as exc:
+        raise DTypeMismatchError(f"{what}: {exc}") from None
+    if got != want:
+        raise DTypeMismatchError(
+            f"{what}: expected dtype {want.name}, got {array.dtype} (convert with .astype(np.{want.np}))"
+        )

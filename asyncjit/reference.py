@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .dtypes import from_numpy
-from .errors import DTypeMismatchError, InputBufferNotFoundError, ShapeMismatchError, VarBoundsError
-from .graph import OPS, Node, graph_vars, shape_str, toposort
+from .dtypes import check_array_dtype
+from .errors import InputBufferNotFoundError, ShapeMismatchError, VarBoundsError
+from .graph import OPS, Node, as_node, graph_vars, shape_str, toposort
 from .symbolic import check_bindings
 from .symbolic import evaluate as eval_dim
 
@@ -23,15 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["evaluate", "run_nodes"]
 
 InputKey = "Tensor | Node | str"
-
-
-def _as_node(x: Any) -> Node:
-    if isinstance(x, Node):
-        return x
-    node = getattr(x, "node", None)
-    if isinstance(node, Node):
-        return node
-    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
 
 
 @overload
@@ -69,7 +60,7 @@ def evaluate(
         ShapeMismatchError / DTypeMismatchError: an input does not match its placeholder.
     """
     single = not isinstance(outputs, Sequence)
-    out_nodes = [_as_node(outputs)] if single else [_as_node(o) for o in outputs]  # type: ignore[union-attr]
+    out_nodes = [as_node(outputs)] if single else [as_node(o) for o in outputs]  # type: ignore[union-attr]
     results = run_nodes(out_nodes, inputs or {}, var_values or {})
     return results[0] if single else results
 
@@ -105,7 +96,7 @@ def run_nodes(
                 )
             feed[placeholders[key][0].id] = value
             continue
-        node = _as_node(key)
+        node = as_node(key)
         if node.op != "placeholder":
             # feeding a computed value would be silently ignored; it cannot override the node
             raise InputBufferNotFoundError(f"input %{node.id} ({node.op}) is not a placeholder")
@@ -138,15 +129,7 @@ def _bind_input(node: Node, feed: Mapping[int, Any], bindings: Mapping[str, int]
     if node.id not in feed:
         raise InputBufferNotFoundError(f"no array given for placeholder {name!r}")
     arr = np.asarray(feed[node.id])
-    try:
-        got = from_numpy(arr.dtype)
-    except TypeError as exc:
-        raise DTypeMismatchError(f"input {name!r}: {exc}") from None
-    if got != node.dtype:
-        raise DTypeMismatchError(
-            f"input {name!r}: expected dtype {node.dtype.name}, got {arr.dtype} "
-            f"(convert with .astype(np.{node.dtype.np}))"
-        )
+    check_array_dtype(arr, node.dtype, f"input {name!r}")
     want = tuple(eval_dim(d, bindings) for d in node.shape)
     if arr.shape != want:
         raise ShapeMismatchError(

@@ -1,6 +1,7 @@
 """The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
 
 from ._node import Node as Node
+from ._node import as_node as as_node
 from ._node import graph_vars as graph_vars
 from ._node import make_node as make_node
 from ._node import shape_str as shape_str
@@ -17,6 +18,7 @@ __all__ = [
     "OPS",
     "Node",
     "OpDef",
+    "as_node",
     "cast_array",
     "conv_out_len",
     "graph_vars",

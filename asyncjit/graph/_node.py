@@ -19,7 +19,7 @@ from attrs import define, field
 from ..dtypes import DType
 from ..symbolic import Dim, Var, free_vars
 
-__all__ = ["Node", "make_node", "structural_key", "toposort", "graph_vars"]
+__all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
 
 _ids = itertools.count()
 
@@ -50,6 +50,16 @@ def _short(v: object) -> str:
     if isinstance(v, np.ndarray):
         return f"<array {v.dtype}{list(v.shape)}>"
     return str(v)
+
+
+def as_node(x: Any) -> Node:
+    """The graph node of a ``Tensor`` (anything with a ``.node``) or of a ``Node`` itself."""
+    if isinstance(x, Node):
+        return x
+    node = getattr(x, "node", None)
+    if isinstance(node, Node):
+        return node
+    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
 
 
 def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
