@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import itertools
 import math
-import threading
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,6 +21,7 @@ from ..errors import BufferDeletedError, DeviceError, WouldBlock
 from ._commands import CopyCommand, ToHostCommand
 from ._events import Event
 from ._memory import Block, MemorySpace
+from ._uses import _uses_lock
 from ._wakeup import wait_event
 
 if TYPE_CHECKING:
@@ -75,7 +75,6 @@ class Buffer:
         "_event",
         "_host",
         "_host_copy",
-        "_lock",
         "_uses",
         "dtype",
         "id",
@@ -95,15 +94,16 @@ class Buffer:
         uses: int = 0,
         host: npt.NDArray[Any] | None = None,
         donatable: bool = True,
+        nbytes: int = -1,
     ) -> None:
         self.id = next(_ids)
         self.shape = shape
         self.dtype = dtype
         self.memory_space = memory_space
-        self.nbytes = math.prod(shape) * dtype.itemsize
+        # executables pass ``nbytes`` computed once per shape; everyone else lets it be computed
+        self.nbytes = nbytes if nbytes >= 0 else math.prod(shape) * dtype.itemsize
         self._block: Block | None = block
         self._event = event
-        self._lock = threading.Lock()
         self._uses = uses
         self._deleted: str | None = None
         self._host = host  # the aliased host array of a zero-copy buffer
@@ -147,7 +147,7 @@ class Buffer:
         )
 
     def statistics(self) -> BufferStatistics:
-        with self._lock:
+        with _uses_lock:
             return BufferStatistics(
                 ready=self._event._done,
                 failed=self._event._error is not None,
@@ -181,8 +181,10 @@ class Buffer:
             BufferDeletedError: the buffer was deleted or donated.
             Exception: the original error of the command that poisoned it.
         """
-        self._check_alive()
         ev = self._event
+        if ev._done and ev._error is None and self._deleted is None:
+            return  # the common case after an inline execution: three loads, no calls
+        self._check_alive()
         if not ev._done:
             await wait_event(ev)
         ev.raise_if_failed()
@@ -301,7 +303,7 @@ class Buffer:
         self._mark_deleted("deleted")
 
     def _mark_deleted(self, why: str) -> None:
-        with self._lock:
+        with _uses_lock:
             if self._deleted is not None:
                 return
             self._deleted = why
@@ -317,14 +319,14 @@ class Buffer:
             raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
 
     def _acquire_use(self) -> None:
-        with self._lock:
+        with _uses_lock:
             if self._deleted is None:
                 self._uses += 1
                 return
         raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
 
     def _release_use(self) -> None:
-        with self._lock:
+        with _uses_lock:
             self._uses -= 1
             if self._uses or self._deleted is None:
                 return

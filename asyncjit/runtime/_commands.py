@@ -18,6 +18,7 @@ import numpy.typing as npt
 import structlog
 
 from ._events import Event
+from ._uses import release_uses
 
 if TYPE_CHECKING:
     from ..compiler._executable import Launcher
@@ -87,10 +88,10 @@ class Command:
             self.event.fail(error)
         else:
             self.event.set()
-        for b in self.inputs:
-            b._release_use()
-        for b in self.outputs:
-            b._release_use()
+        if self.outputs:
+            release_uses((*self.inputs, *self.outputs))
+        else:
+            release_uses(self.inputs)
 
 
 class Noop(Command):

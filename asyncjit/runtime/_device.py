@@ -114,6 +114,8 @@ class Device:
         self._completed = 0
         self._inline = 0
         self._failed = 0
+        self._direct = 0  # inline executions that bypass submit(); changed under _exec_lock only
+        self._direct_failed = 0
         self._thread = threading.Thread(target=self._work, name=f"asyncjit-{self.kind}-{id}", daemon=True)
         self._thread.start()
         self.hop_ns = self._calibrate()
@@ -147,10 +149,10 @@ class Device:
                 self.kind,
                 self._in_flight,
                 self.max_in_flight,
-                self._submitted,
-                self._completed,
-                self._inline,
-                self._failed,
+                self._submitted + self._direct,
+                self._completed + self._direct,
+                self._inline + self._direct,
+                self._failed + self._direct_failed,
                 round(self.hop_ns / 1e3, 2),
                 self._closed,
             )
@@ -212,6 +214,28 @@ class Device:
         finally:
             self._exec_lock.release()
         self._finish(cmd, error, bad)
+
+    def begin_inline(self) -> bool:
+        """Take the device for a command run on this thread, if it is idle; then ``end_inline``.
+
+        Idle: nothing submitted is unfinished, so running now keeps queue order. Anything
+        submitted meanwhile is ordered after us and its run waits for ``_exec_lock``, which we
+        hold. One lock round trip, no queue, no event: the execute fast path.
+        """
+        lock = self._exec_lock
+        if lock.acquire(blocking=False):
+            if self._in_flight == 0 and not self._closed:
+                return True
+            lock.release()
+        return False
+
+    def end_inline(self, ran: bool, failed: bool) -> None:
+        """Count the command started by ``begin_inline`` (if it ``ran``); give the device back."""
+        if ran:
+            self._direct += 1
+            if failed:
+                self._direct_failed += 1
+        self._exec_lock.release()
 
     def _finish(self, cmd: Command, error: BaseException | None, bad: Event | None) -> None:
         if error is not None:

@@ -13,16 +13,21 @@ few combinations, and a dict lookup is cheaper than re-checking bounds every ste
 from __future__ import annotations
 
 import itertools
+import math
 import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import structlog
 
 from ..errors import DeviceError, WouldBlock
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming
-from ._events import Event
+from ._events import READY, Event
+from ._memory import Block, MemoryKind, size_class
+from ._uses import acquire_uses, release_uses
 
 if TYPE_CHECKING:
     from ..compiler._executable import Executable, Launcher, Signature
@@ -36,8 +41,11 @@ _ids = itertools.count(1)
 _MAGIC = b"ASYNCJIT-EXE\x00"
 _VERSION = 1
 _CACHE_MAX = 512
+_perf_ns = time.perf_counter_ns
+_log = structlog.get_logger("asyncjit.runtime")
 
-_Validated = tuple[tuple[int, ...], list[tuple[int, ...]]]
+# var values, output shapes, output sizes in bytes
+_Validated = tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]
 
 
 def pack_executable(kind: str, payload: bytes) -> bytes:
@@ -83,9 +91,11 @@ class LoadedExecutable:
         self._timing: dict[int, PlanTiming] = {}
         for d in devices:
             self._launcher_for(d)
-        self._n_in = len(self.signature.inputs)
-        self._out_dtypes: tuple[DType, ...] = tuple(a.dtype for a in self.signature.outputs)
-        self._capacity = self.signature.output_capacity
+        sig = self.signature
+        self._n_in = len(sig.inputs)
+        self._in_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.inputs)
+        self._out_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.outputs)
+        self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
 
@@ -151,7 +161,7 @@ class LoadedExecutable:
             BufferDeletedError: an input was deleted or donated before.
             DeviceError / ClosedError: wrong client or device; client closed.
         """
-        dev = self._check_device(device, portable=False)
+        dev = self._devices[0] if device is None else self._check_device(device, portable=False)
         validated = self._validate(args, vars)
         if dev._in_flight >= dev.max_in_flight:
             await dev.wait_for_slot()
@@ -227,37 +237,54 @@ class LoadedExecutable:
         if device.client is not self.client:
             raise DeviceError(f"{device!r} belongs to another client than {self!r}")
         if not portable and device.id not in self._launchers:
-            raise DeviceError(
-                f"{self!r} is not loaded on {device!r}; load it there or use execute_portable"
-            )
+            raise DeviceError(f"{self!r} is not loaded on {device!r}; load it there or use execute_portable")
         return device
 
     def _validate(self, args: Sequence[Buffer], vars: Mapping[str, int] | None) -> _Validated:
+        """Check types, client, dtypes (identity: DTypes are singletons), shapes and vars.
+
+        Shapes and var values are checked once per combination and memoised; dtypes and the
+        client are compared per argument (a few loads, cheaper than hashing them into the key).
+        """
         client = self.client
-        for a in args:
+        shapes = []
+        dtypes_ok = len(args) == self._n_in
+        for a, dt in zip(args, self._in_dtypes):  # noqa: B905 - the count is checked above
             if type(a) is not Buffer:
                 raise TypeError(
                     f"{self!r}: arguments must be asyncjit Buffers, got {type(a).__name__}; "
                     "use client.buffer_from_host(array) first"
                 )
-            if a.memory_space.device.client is not client:
+            if a.memory_space.client is not client:
                 raise DeviceError(f"{self!r}: input {a!r} belongs to another client")
-        shapes = tuple(a.shape for a in args)
-        dtypes = tuple(a.dtype for a in args)
+            if a.dtype is not dt:
+                dtypes_ok = False
+            shapes.append(a.shape)
         if vars:
             items = tuple(vars.items())
-            cacheable = all(type(v) is int for _, v in items)
+            cacheable = dtypes_ok
+            for _, v in items:
+                if type(v) is not int:  # 16.0 == 16 as a key: only exact ints may hit the memo
+                    cacheable = False
         else:
-            items, cacheable = (), True
-        key = (shapes, dtypes, items)
+            items, cacheable = (), dtypes_ok
+        key = (tuple(shapes), items)
         if cacheable:
             hit = self._validated.get(key)
             if hit is not None:
                 return hit
+        for a in args[len(self._in_dtypes) :]:
+            if type(a) is not Buffer:
+                raise TypeError(f"{self!r}: arguments must be asyncjit Buffers, got {type(a).__name__}")
         sig = self.signature
         values = sig.var_values(vars)
-        sig.validate(shapes, list(dtypes), values)
-        result = (values, sig.output_shapes(values))
+        sig.validate(key[0], [a.dtype for a in args], values)
+        out_shapes = tuple(sig.output_shapes(values))
+        result = (
+            values,
+            out_shapes,
+            tuple(math.prod(s) * d.itemsize for s, d in zip(out_shapes, self._out_dtypes, strict=True)),
+        )
         if cacheable:
             if len(self._validated) >= _CACHE_MAX:
                 self._validated.clear()
@@ -275,34 +302,104 @@ class LoadedExecutable:
         donated = self._check_donation(args, donate) if donate else ()
         if dev._closed:
             dev.check_open()
-        values, out_shapes = validated
-        taken: list[Buffer] = []
-        outs: list[Buffer] = []
+        timing = self._timing[dev.id]
+        outs = None
+        if inline is None:
+            inline = self._inline(dev, timing, None)
+        if inline and dev._exec_lock.acquire(blocking=False):  # dev.begin_inline(), spelled out
+            if dev._in_flight == 0 and not dev._closed:
+                outs = self._run_inline(args, validated, dev, timing)
+            else:
+                dev._exec_lock.release()
+        if outs is None:
+            outs = self._submit(args, validated, dev, timing)
+        for i in donated:
+            args[i]._mark_deleted(f"donated to {self.plan}")
+        return outs
+
+    def _run_inline(
+        self, args: Sequence[Buffer], validated: _Validated, dev: Device, timing: PlanTiming
+    ) -> list[Buffer] | None:
+        """Run on this thread; called holding the device (``begin_inline``), which it gives back.
+
+        No command, queue or event: outputs are created after the run, ready (sharing ``READY``)
+        or poisoned. Returns None, having run nothing, when an input is pending or poisoned: the
+        queued path then waits for it or forwards its error.
+        """
+        values, out_shapes, out_nbytes = validated
+        space = dev._spaces[MemoryKind.DEVICE]
+        blocks: list[Block] = []
+        ran = False
+        error: BaseException | None = None
+        try:
+            acquire_uses(args)  # raises BufferDeletedError for deleted or donated inputs
+        except BaseException:
+            dev.end_inline(False, False)
+            raise
         try:
             addrs: list[int] = []
             for a in args:
-                a._acquire_use()  # raises BufferDeletedError for deleted or donated inputs
-                taken.append(a)
+                ev = a._event
+                if not ev._done or ev._error is not None:
+                    return None
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # the use keeps the block
+            for cls in self._out_classes:
+                block = space.allocate_class(cls)
+                blocks.append(block)
+                addrs.append(block.addr)
+            launcher = self._launchers[dev.id]
+            ran = True
+            t0 = _perf_ns()
+            try:
+                launcher(addrs, values)
+            except BaseException as exc:  # errors are values: poison the outputs
+                error = exc
+            else:
+                timing.observe(_perf_ns() - t0)
+        finally:
+            dev.end_inline(ran, error is not None)
+            release_uses(args)
+            if not ran:
+                for b in blocks:
+                    space.release(b)
+        if error is None:
+            done = READY
+        else:
+            done = Event()
+            done.fail(error)
+            _log.warning(
+                "command.failed", device=dev.id, command="execute", plan=self.plan, error=repr(error)
+            )
+        return [
+            Buffer(shape, dtype, space, block, done, nbytes=nb)
+            for shape, dtype, block, nb in zip(out_shapes, self._out_dtypes, blocks, out_nbytes, strict=True)
+        ]
+
+    def _submit(
+        self, args: Sequence[Buffer], validated: _Validated, dev: Device, timing: PlanTiming
+    ) -> list[Buffer]:
+        """Take a use of every input, allocate outputs, and queue one command."""
+        values, out_shapes, out_nbytes = validated
+        acquire_uses(args)  # raises BufferDeletedError for deleted or donated inputs
+        outs: list[Buffer] = []
+        try:
+            addrs = [a._block.addr for a in args]  # type: ignore[union-attr]  # uses keep the blocks
             ev = Event()
             space = dev.default_memory_space
-            allocate = space.allocate
-            for shape, dtype, cap in zip(out_shapes, self._out_dtypes, self._capacity, strict=True):
-                block = allocate(cap)
+            allocate = space.allocate_class
+            specs = zip(out_shapes, self._out_dtypes, self._out_classes, out_nbytes, strict=True)
+            for shape, dtype, cls, nb in specs:
+                block = allocate(cls)
                 addrs.append(block.addr)
-                outs.append(Buffer(shape, dtype, space, block, ev, uses=1))
-            timing = self._timing[dev.id]
-            cmd = ExecuteCommand(ev, taken, outs, self._launchers[dev.id], addrs, values, timing)
-            dev.submit(cmd, self._inline(dev, timing, inline))
+                outs.append(Buffer(shape, dtype, space, block, ev, uses=1, nbytes=nb))
+            cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
+            dev.submit(cmd, False)
         except BaseException:
-            for a in taken:
-                a._release_use()
+            release_uses(args)
             for o in outs:
                 o._mark_deleted("never computed")
                 o._release_use()
             raise
-        for i in donated:
-            args[i]._mark_deleted(f"donated to {self.plan}")
         return outs
 
     def _inline(self, dev: Device, timing: PlanTiming, inline: bool | None) -> bool:

@@ -93,6 +93,7 @@ class MemorySpace:
 
     def __init__(self, device: Device, kind: MemoryKind) -> None:
         self.device = device
+        self.client = device.client  # checked by every execute: one attribute, not two
         self.kind = kind
         # Reentrant: Buffer.__del__ may free a block from inside an allocation on this thread.
         self._lock = threading.RLock()
@@ -104,7 +105,7 @@ class MemorySpace:
         self._allocs = 0
         self._frees = 0
         self._reuses = 0
-        self._live = 0
+        self._wraps = 0
         self._largest = 0
 
     @property
@@ -120,48 +121,51 @@ class MemorySpace:
 
     def allocate(self, nbytes: int) -> Block:
         """A block of at least ``nbytes`` (its size class), aligned to 64 bytes."""
-        cls = size_class(nbytes)
+        return self.allocate_class(size_class(nbytes))
+
+    def allocate_class(self, cls: int) -> Block:
+        """``allocate`` for a size class computed ahead (executables keep one per output)."""
         with self._lock:
+            self._allocs += 1
+            in_use = self._in_use = self._in_use + cls
+            if in_use > self._peak:
+                self._peak = in_use
+            if cls > self._largest:
+                self._largest = cls
             free = self._free.get(cls)
             if free:
-                block = free.pop()
                 self._cached -= cls
                 self._reuses += 1
-            else:
-                block = None
-            self._allocs += 1
-            self._live += 1
-            self._in_use += cls
-            self._largest = max(self._largest, cls)
-            self._peak = max(self._peak, self._in_use)
-        if block is None:
-            raw = np.empty(cls + ALIGNMENT, np.uint8)
-            off = (-raw.ctypes.data) % ALIGNMENT
-            arr = raw[off : off + cls]
-            block = Block(raw.ctypes.data + off, cls, arr, self, external=False)
-        return block
+                return free.pop()
+        raw = np.empty(cls + ALIGNMENT, np.uint8)
+        off = (-raw.ctypes.data) % ALIGNMENT
+        return Block(raw.ctypes.data + off, cls, raw[off : off + cls], self, external=False)
 
     def wrap(self, array: npt.NDArray[np.generic]) -> Block:
         """Alias a host array (zero-copy). The caller checked contiguity and alignment."""
         flat = array.reshape(-1).view(np.uint8)
         with self._lock:
             self._external += flat.nbytes
-            self._live += 1
+            self._wraps += 1
         return Block(int(array.ctypes.data), flat.nbytes, flat, self, external=True)
 
     def release(self, block: Block) -> None:
         """Return a block: cached for reuse unless it aliases host memory or was exported."""
+        size = block.size
         with self._lock:
-            self._live -= 1
             self._frees += 1
             if block.external:
-                self._external -= block.size
+                self._external -= size
                 return
-            self._in_use -= block.size
+            self._in_use -= size
             if block.exported:
                 return
-            self._free.setdefault(block.size, []).append(block)
-            self._cached += block.size
+            free = self._free.get(size)
+            if free is None:
+                self._free[size] = [block]
+            else:
+                free.append(block)
+            self._cached += size
 
     def trim(self) -> int:
         """Drop every cached free block; returns the bytes given back."""
@@ -181,6 +185,6 @@ class MemorySpace:
                 num_allocs=self._allocs,
                 num_frees=self._frees,
                 num_reuses=self._reuses,
-                blocks_in_use=self._live,
+                blocks_in_use=self._allocs + self._wraps - self._frees,
                 largest_alloc_size=self._largest,
             )
