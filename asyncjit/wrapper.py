@@ -430,7 +430,17 @@ class JitWrapper(Generic[M]):
     def execute_with_vars_profiled(
         self, values: Mapping[str, int] | Iterable[tuple[str, int]] | None
     ) -> list[KernelProfile]:
-        """``execute_with_vars`` and return per-kernel timings of this replay."""
+        """``execute_with_vars`` through the plan's instrumented entry point, on this thread.
+
+        Runs the real plan once on the wrapper's input buffers (waiting for them first), makes
+        its result the new ``output()``, and returns one ``KernelProfile`` per kernel in
+        execution order: seconds from the cycle counter around each call, bytes and flops from
+        the lowering-time estimates at these var values. Blocking.
+
+        Raises:
+            NotPreparedError, VarBoundsError; DeviceError: the device's executable cannot be
+            profiled (e.g. the reference device).
+        """
         p = self._ready()
         resolved = self._values(values)
         profile = getattr(p.loaded.executable, "profile", None)
@@ -439,12 +449,11 @@ class JitWrapper(Generic[M]):
         args = [p.inputs[n] for n in self._inputs]
         for b in args:
             b.block_until_ready()
-        out, timings = profile([b.numpy_view() for b in args], resolved)
-        self._ready().output = (
-            p.inputs[self._inputs[0]].client.buffer_from_host(out, device=p.inputs[self._inputs[0]].device)
-            if self._inputs
-            else p.output
-        )
+        started = time.perf_counter()
+        outs, timings = profile([b.numpy_view() for b in args], resolved)
+        self.last_timing = time.perf_counter() - started
+        ref = p.inputs[self._inputs[0]] if self._inputs else p.output
+        p.output = ref.client.buffer_from_host(outs[0], device=ref.device)
         return [KernelProfile(*t) for t in timings]
 
     # -- buffers -----------------------------------------------------------------------------------
@@ -479,8 +488,14 @@ class JitWrapper(Generic[M]):
         return [p.inputs[n].id for n in self._inputs]
 
     def prepared_kernels(self) -> list[Any]:
-        """The compiled kernels of the plan (name and cost metadata)."""
-        return list(getattr(self._ready().loaded.executable, "kernel_names", ()))
+        """The compiled kernels of the plan in execution order: ``compiler.KernelInfo`` records
+        (``name``, ``kind``, ``bytes``/``flops`` at the vars' upper bounds) on CPU devices,
+        bare names where the executable has no cost records."""
+        exe = self._ready().loaded.executable
+        kernels = getattr(exe, "kernels", None)
+        if kernels is not None:
+            return list(kernels)
+        return list(getattr(exe, "kernel_names", ()))
 
     def input_buffer(self, name: str) -> Any:
         """The device buffer behind input ``name``.

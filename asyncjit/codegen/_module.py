@@ -18,9 +18,14 @@ from ._index import i64
 from ._kernels import emit_kernel
 from ._types import I8, I64, PTR, VOID
 
-__all__ = ["ENTRY", "ArgLayout", "PluginCall", "build_module"]
+__all__ = ["ENTRY", "ENTRY_PROFILED", "TICKS", "ArgLayout", "PluginCall", "build_module"]
 
 ENTRY = "plan"
+# ``void plan_profiled(int64_t *args, int64_t *ticks)``: the same kernel calls, with the cycle
+# counter stored before the first kernel and after each one (``ticks[0..n_kernels]``).
+ENTRY_PROFILED = "plan_profiled"
+# ``int64_t plan_ticks(void)``: the cycle counter, to calibrate ticks against wall time.
+TICKS = "plan_ticks"
 
 
 @attrs.frozen
@@ -68,10 +73,47 @@ def build_module(
     """The plan's module: every kernel plus the entry point (plugin kernels are only declared)."""
     plugins = plugins or {}
     module = ir.Module(name=name)
-    b = ir.IRBuilder(ir.Function(module, ir.FunctionType(VOID, [PTR]), ENTRY).append_basic_block("entry"))
+    kernel_fns: dict[str, ir.Function] = {}
+    for k in plan.kernels:
+        if k.kind == "plugin":
+            call = plugins[k.node.id]
+            fnty = ir.FunctionType(VOID, [PTR] * (len(k.reads) + 2))
+            fn = module.globals.get(call.symbol) or ir.Function(module, fnty, call.symbol)
+            kernel_fns[k.name] = fn
+        else:
+            kernel_fns[k.name] = emit_kernel(module, k, plan.materialized, vars)
+    counter = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
+    _emit_entry(module, ENTRY, plan, memory, layout, vars, kernel_fns, None)
+    _emit_entry(module, ENTRY_PROFILED, plan, memory, layout, vars, kernel_fns, counter)
+    ticks_fn = ir.Function(module, ir.FunctionType(I64, []), TICKS)
+    ticks_fn.attributes.add("nounwind")
+    tb = ir.IRBuilder(ticks_fn.append_basic_block("entry"))
+    tb.ret(tb.call(counter, []))
+    return module
+
+
+def _emit_entry(
+    module: ir.Module,
+    name: str,
+    plan: FusionPlan,
+    memory: MemoryPlan,
+    layout: ArgLayout,
+    vars: Sequence[Var],
+    kernel_fns: Mapping[str, ir.Function],
+    counter: ir.Function | None,
+) -> None:
+    """One entry point calling every kernel in order; with ``counter``, it also takes a ``ticks``
+    pointer and records the cycle counter around the kernel calls."""
+    params = [PTR, PTR] if counter is not None else [PTR]
+    b = ir.IRBuilder(ir.Function(module, ir.FunctionType(VOID, params), name).append_basic_block("entry"))
     entry = b.function
     entry.attributes.add("nounwind")
     args = entry.args[0]
+
+    def stamp(i: int) -> None:
+        if counter is not None:
+            ptr = b.gep(entry.args[1], [i64(i)], inbounds=True, source_etype=I64)
+            b.store(b.call(counter, []), ptr)
 
     def slot(i: int) -> ir.Value:
         return b.load(b.gep(args, [i64(i)], inbounds=True, source_etype=I64), typ=I64)
@@ -98,15 +140,13 @@ def build_module(
     def out_ptr(k: Kernel) -> ir.Value:
         return pointer("output", k.target) if k.target is not None else buffer(k.node.id)
 
-    for k in plan.kernels:
+    stamp(0)
+    for i, k in enumerate(plan.kernels):
         reads = [buffer(n.id) for n in k.reads]
+        fn = kernel_fns[k.name]
         if k.kind == "plugin":
-            call = plugins[k.node.id]
-            fnty = ir.FunctionType(VOID, [PTR] * (len(reads) + 2))
-            fn = module.globals.get(call.symbol) or ir.Function(module, fnty, call.symbol)
             b.call(fn, [out_ptr(k), *reads, var_block])
-            continue
-        fn = emit_kernel(module, k, plan.materialized, vars)
-        b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
+        else:
+            b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
+        stamp(i + 1)
     b.ret_void()
-    return module

@@ -10,6 +10,7 @@ from ._cache import CacheDirectoryWarning as CacheDirectoryWarning
 from ._cache import CompileStats as CompileStats
 from ._cache import cache_dir as cache_dir
 from ._cache import compile_stats as compile_stats
+from ._cost import KernelInfo as KernelInfo
 from ._cpu import CpuExecutable as CpuExecutable
 from ._cpu import CpuLauncher as CpuLauncher
 from ._executable import ArgSpec as ArgSpec
@@ -33,6 +34,7 @@ __all__ = [
     "CpuExecutable",
     "CpuLauncher",
     "Executable",
+    "KernelInfo",
     "Launcher",
     "PluginKernel",
     "ReferenceExecutable",

@@ -15,6 +15,7 @@ from ..graph import Node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
 from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
+from ._cost import kernel_infos
 from ._cpu import CpuExecutable
 from ._lower import Lowered, lower
 from ._partition import registered_plugins
@@ -140,6 +141,7 @@ def compile(
         loaded=loaded,
         fixed=lowered.fixed,
         flops=_flops(lowered),
+        kernels=kernel_infos(lowered.fusion),
     )
     log.info(
         "plan_compiled",

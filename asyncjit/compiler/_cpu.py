@@ -12,20 +12,41 @@ rejected: the copy is visible only as time, never as a wrong result.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..codegen._module import ENTRY, ArgLayout
+from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout
 from ..codegen._target import LoadedObject
 from ..dtypes import from_numpy
-from ..errors import DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ..errors import DeviceError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ._cost import KernelInfo
 from ._executable import Executable, Launcher, Signature
 
-__all__ = ["CpuExecutable", "CpuLauncher"]
+__all__ = ["BoundCall", "CpuExecutable", "CpuLauncher"]
 
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_PROFILED_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_TICKS_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64)
+
+
+@functools.cache
+def _seconds_per_tick(ticks_address: int) -> float:
+    """Calibrate the cycle counter against ``perf_counter`` once per process (~20 ms)."""
+    ticks = _TICKS_TYPE(ticks_address)
+    best = 0.0
+    for _ in range(2):
+        t0, c0 = time.perf_counter(), ticks()
+        time.sleep(0.01)
+        t1, c1 = time.perf_counter(), ticks()
+        if c1 > c0:
+            best = max(best, (c1 - c0) / (t1 - t0))
+    if best <= 0.0:
+        raise DeviceError("the cycle counter does not advance on this host; kernel profiling is unavailable")
+    return 1.0 / best
 
 
 class CpuLauncher:
@@ -43,6 +64,7 @@ class CpuLauncher:
         "_last_addrs",
         "_last_values",
         "_n_addr",
+        "_profiled",
         "_var_slot",
     )
 
@@ -57,6 +79,7 @@ class CpuLauncher:
             self._args[layout.const_slot + i] = c.ctypes.data
         self._args[layout.arena_slot] = arena_addr
         self._fn = _ENTRY_TYPE(exe.entry_address)
+        self._profiled = _PROFILED_TYPE(exe.profiled_address) if exe.profiled_address else None
         self._n_addr = layout.n_inputs + layout.n_outputs
         self._var_slot = layout.var_slot
         self._last_addrs: Sequence[int] = ()
@@ -70,6 +93,17 @@ class CpuLauncher:
             self._args[self._var_slot : self._var_slot + len(values)] = values  # type: ignore[call-overload]
             self._last_values = values
         self._fn(self._args_addr)
+
+    def profile(self, addrs: Sequence[int], values: Sequence[int], ticks: np.ndarray) -> None:
+        """One replay through the instrumented entry; ``ticks`` (int64, n_kernels + 1) receives
+        the cycle counter before the first kernel and after each one."""
+        if self._profiled is None:
+            raise DeviceError("this executable was compiled without the profiled entry point")
+        self._args[0 : self._n_addr] = addrs  # type: ignore[call-overload]
+        self._last_addrs = addrs
+        self._args[self._var_slot : self._var_slot + len(values)] = values  # type: ignore[call-overload]
+        self._last_values = values
+        self._profiled(self._args_addr, ticks.ctypes.data)
 
 
 class CpuExecutable(Executable):
@@ -90,6 +124,7 @@ class CpuExecutable(Executable):
         loaded: LoadedObject,
         fixed: Mapping[str, int],
         flops: int = 0,
+        kernels: Sequence[KernelInfo] | None = None,
     ) -> None:
         self.name = name
         self.signature = signature
@@ -103,6 +138,18 @@ class CpuExecutable(Executable):
         self.fixed = dict(fixed)
         self._loaded = loaded
         self.entry_address = loaded.address(ENTRY)
+        try:
+            self.profiled_address = loaded.address(ENTRY_PROFILED)
+            self._ticks_address = loaded.address(TICKS)
+        except KeyError:  # object code from before the profiled entry existed
+            self.profiled_address = self._ticks_address = 0
+        self.kernels: tuple[KernelInfo, ...] = (
+            tuple(kernels)
+            if kernels is not None
+            else tuple(KernelInfo(n, "", 0, 0) for n in self.kernel_names)
+        )
+        if len(self.kernels) != len(self.kernel_names):
+            raise ValueError(f"{len(self.kernels)} kernel records for {len(self.kernel_names)} kernels")
         self._flops = flops
         self._local = threading.local()
 
@@ -151,16 +198,10 @@ class CpuExecutable(Executable):
                 )
         return self.signature.var_values(given)
 
-    def run(
-        self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
-    ) -> list[np.ndarray]:
-        """Validate, run once, return outputs as new arrays of their actual shapes.
-
-        Non-contiguous or misaligned inputs are copied first (see the module docstring).
-
-        Raises:
-            VarBoundsError, ShapeMismatchError, DTypeMismatchError: before any native code runs.
-        """
+    def _checked_call(
+        self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None
+    ) -> tuple[tuple[int, ...], list[np.ndarray], list[np.ndarray]]:
+        """Validate inputs and vars; return (var values, input arrays, fresh output arrays)."""
         values = self.check_vars(var_values)
         if len(inputs) != len(self.signature.inputs):
             raise ShapeMismatchError(
@@ -186,6 +227,119 @@ class CpuExecutable(Executable):
             np.empty(shape, dtype=spec.dtype.np)
             for spec, shape in zip(self.signature.outputs, self.signature.output_shapes(values), strict=True)
         ]
+        return values, arrays, outs
+
+    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> BoundCall:
+        """A ``BoundCall`` replaying this plan on fixed arrays (validated now, once)."""
+        return BoundCall(self, inputs, outputs)
+
+    def run(
+        self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
+    ) -> list[np.ndarray]:
+        """Validate, run once, return outputs as new arrays of their actual shapes.
+
+        Non-contiguous or misaligned inputs are copied first (see the module docstring).
+
+        Raises:
+            VarBoundsError, ShapeMismatchError, DTypeMismatchError: before any native code runs.
+        """
+        values, arrays, outs = self._checked_call(inputs, var_values)
         addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
         self._thread_launcher()(addrs, values)
         return outs
+
+    def profile(
+        self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
+    ) -> tuple[list[np.ndarray], list[tuple[str, float, int, int]]]:
+        """``run`` once through the instrumented entry point.
+
+        Returns:
+            ``(outputs, [(kernel name, seconds, bytes, flops), ...])`` in execution order; bytes
+            and flops are the lowering-time estimates evaluated at these var values.
+
+        Raises:
+            The errors of ``run``; DeviceError: no cycle counter or no profiled entry.
+        """
+        values, arrays, outs = self._checked_call(inputs, var_values)
+        if not self.profiled_address:
+            raise DeviceError(f"executable {self.name!r} has no profiled entry point (recompile it)")
+        per_tick = _seconds_per_tick(self._ticks_address)
+        ticks = np.zeros(len(self.kernels) + 1, dtype=np.int64)
+        addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
+        launcher = self._thread_launcher()
+        assert isinstance(launcher, CpuLauncher)
+        launcher.profile(addrs, values, ticks)
+        bindings = dict(zip(self.signature.var_names, values, strict=True))
+        bindings.update(self.fixed)
+        records = []
+        for i, info in enumerate(self.kernels):
+            nbytes, flops = info.cost(bindings)
+            records.append((info.name, max(int(ticks[i + 1] - ticks[i]), 0) * per_tick, nbytes, flops))
+        return outs, records
+
+
+class BoundCall:
+    """A replay of a ``CpuExecutable`` bound to fixed numpy arrays, validated once at bind time.
+
+    For per-stream loops (``SileroVad``) where the host cost of a replay matters: the arrays are
+    checked (dtype, contiguity, alignment, shapes at the vars' bounds, no input overlapping an
+    output) when binding; each call checks only the var values, then makes one native call on
+    this thread's launcher. Keep the arrays alive and never resize them (the object holds
+    references, so they stay valid).
+    """
+
+    __slots__ = ("_addrs", "_arrays", "_exe", "_no_vars", "_values")
+
+    def __init__(
+        self, exe: CpuExecutable, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+    ) -> None:
+        sig = exe.signature
+        if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
+            raise ShapeMismatchError(
+                f"{exe.name!r} binds {len(sig.inputs)} inputs and {len(sig.outputs)} outputs, "
+                f"got {len(inputs)} and {len(outputs)}"
+            )
+        values = exe.check_vars(None)
+        for spec, arr in zip((*sig.inputs, *sig.outputs), (*inputs, *outputs), strict=True):
+            if not isinstance(arr, np.ndarray) or arr.dtype != spec.dtype.np:
+                raise DTypeMismatchError(f"{spec.name!r}: expected a {spec.dtype.name} numpy array")
+            if not (arr.flags.c_contiguous and arr.flags.aligned):
+                raise ShapeMismatchError(f"{spec.name!r}: bound arrays must be C-contiguous and aligned")
+        sig.validate([a.shape for a in inputs], [s.dtype for s in sig.inputs], values)
+        for spec, shape, arr in zip(sig.outputs, sig.output_shapes(values), outputs, strict=True):
+            if tuple(arr.shape) != tuple(shape):
+                raise ShapeMismatchError(f"{spec.name!r}: expected shape {tuple(shape)}, got {arr.shape}")
+            if not arr.flags.writeable:
+                raise ShapeMismatchError(f"{spec.name!r}: output arrays must be writable")
+        for o in outputs:
+            for i in (*inputs, *(p for p in outputs if p is not o)):
+                if np.may_share_memory(o, i):
+                    raise ShapeMismatchError("a bound output overlaps another bound array")
+        self._exe = exe
+        self._arrays = (*inputs, *outputs)  # keep them alive
+        self._addrs = [a.ctypes.data for a in self._arrays]
+        self._values = values
+        self._no_vars = not sig.vars
+
+    def __call__(self, var_values: Mapping[str, int] | None = None) -> None:
+        """One replay (blocking, on this thread).
+
+        Raises:
+            VarBoundsError: a var out of bounds; with vars, shapes are re-checked for them.
+        """
+        if var_values is None or self._no_vars:
+            if var_values:
+                self._exe.check_vars(var_values)
+            self._exe._thread_launcher()(self._addrs, self._values)
+            return
+        values = self._exe.check_vars(var_values)
+        n_in = len(self._exe.signature.inputs)
+        self._exe.signature.validate(
+            [a.shape for a in self._arrays[:n_in]], [s.dtype for s in self._exe.signature.inputs], values
+        )
+        for shape, arr in zip(self._exe.signature.output_shapes(values), self._arrays[n_in:], strict=True):
+            if tuple(arr.shape) != tuple(shape):
+                raise ShapeMismatchError(
+                    f"bound output has shape {arr.shape}, the plan writes {tuple(shape)}"
+                )
+        self._exe._thread_launcher()(self._addrs, values)

@@ -22,6 +22,7 @@ from ..dtypes import from_numpy
 from ..errors import CompileError
 from ..symbolic import Var, from_json, to_json
 from ._cache import load_code
+from ._cost import KernelInfo
 from ._cpu import CpuExecutable
 from ._executable import ArgSpec, Signature
 
@@ -52,6 +53,7 @@ def serialize_cpu(exe: CpuExecutable) -> bytes:
         "layout": [exe.layout.n_inputs, exe.layout.n_outputs, exe.layout.n_consts, exe.layout.n_vars],
         "arena_bytes": exe.arena_bytes,
         "kernels": list(exe.kernel_names),
+        "kernel_costs": [[k.kind, to_json(k.bytes_expr), to_json(k.flops_expr)] for k in exe.kernels],
         "fixed": exe.fixed,
         "code_key": exe.code_key,
         "target": list(host_target_key()),
@@ -122,4 +124,10 @@ def deserialize(data: bytes) -> CpuExecutable:
         loaded=load_code(meta["code_key"], obj),
         fixed={str(k): int(v) for k, v in meta["fixed"].items()},
         flops=int(meta["flops"]),
+        kernels=[
+            KernelInfo(str(name), str(kind), from_json(nbytes), from_json(flops))
+            for name, (kind, nbytes, flops) in zip(meta["kernels"], meta.get("kernel_costs", []), strict=True)
+        ]
+        if "kernel_costs" in meta
+        else None,
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
 from ..graph import shape_str
-from ..recurrent import JitRecurrent, LstmState
+from ..recurrent import LstmState, StepTiming
 from ..symbolic import Dim, Var
 from ..tensor import Tensor
 from ..wrapper import Input, InputSpec, JitWrapper, VarSpec
@@ -539,8 +540,28 @@ class SileroVad:
                 f"SileroVad was asked for {self.sample_rate} Hz"
             )
         self._jit = SileroVadJit.prepared(self.weights, 1, device)
-        self._rnn = JitRecurrent(self._jit, LstmState.zeros(HIDDEN), head_len=1)
-        self._context = np.zeros(self.weights.context_samples, np.float32)
+        ctx, width = self.weights.context_samples, self.weights.input_samples
+        # [context | chunk] of the next step; the context part is refreshed after each step.
+        self._chunk = np.zeros((1, width), np.float32)
+        # Two [prob | h | c] rows used in turn: step k reads h, c from one (zero-copy views) and
+        # writes the other, so no state is copied between steps.
+        self._rows = (np.zeros((1, 1 + 2 * HIDDEN), np.float32), np.zeros((1, 1 + 2 * HIDDEN), np.float32))
+        self._cur = 0
+        self._ctx = ctx
+        self._last_timing: StepTiming | None = None
+        exe = self._jit._ready().loaded.executable
+        self._bound: tuple[Any, Any] | None = None
+        if hasattr(exe, "bind"):
+            # CPU plan: replay on this thread with the arrays above, validated once here (the
+            # path ONNX Runtime's session.run takes too); other devices go through the runtime.
+            bound = [
+                exe.bind(
+                    [self._chunk, self._rows[k][:, 1 : 1 + HIDDEN], self._rows[k][:, 1 + HIDDEN :]],
+                    [self._rows[1 - k]],
+                )
+                for k in (0, 1)
+            ]
+            self._bound = (bound[0], bound[1])
 
     def __repr__(self) -> str:
         return f"<SileroVad {self.sample_rate} Hz chunk={self.chunk_samples}>"
@@ -551,46 +572,83 @@ class SileroVad:
         return self.weights.chunk_samples
 
     @property
-    def last_timing(self) -> Any:
+    def last_timing(self) -> StepTiming | None:
         """Pack / exec / read seconds of the latest chunk (``recurrent.StepTiming``)."""
-        return self._rnn.last_timing
+        return self._last_timing
 
-    def _write(self, chunk: object) -> np.ndarray:
+    @property
+    def state(self) -> LstmState:
+        """A copy of the stream's LSTM state ``(h, c)``."""
+        row = self._rows[self._cur][0]
+        return LstmState(row[1 : 1 + HIDDEN].copy(), row[1 + HIDDEN :].copy())
+
+    def _check(self, chunk: object) -> np.ndarray:
         x = check_chunk(chunk, self.sample_rate)
         if x.ndim != 1:
             raise ShapeMismatchError(
                 f"SileroVad takes one chunk of shape [{self.chunk_samples}], got {x.shape}; "
                 "use one SileroVad per stream (or StreamMux to batch many streams)"
             )
-        ctx = self._context.size
-        view = self._jit.chunk_mut()
-        view[0, :ctx] = self._context
-        view[0, ctx:] = x
         return x
 
+    def _advance(self, x: np.ndarray) -> float:
+        """After a step into the other row: flip rows, keep the context, return the probability."""
+        self._cur = 1 - self._cur
+        self._chunk[0, : self._ctx] = x[-self._ctx :]
+        return float(self._rows[self._cur][0, 0])
+
     def __call__(self, chunk: np.ndarray) -> float:
-        """The speech probability of the next chunk of this stream (blocking; cheap plans run inline).
+        """The speech probability of the next chunk of this stream (blocking; runs on this thread).
 
         Raises:
             DTypeMismatchError / ShapeMismatchError / AudioFormatError: a chunk that is not
                 ``float32[chunk_samples]`` of finite samples (the state is left untouched).
         """
-        x = self._write(chunk)
-        prob = self._rnn.step()
-        self._context[:] = x[-self._context.size :]
-        return float(prob[0])
+        t0 = time.perf_counter()
+        x = self._check(chunk)
+        self._chunk[0, self._ctx :] = x
+        t1 = time.perf_counter()
+        if self._bound is not None:
+            self._bound[self._cur]()
+        else:
+            self._run_on_device()
+        t2 = time.perf_counter()
+        prob = self._advance(x)
+        self._last_timing = StepTiming(t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return prob
+
+    def _pack_device_inputs(self) -> None:
+        row = self._rows[self._cur][0]
+        self._jit.chunk_mut()[0] = self._chunk[0]
+        self._jit.state_h_mut()[0] = row[1 : 1 + HIDDEN]
+        self._jit.state_c_mut()[0] = row[1 + HIDDEN :]
+
+    def _run_on_device(self) -> None:
+        self._pack_device_inputs()
+        self._jit.execute()
+        self._rows[1 - self._cur][:] = self._jit.output().to_numpy_blocking().reshape(1, -1)
 
     async def call_async(self, chunk: np.ndarray) -> float:
-        """``__call__`` for event-loop callers: awaits the replay without blocking the loop."""
-        x = self._write(chunk)
-        prob = await self._rnn.step_async()
-        self._context[:] = x[-self._context.size :]
-        return float(prob[0])
+        """``__call__`` for event-loop callers: the replay is queued on the plan's device and
+        awaited without blocking the loop."""
+        t0 = time.perf_counter()
+        x = self._check(chunk)
+        self._chunk[0, self._ctx :] = x
+        self._pack_device_inputs()
+        t1 = time.perf_counter()
+        await self._jit.execute_async()
+        t2 = time.perf_counter()
+        out = await self._jit.output().to_numpy()
+        self._rows[1 - self._cur][:] = out.reshape(1, -1)
+        prob = self._advance(x)
+        self._last_timing = StepTiming(t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return prob
 
     def reset(self) -> None:
         """Forget the stream: zero the LSTM state and the audio context."""
-        self._rnn.reset()
-        self._context[:] = 0
+        for row in self._rows:
+            row[:] = 0
+        self._chunk[:] = 0
 
     def _chunks(self, waveform: object) -> list[np.ndarray]:
         audio = np.asarray(waveform)
