@@ -10,12 +10,16 @@ with ``x [N, cin, L]``, ``w [cout, cin/groups, k]``, ``y [N, cout, Lout]``, all 
 Strategy (chosen when emitting; the Silero VAD layers have lengths 1..4 and 64..258 channels, so
 the work is all in the channel contraction):
 
-* ``cin/groups > 1``: im2col into ``scratch`` then the tiled matmul of :mod:`._matmul`, per group
-  ``W_g [cout_g, cin_g*k] @ X_col [cin_g*k, cols]``.  For short outputs (``Lout < 32``) the
-  columns of all N samples are concatenated (``cols = N*Lout``) so the matmul sees one wide
-  problem (with Lout=4 a per-sample matmul would fill 4 of 32 tile columns); the result is then
-  scattered into ``y``.  For long outputs, or N == 1, each sample is one batch of the matmul,
-  which writes ``y`` directly.  A 1x1 conv without padding skips im2col (B is ``x`` itself).
+* otherwise: im2col into ``scratch`` then the tiled matmul of :mod:`._matmul`.  For long outputs
+  (``Lout >= 32``) or N == 1 with more than 8 columns, each sample is one batch of the matmul
+  ``W_g [cout_g, cin_g*k] @ X_col [cin_g*k, Lout]``, which writes ``y`` directly.  For short
+  outputs over several samples, and for any problem with at most 8 output columns, the columns
+  of all N samples are laid out as rows (``X_col^T [N*Lout, cin_g*k]``, one contiguous row per
+  output position, the valid tap range computed once per position) and the product is computed
+  transposed, ``Y^T = X_col^T @ W_g^T``, then scattered into ``y``.  Measured on the Silero VAD
+  layers at N = 256 (Lout 1..4): 1.5-2x faster than the column-major im2col (``[cin_g*k,
+  N*Lout]``, per-(sample, channel, tap) range checks) it replaced; the matmul itself runs at the
+  same rate in either orientation.  A 1x1 conv without padding skips im2col (B is ``x`` itself).
 * ``cin/groups == 1`` and fewer than 8 outputs per group (depthwise, as in conformer conv
   modules): a direct kernel; each tap is a
   vectorised axpy over the in-bounds output range (no per-element padding tests).
@@ -26,7 +30,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I64, PTR, for_range, i64, new_function, smax, smin
+from ._target import F32, I1, I64, PTR, for_range, i64, new_function, smax, smin
 
 __all__ = ["conv1d_output_length", "conv1d_scratch_bytes", "emit_conv1d"]
 
@@ -205,6 +209,72 @@ def _emit_im2col(
     return fn
 
 
+def _emit_im2col_rows(
+    module: ir.Module, name: str, *, cin: int, k: int, stride: int, dilation: int, pad_l: int
+) -> ir.Function:
+    """``dst[(n*Lout + l)*kk + ci*k + t] = x[n, c0 + ci, l*stride + t*dilation - pad_l]`` or 0.
+
+    Row-major columns (one contiguous ``kk = cin_g*k`` row per output position), so the product
+    is ``Y^T = X_col^T @ W_g^T``.  The valid tap range is computed once per position, not per
+    (sample, channel, tap) row; short kernels (``k <= 8``) are unrolled with clamped loads and
+    selects (no branches), long ones copy the valid range (contiguous for ``dilation == 1``).
+    """
+    args: list[tuple[str, ir.Type]] = [
+        ("x", PTR),
+        ("dst", PTR),
+        ("N", I64),
+        ("L", I64),
+        ("Lout", I64),
+        ("c0", I64),
+        ("cin_g", I64),
+    ]
+    fn, b = new_function(module, name, args, noalias=("x", "dst"), inline="noinline")
+    x, dst, n_arg, l_arg, lout, c0, cin_g = fn.args
+    zero = ir.Constant(F32, 0.0)
+    kk = b.mul(cin_g, i64(k))
+    last = b.sub(l_arg, i64(1))
+    with for_range(b, i64(0), n_arg, name="n") as n, for_range(b, i64(0), lout, name="l") as l_:
+        off = b.sub(b.mul(l_, i64(stride)), i64(pad_l))
+        drow = b.gep(dst, [b.mul(b.add(b.mul(n, lout), l_), kk)], source_etype=F32)
+        xbase = b.mul(b.add(b.mul(n, i64(cin)), c0), l_arg)
+        if k <= 8:
+            taps = []
+            for t in range(k):
+                pos = b.add(off, i64(t * dilation))
+                valid = b.and_(b.icmp_signed(">=", pos, i64(0)), b.icmp_signed("<", pos, l_arg))
+                clamped = smax(b, smin(b, pos, last), i64(0))
+                taps.append((valid, clamped))
+            with for_range(b, i64(0), cin_g, name="ci") as ci:
+                xrow = b.gep(x, [b.add(xbase, b.mul(ci, l_arg))], source_etype=F32)
+                dci = b.gep(drow, [b.mul(ci, i64(k))], source_etype=F32)
+                for t, (valid, clamped) in enumerate(taps):
+                    v = b.load(b.gep(xrow, [clamped], source_etype=F32), typ=F32, align=4)
+                    b.store(b.select(valid, v, zero), b.gep(dci, [i64(t)], source_etype=F32), align=4)
+        else:
+            # taps t with 0 <= off + t*dilation < L: t in [lo, hi)
+            d = i64(dilation)
+            neg = b.sub(i64(0), off)
+            lo = b.select(b.icmp_signed("<=", neg, i64(0)), i64(0), b.sdiv(b.add(neg, i64(dilation - 1)), d))
+            room = b.sub(l_arg, off)
+            hi = b.select(
+                b.icmp_signed("<=", room, i64(0)), i64(0), b.sdiv(b.add(room, i64(dilation - 1)), d)
+            )
+            lo = smin(b, lo, i64(k))
+            hi = smax(b, smin(b, hi, i64(k)), lo)
+            with for_range(b, i64(0), cin_g, name="ci") as ci:
+                xrow = b.gep(x, [b.add(b.add(xbase, b.mul(ci, l_arg)), off)], source_etype=F32)
+                dci = b.gep(drow, [b.mul(ci, i64(k))], source_etype=F32)
+                with for_range(b, i64(0), lo, name="zl") as t:
+                    b.store(zero, b.gep(dci, [t], source_etype=F32), align=4)
+                with for_range(b, lo, hi, name="t") as t:
+                    v = b.load(b.gep(xrow, [b.mul(t, d)], source_etype=F32), typ=F32, align=4)
+                    b.store(v, b.gep(dci, [t], source_etype=F32), align=4)
+                with for_range(b, hi, i64(k), name="zh") as t:
+                    b.store(zero, b.gep(dci, [t], source_etype=F32), align=4)
+    b.ret_void()
+    return fn
+
+
 def emit_conv1d(
     module: ir.Module,
     name: str,
@@ -299,8 +369,11 @@ def emit_conv1d(
     ctmp = b.gep(xcol, [xcol_elems], source_etype=F32)
     ctmp_elems = b.and_(b.add(b.mul(i64(cout_g), cols), i64(15)), i64(-16))
     mm_scratch = b.gep(ctmp, [ctmp_elems], source_etype=F32)
-    narrow = b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS))
     batched = b.or_(b.icmp_signed(">=", lout, i64(_BATCHED_MIN_LOUT)), b.icmp_signed("==", n_arg, i64(1)))
+    narrow = b.or_(b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS)), b.xor(batched, ir.Constant(I1, 1)))
+    im2col_rows = _emit_im2col_rows(
+        module, f"{name}.im2col_rows", cin=cin, k=k, stride=stride, dilation=dilation, pad_l=pad_l
+    )
     mm_t = emit_matmul(module, f"{name}.matmul_t", n=cout_g, k=kk)
 
     with for_range(b, i64(0), i64(groups), name="g") as g:
@@ -308,13 +381,10 @@ def emit_conv1d(
         c0 = b.mul(g, i64(cin_g))
         with b.if_else(narrow) as (transposed, wide):
             with transposed:
-                # Few output columns (N*Lout <= 8): compute Y^T = X_col^T @ W_g^T so the long
-                # dimension (cout) is the matmul's N; A rows and W rows are both contiguous in k,
-                # which is the matmul's dot-product path.  Measured 4-8x faster than 4-wide tiles.
-                b.call(
-                    im2col,
-                    [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), b.mul(lout, i64(kk)), i64(1), i64(kk)],
-                )
+                # Short outputs: compute Y^T = X_col^T @ W_g^T so the long dimension (cout) is
+                # the matmul's N; A rows and W rows are both contiguous in k (the dot-product
+                # path for <= 8 columns, measured 4-8x faster than 4-wide tiles; packed above).
+                b.call(im2col_rows, [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g)])
                 b.call(
                     mm_t,
                     [
@@ -346,67 +416,32 @@ def emit_conv1d(
                         src = b.add(b.mul(b.add(b.mul(n, lout), l_), i64(cout_g)), co)
                         v = b.load(b.gep(ctmp, [src], source_etype=F32), typ=F32, align=4)
                         b.store(v, b.gep(dst, [l_], source_etype=F32), align=4)
-            with wide, b.if_else(batched) as (per_sample, concat):
-                with per_sample:
-                    # x_col [n][kk][l]; one matmul batch per sample writes y directly.
-                    b.call(
-                        im2col,
-                        [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), b.mul(i64(kk), lout), lout, i64(1)],
-                    )
-                    b.call(
-                        mm,
-                        [
-                            wg,
-                            xcol,
-                            b.gep(y, [b.mul(g, b.mul(i64(cout_g), lout))], source_etype=F32),
-                            mm_scratch,
-                            n_arg,
-                            i64(cout_g),
-                            lout,
-                            i64(kk),
-                            i64(0),
-                            i64(kk),
-                            i64(1),
-                            b.mul(i64(kk), lout),
-                            lout,
-                            i64(1),
-                            b.mul(i64(cout), lout),
-                            lout,
-                        ],
-                    )
-                with concat:
-                    # x_col [kk][n*Lout + l]; one wide matmul into ctmp, then scatter to y.
-                    b.call(im2col, [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), lout, cols, i64(1)])
-                    b.call(
-                        mm,
-                        [
-                            wg,
-                            xcol,
-                            ctmp,
-                            mm_scratch,
-                            i64(1),
-                            i64(cout_g),
-                            cols,
-                            i64(kk),
-                            i64(0),
-                            i64(kk),
-                            i64(1),
-                            i64(0),
-                            cols,
-                            i64(1),
-                            i64(0),
-                            cols,
-                        ],
-                    )
-                    with (
-                        for_range(b, i64(0), n_arg, name="sn") as n,
-                        for_range(b, i64(0), i64(cout_g), name="sc") as co,
-                    ):
-                        src = b.gep(ctmp, [b.add(b.mul(co, cols), b.mul(n, lout))], source_etype=F32)
-                        dst_row = b.add(b.mul(n, i64(cout)), b.add(b.mul(g, i64(cout_g)), co))
-                        dst = b.gep(y, [b.mul(dst_row, lout)], source_etype=F32)
-                        with for_range(b, i64(0), lout, name="sl") as l_:
-                            v = b.load(b.gep(src, [l_], source_etype=F32), typ=F32, align=4)
-                            b.store(v, b.gep(dst, [l_], source_etype=F32), align=4)
+            with wide:
+                # x_col [n][kk][l]; one matmul batch per sample writes y directly.
+                b.call(
+                    im2col,
+                    [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), b.mul(i64(kk), lout), lout, i64(1)],
+                )
+                b.call(
+                    mm,
+                    [
+                        wg,
+                        xcol,
+                        b.gep(y, [b.mul(g, b.mul(i64(cout_g), lout))], source_etype=F32),
+                        mm_scratch,
+                        n_arg,
+                        i64(cout_g),
+                        lout,
+                        i64(kk),
+                        i64(0),
+                        i64(kk),
+                        i64(1),
+                        b.mul(i64(kk), lout),
+                        lout,
+                        i64(1),
+                        b.mul(i64(cout), lout),
+                        lout,
+                    ],
+                )
     b.ret_void()
     return fn
