@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/asyncjit demo
+	$(BIN)/asyncjit demo && $(BIN)/asyncjit demo --streams 64
 
 test: $(STAMP)
 	$(BIN)/ruff check .

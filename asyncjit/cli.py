@@ -16,14 +16,24 @@ __all__ = ["main"]
 
 def _demo(args: argparse.Namespace) -> int:
     """Stream audio through the real Silero VAD and compare with ONNX Runtime."""
-    from ._demo import run_demo
+    from ._demo import run_demo, run_streams_demo
     from .runtime import default_client
 
     try:
-        run_demo(args.audio, compare=not args.no_compare)
+        if args.streams:
+            run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
+        else:
+            run_demo(args.audio, compare=not args.no_compare)
     finally:
         default_client().close()  # drain now, under the demo's log level, not at interpreter exit
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,6 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="stream speech through the real Silero VAD (vs ONNX Runtime)")
     demo.add_argument("--audio", metavar="FILE.wav", help="a mono 8 or 16 kHz WAV (default: built-in speech)")
     demo.add_argument("--no-compare", action="store_true", help="skip the ONNX Runtime run")
+    demo.add_argument(
+        "--streams",
+        type=_positive,
+        default=0,
+        metavar="N",
+        help="multiplex N live streams of the audio through one StreamMux (default: one stream)",
+    )
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     previous = structlog.get_config()

@@ -24,6 +24,25 @@ def test_demo_finds_the_speech_segments_and_compares_with_onnxruntime(
     assert diff < 1e-4
 
 
+def test_demo_streams_multiplexes_live_streams_through_one_mux(capsys: pytest.CaptureFixture[str]) -> None:
+    """``asyncjit demo --streams N`` prints throughput, latency percentiles, batch sizes, both ONNX
+    Runtime figures with ratios, and matches ONNX Runtime per stream."""
+    assert main(["demo", "--streams", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "4 live streams x 241 chunks" in out
+    assert "asyncjit StreamMux" in out and "chunks/s" in out and "p99" in out and "batches" in out
+    assert "ONNX Runtime per stream" in out and "ONNX Runtime hand-batched" in out
+    assert out.count("StreamMux is") == 2
+    diff = float(out.rsplit("ONNX Runtime per stream:", 1)[1])
+    assert diff < 1e-4
+
+
+def test_demo_streams_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--streams", "0"])
+    assert exc.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
 def test_demo_on_a_user_file_at_8khz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--audio`` takes a user's mono WAV; 8 kHz runs the 8 kHz weights."""
     path = tmp_path / "tone.wav"

@@ -45,6 +45,7 @@ from ..wrapper import Input, InputSpec, JitWrapper, VarSpec
 from ._audio import check_chunk, check_sample_rate
 from ._onnx_weights import OnnxGraph, attr_value, load_model, package_data_file
 from ._timestamps import SpeechSegment, speech_timestamps
+from ._vad_mux import SileroBatchedStep, vad_mux
 
 __all__ = [
     "HIDDEN",
@@ -60,6 +61,8 @@ __all__ = [
     "default_model_path",
     "load_weights",
     "slot_row_width",
+    "SileroBatchedStep",
+    "vad_mux",
 ]
 
 HIDDEN = 128

@@ -1,0 +1,218 @@
+"""Silero VAD for many live streams: ``vad_mux`` and its ``BatchedStep``, ``SileroBatchedStep`` (issue 7).
+
+One plan, ``build_step_slots`` compiled once with the batch a bounded var ``b`` in
+``1..max_batch_size``, steps the ``b`` ready streams of a ``StreamMux`` in one native call. Each
+stream's ``[h | c | context]`` row lives in a slot pool ``[max_streams, slot_row_width]`` on the
+device; the plan gathers the rows of the batch by slot index, steps, and scatters the new rows
+into its ``new_pool`` output. Nothing but the chunks (in) and the probabilities (out) crosses to
+the host.
+
+**Double-buffered pool.** Kernels are compiled ``noalias`` (an output never aliases an input), so
+the pool is not updated in place: the output ``new_pool`` of one run is the input pool of the
+next, and the previous buffer goes back to the allocator. The swap happens only after the run
+succeeded, so a run that raises (or is cancelled) leaves every slot as it was.
+
+Usage::
+
+    mux = vad_mux(16000, max_streams=256)
+    async with mux:
+        async with mux.open_stream() as s:
+            p = float(await s.step(chunk))  # chunk: float32[512]; p: speech probability
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import dtypes
+from ..compiler import compile as compile_plan
+from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
+from ..runtime import Buffer, Client, Device, default_client
+from ..scheduler import StreamMux
+from ..symbolic import Var
+from ..tensor import Tensor
+from ._audio import check_sample_rate
+
+if TYPE_CHECKING:
+    from .silero_vad import SileroWeights
+
+__all__ = ["SileroBatchedStep", "vad_mux"]
+
+
+class SileroBatchedStep:
+    """The Silero VAD slot plan as a ``BatchedStep``: one native call per batch of ready streams.
+
+    Args:
+        sample_rate: 16000 (chunks of 512 samples) or 8000 (256 samples).
+        max_streams: rows in the slot pool (``num_slots``): the most streams open at once.
+        max_batch_size: the bound of the plan's batch var (default ``max_streams``).
+        client, device: where the plan and the pool live (default: the default client's first device).
+        weights: already loaded weights (default: ``load_weights(sample_rate)``).
+
+    Raises:
+        AudioFormatError: an unsupported sample rate. ModelFormatError: missing weights.
+        ValueError: a size below 1.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        *,
+        max_streams: int = 256,
+        max_batch_size: int | None = None,
+        client: Client | None = None,
+        device: Device | int | None = None,
+        weights: SileroWeights | None = None,
+    ) -> None:
+        from . import silero_vad as _sv  # here: silero_vad re-exports this module's names
+
+        self.sample_rate = check_sample_rate(sample_rate)
+        max_batch = max_streams if max_batch_size is None else max_batch_size
+        if max_streams < 1 or max_batch < 1:
+            raise ValueError(f"max_streams and max_batch_size must be >= 1, got {max_streams}, {max_batch}")
+        w = weights if weights is not None else _sv.load_weights(self.sample_rate)
+        if w.sample_rate != self.sample_rate:
+            raise ModelFormatError(
+                f"weights are for {w.sample_rate} Hz, SileroBatchedStep was asked for {self.sample_rate} Hz"
+            )
+        self.weights = w
+        self.hidden = _sv.HIDDEN
+        self.row_width = _sv.slot_row_width(w)
+        self._max_batch = max_batch
+        self._num_slots = max_streams
+        self._chunk_shape = (w.chunk_samples,)
+
+        b = Var("b", 1, max_batch)
+        samples = Tensor.placeholder([b, w.chunk_samples], name="samples")
+        slots = Tensor.placeholder([b], dtypes.int32, name="slots")
+        pool = Tensor.placeholder([max_streams, self.row_width], name="pool")
+        prob, new_pool = _sv.build_step_slots(w, samples, slots, pool)
+        name = f"silero_vad_slots_{sample_rate}"
+        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b], name=name)
+        self.client = client if client is not None else default_client()
+        self.plan = self.client.load(exe, device)
+        self.device = self.plan.devices()[0]
+        # a batch bound of 1 is a fixed size, folded out of the plan: then it takes no var
+        self._batch_var = any(v.name == "b" for v in exe.signature.vars)
+        zeros = np.zeros((max_streams, self.row_width), np.float32)
+        self._pool: Buffer = self.client.buffer_from_host(zeros, self.device)
+
+    def __repr__(self) -> str:
+        return (
+            f"<SileroBatchedStep {self.sample_rate} Hz b<={self._max_batch} slots={self._num_slots} "
+            f"on {self.device.kind}:{self.device.id}>"
+        )
+
+    # -- BatchedStep -------------------------------------------------------------------------
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    @property
+    def num_slots(self) -> int:
+        return self._num_slots
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self._chunk_shape
+
+    @property
+    def chunk_dtype(self) -> np.dtype[Any]:
+        return np.dtype(np.float32)
+
+    @property
+    def pool(self) -> Buffer:
+        """The current slot pool ``[max_streams, slot_row_width]`` (replaced by every successful run)."""
+        return self._pool
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        """Step the streams in ``slots`` on ``chunks [b, n]``; return their probabilities ``[b]``.
+
+        One native call; one loop wake-up. The new pool replaces the old only on success.
+        """
+        client, dev = self.client, self.device
+        args = [client.buffer_from_host(chunks, dev), client.buffer_from_host(slots, dev), self._pool]
+        prob, new_pool = await self.plan.execute(args, {"b": len(slots)} if self._batch_var else None)
+        await prob.ready()  # both outputs complete with one event; raises the plan's error
+        self._pool = new_pool
+        return await prob.to_numpy()
+
+    def check_state(self, state: object) -> object:
+        """A stream's initial state as a pool row: a ``[slot_row_width]`` float32 row
+        (``h | c | context``), or an ``(h, c)`` pair of ``[128]`` arrays (context zeros).
+
+        Raises:
+            ShapeMismatchError, DTypeMismatchError: anything else.
+        """
+        hidden = self.hidden
+        if isinstance(state, tuple | list) and len(state) == 2:
+            h, c = (self._float_array(part, "state (h, c)") for part in state)
+            if h.shape != (hidden,) or c.shape != (hidden,):
+                raise ShapeMismatchError(
+                    f"{self!r}: an (h, c) state needs two [{hidden}] arrays, got {h.shape} and {c.shape}"
+                )
+            row = np.zeros(self.row_width, np.float32)
+            row[:hidden], row[hidden : 2 * hidden] = h, c
+            return row
+        arr = self._float_array(state, "state")
+        if arr.shape != (self.row_width,):
+            raise ShapeMismatchError(
+                f"{self!r}: a slot state must be a [{self.row_width}] row (h | c | context) or an "
+                f"(h, c) pair of [{hidden}] arrays, got shape {arr.shape}"
+            )
+        return arr.copy()
+
+    def _float_array(self, value: object, what: str) -> npt.NDArray[np.float32]:
+        arr = np.asarray(value)
+        if arr.dtype.kind != "f":
+            raise DTypeMismatchError(f"{self!r}: a {what} must be float32, got {arr.dtype}")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
+        return arr.astype(np.float32, copy=False)
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        """Zero ``slot``'s row, or set it to a row from ``check_state``; only between runs (the
+        mux's guarantee), when the current pool is ready and no command reads it."""
+        view = self._pool.numpy_view(writable=True)
+        view[slot] = 0.0 if state is None else state
+
+    def read_slot(self, slot: int) -> npt.NDArray[np.float32]:
+        """A copy of ``slot``'s ``[h | c | context]`` row (between runs): for tests and debugging."""
+        return np.array(self._pool.numpy_view()[slot])
+
+
+def vad_mux(
+    sample_rate: int = 16000,
+    max_streams: int = 256,
+    max_batch_size: int | None = None,
+    *,
+    client: Client | None = None,
+    device: Device | int | None = None,
+    weights: SileroWeights | None = None,
+    **mux_options: Any,
+) -> StreamMux:
+    """A ``StreamMux`` serving Silero VAD to up to ``max_streams`` live audio streams.
+
+    ``await stream.step(chunk)`` takes one ``float32[512]`` chunk (``[256]`` at 8 kHz; float64 is
+    converted) and returns that chunk's speech probability as a 0-d float32 array (``float(p)``
+    gives the number), equal to a per-stream ``SileroVad`` fed the same chunks. A stream opened
+    with ``open_stream(state)`` starts from ``state`` (see ``SileroBatchedStep.check_state``);
+    otherwise from zeros, like a fresh ``SileroVad``.
+
+    Args:
+        max_batch_size: the most streams per native call (default ``max_streams``).
+        mux_options: ``StreamMux`` options (``max_queue_delay``, ``idle_timeout``, ``backlog``,
+            ``admission_timeout``, ``queue_depth``, ``metrics_interval``, ``name``).
+    """
+    step = SileroBatchedStep(
+        sample_rate,
+        max_streams=max_streams,
+        max_batch_size=max_batch_size,
+        client=client,
+        device=device,
+        weights=weights,
+    )
+    return StreamMux(step, max_streams=max_streams, **mux_options)

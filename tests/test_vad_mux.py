@@ -1,0 +1,237 @@
+"""``vad_mux`` / ``SileroBatchedStep``: the real Silero VAD served to many streams by ``StreamMux``.
+
+Every stream's probabilities are compared with a per-stream ``SileroVad`` fed the same chunks
+(itself checked against ONNX Runtime in ``test_silero_vad.py``). Streams join and leave at random
+times, more streams than slots (so slots are reused), producers submit ahead (FIFO per stream),
+and one injected failure shows that a failing run changes no slot. No timing thresholds.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from asyncjit.errors import DTypeMismatchError, ShapeMismatchError
+from asyncjit.models import read_wav, speech_sample_path
+from asyncjit.models.silero_vad import HIDDEN, SileroBatchedStep, SileroVad, vad_mux
+from asyncjit.runtime import Client
+from asyncjit.scheduler import BatchedStep, StreamMux
+
+pytest.importorskip("onnx")  # load_weights reads the ONNX file of the silero-vad package
+
+TOL = 1e-5
+N = 512
+
+
+@pytest.fixture(scope="module")
+def audio() -> npt.NDArray[np.float32]:
+    samples, rate = read_wav(speech_sample_path())
+    assert rate == 16000
+    return samples
+
+
+@pytest.fixture(scope="module")
+def reference() -> SileroVad:
+    return SileroVad(16000)
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    c = Client("cpu")
+    yield c
+    c.close()
+
+
+def stream_audio(audio: npt.NDArray[np.float32], offset: int, chunks: int) -> list[npt.NDArray[np.float32]]:
+    """``chunks`` chunks of the speech from chunk ``offset`` (wrapping around)."""
+    total = audio.size // N
+    frames = audio[: total * N].reshape(total, N)
+    return [frames[(offset + i) % total].copy() for i in range(chunks)]
+
+
+def expected(reference: SileroVad, chunks: list[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+    """A fresh stream's probabilities, one chunk at a time."""
+    reference.reset()
+    return np.array([reference(c) for c in chunks], np.float32)
+
+
+def test_the_step_is_a_batched_step(client: Client) -> None:
+    step = SileroBatchedStep(16000, max_streams=8, max_batch_size=4, client=client)
+    assert isinstance(step, BatchedStep)
+    assert (step.num_slots, step.max_batch_size, step.chunk_shape) == (8, 4, (512,))
+    assert step.chunk_dtype == np.float32
+    assert step.pool.shape == (8, step.row_width) and step.row_width == 2 * HIDDEN + 64
+    mux = vad_mux(8000, max_streams=3, client=client)
+    assert isinstance(mux, StreamMux) and mux.step.chunk_shape == (256,) and mux.max_batch_size == 3
+
+
+@pytest.mark.anyio
+async def test_streams_joining_and_leaving_at_random_match_per_stream_runs(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """14 streams through 5 slots (backlog, slot reuse), random joins, pauses, lengths and
+    submit-ahead depths: every stream's results, in order, equal its own unbatched run."""
+    rng = random.Random(11)
+    plans = [
+        (rng.uniform(0, 0.03), rng.randrange(200), rng.randrange(3, 22), rng.choice([1, 1, 3]))
+        for _ in range(14)
+    ]
+    results: dict[int, list[float]] = {}
+    mux = vad_mux(16000, max_streams=5, max_batch_size=4, client=client, max_queue_delay=0.001, backlog=16)
+
+    async def one(i: int, start: float, offset: int, length: int, ahead: int) -> None:
+        await anyio.sleep(start)
+        chunks = stream_audio(audio, offset, length)
+        out: list[float] = results.setdefault(i, [])
+        async with mux.open_stream() as s:
+            pending: list[Any] = []
+            for j, c in enumerate(chunks):
+                pending.append(await s.submit(c))
+                if len(pending) >= ahead:  # FIFO: the oldest result first
+                    out.append(float(await pending.pop(0)))
+                if j % 5 == 4:
+                    await anyio.sleep(rng.uniform(0, 0.004))
+            for fut in pending:
+                out.append(float(await fut))
+
+    with anyio.fail_after(60):
+        async with mux, anyio.create_task_group() as tg:
+            for i, plan in enumerate(plans):
+                tg.start_soon(one, i, *plan)
+    worst = 0.0
+    for i, (_, offset, length, _) in enumerate(plans):
+        want = expected(reference, stream_audio(audio, offset, length))
+        got = np.array(results[i], np.float32)
+        assert got.shape == want.shape
+        worst = max(worst, float(np.abs(got - want).max()))
+    assert worst < TOL, worst
+    m = mux.metrics()
+    assert m["requests"] == sum(p[2] for p in plans) and m["opened"] == 14
+    assert max(int(k) for k in m["batch_size_histogram"]) > 1  # really batched
+
+
+@pytest.mark.anyio
+async def test_a_reused_slot_starts_like_a_fresh_stream(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """One slot: the second stream (same slot, after the first closed) matches a fresh SileroVad,
+    and the closed stream's row (state and audio context) was zeroed."""
+    first, second = stream_audio(audio, 40, 12), stream_audio(audio, 90, 12)
+    async with vad_mux(16000, max_streams=1, client=client) as mux:
+        step = mux.step
+        assert isinstance(step, SileroBatchedStep)
+        async with mux.open_stream() as s:
+            slot = s.slot
+            for c in first:
+                await s.step(c)
+            assert slot is not None and step.read_slot(slot).any()
+        assert not step.read_slot(slot).any()
+        async with mux.open_stream() as s:
+            assert s.slot == slot
+            got = [float(await s.step(c)) for c in second]
+    np.testing.assert_allclose(got, expected(reference, second), atol=TOL, rtol=0)
+
+
+@pytest.mark.anyio
+async def test_a_stream_opened_with_a_state_continues_from_it(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """A row read from one stream, given to a new one, continues that stream exactly; an (h, c)
+    pair is accepted too (audio context zeros)."""
+    chunks = stream_audio(audio, 5, 20)
+    want = expected(reference, chunks)
+    async with vad_mux(16000, max_streams=2, client=client) as mux:
+        step = mux.step
+        assert isinstance(step, SileroBatchedStep)
+        async with mux.open_stream() as s:
+            head = [float(await s.step(c)) for c in chunks[:8]]
+            assert s.slot is not None
+            row = step.read_slot(s.slot)
+        async with mux.open_stream(row) as s:
+            tail = [float(await s.step(c)) for c in chunks[8:]]
+        async with mux.open_stream((row[:HIDDEN], row[HIDDEN : 2 * HIDDEN])) as s:
+            assert s.slot is not None
+            np.testing.assert_array_equal(step.read_slot(s.slot)[: 2 * HIDDEN], row[: 2 * HIDDEN])
+            assert not step.read_slot(s.slot)[2 * HIDDEN :].any()
+    np.testing.assert_allclose(head + tail, want, atol=TOL, rtol=0)
+
+
+def test_initial_states_are_checked(client: Client) -> None:
+    step = SileroBatchedStep(16000, max_streams=2, client=client)
+    with pytest.raises(ShapeMismatchError, match="320"):
+        step.check_state(np.zeros(256, np.float32))
+    with pytest.raises(ShapeMismatchError, match=r"\(h, c\)"):
+        step.check_state((np.zeros(128, np.float32), np.zeros(64, np.float32)))
+    with pytest.raises(DTypeMismatchError):
+        step.check_state(np.zeros(320, np.int32))
+    with pytest.raises(ValueError, match="finite"):
+        step.check_state(np.full(320, np.nan, np.float32))
+    row = step.check_state(np.ones(320, np.float64))
+    assert isinstance(row, np.ndarray) and row.dtype == np.float32
+
+
+@pytest.mark.anyio
+async def test_a_failing_run_leaves_every_slot_unchanged(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """The plan really runs (computing a new pool) and then the run fails: its streams get the
+    error, the pool is the one before the run, and retrying the chunk continues exactly."""
+    chunks = stream_audio(audio, 17, 10)
+    want = expected(reference, chunks)
+    mux = vad_mux(16000, max_streams=3, client=client)
+    step = mux.step
+    assert isinstance(step, SileroBatchedStep)
+    execute = step.plan.execute
+    fail = {"armed": False}
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        outs = await execute(*args, **kwargs)
+        await outs[0].ready()
+        if fail["armed"]:
+            fail["armed"] = False
+            raise RuntimeError("injected failure after the plan ran")
+        return outs
+
+    step.plan.execute = failing  # type: ignore[method-assign]
+    async with mux, mux.open_stream() as s:
+        got = [float(await s.step(c)) for c in chunks[:5]]
+        before = np.array(step.pool.numpy_view())
+        fail["armed"] = True
+        with pytest.raises(RuntimeError, match="injected"):
+            await s.step(chunks[5])
+        np.testing.assert_array_equal(step.pool.numpy_view(), before)
+        got += [float(await s.step(c)) for c in chunks[5:]]
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+    assert mux.metrics()["failed_batches"] == 1
+
+
+@pytest.mark.anyio
+async def test_many_streams_in_one_batch_match(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """32 live streams at once, batches up to 32: results equal per-stream runs; probabilities
+    come back as 0-d float32 arrays."""
+    streams = {i: stream_audio(audio, 7 * i, 6) for i in range(32)}
+    got: dict[int, list[float]] = {}
+    async with vad_mux(16000, max_streams=32, client=client) as mux:
+
+        async def one(i: int) -> None:
+            async with mux.open_stream() as s:
+                for c in streams[i]:
+                    p = await s.step(c)
+                    assert p.shape == () and p.dtype == np.float32
+                    got.setdefault(i, []).append(float(p))
+
+        async with anyio.create_task_group() as tg:
+            for i in streams:
+                tg.start_soon(functools.partial(one, i))
+    for i, chunks in streams.items():
+        np.testing.assert_allclose(got[i], expected(reference, chunks), atol=TOL, rtol=0)
+    assert max(int(k) for k in mux.metrics()["batch_size_histogram"]) > 8
