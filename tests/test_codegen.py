@@ -227,3 +227,29 @@ def test_streaming_store_path_matches_plain_loop(offset: int) -> None:
         )
         np.testing.assert_allclose(got, np.abs(np.maximum(xv * 1.5 + 0.5, xv) - 0.25), rtol=1e-6, atol=1e-6)
         assert not raw[:start].any() and not raw[start + 4 * n :].any()  # nothing written outside
+
+
+@pytest.mark.parametrize("m", [1, 5, 8, 40])
+def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
+    """``a @ w.T`` and batched ``x @ y.transpose()`` read the untransposed buffers through
+    strides: no transposed copy is made, and the results equal numpy's."""
+    import asyncjit
+
+    rng = np.random.default_rng(m)
+    b = Var("b", 1, 64)
+    a = Tensor.placeholder((b, 24), asyncjit.float32, name="a")
+    w = Tensor.placeholder((33, 24), asyncjit.float32, name="w")
+    exe = compile(a @ w.T, [a, w], [b], name="mm_t")
+    assert not any("permute" in k for k in exe.kernel_names), exe.kernel_names
+    av = rng.standard_normal((m, 24)).astype(np.float32)
+    wv = rng.standard_normal((33, 24)).astype(np.float32)
+    np.testing.assert_allclose(exe.run([av, wv], {"b": m})[0], av @ wv.T, rtol=1e-5, atol=1e-5)
+
+    x = Tensor.placeholder((3, 20, m), asyncjit.float32, name="x")
+    y = Tensor.placeholder((3, 17, 20), asyncjit.float32, name="y")
+    exe2 = compile(x.transpose() @ y.transpose(), [x, y], name="mm_tt")
+    assert not any("permute" in k for k in exe2.kernel_names), exe2.kernel_names
+    xv = rng.standard_normal((3, 20, m)).astype(np.float32)
+    yv = rng.standard_normal((3, 17, 20)).astype(np.float32)
+    want = np.swapaxes(xv, 1, 2) @ np.swapaxes(yv, 1, 2)
+    np.testing.assert_allclose(exe2.run([xv, yv])[0], want, rtol=1e-5, atol=1e-5)

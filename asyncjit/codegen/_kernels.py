@@ -15,6 +15,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
+from ..passes._fusion import transposed_source
 from ..symbolic import Dim, Index, Var, prod, upper
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
@@ -221,8 +222,10 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
     lib = matmul_library()
     if node.dtype.name == "float32" and lib is not None:
         fn = lib.emit_matmul(ctx.fn.module, f"{kernel.name}.mm")
-        dims = [em.dim(e) for e in (batch, m, n, k, m * k, k, 1, k * n, n, 1, m * n, n)]
-        ctx.b.call(fn, [ctx.buffers[a.id], ctx.buffers[b.id], ctx.out, ctx.scratch, *dims])
+        a_ptr, a_strides = _operand(ctx, a, m, k)
+        b_ptr, b_strides = _operand(ctx, b, k, n)
+        dims = [em.dim(e) for e in (batch, m, n, k, *a_strides, *b_strides, m * n, n)]
+        ctx.b.call(fn, [a_ptr, b_ptr, ctx.out, ctx.scratch, *dims])
         return
     is_float = node.dtype.is_float
     acc_ty = F32 if is_float else compute_type(node.dtype)
@@ -256,6 +259,18 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
         em.store(ctx.out, node, linearize((p, i, j), (batch, m, n)), out)
 
     ctx.nest((batch, m, n), cell)
+
+
+def _operand(ctx: _Ctx, x: Node, rows: Dim, cols: Dim) -> tuple[ir.Value, tuple[Dim, Dim, Dim]]:
+    """Pointer and (batch, row, column) strides of a float32 matmul operand ``[..., rows, cols]``:
+    its own contiguous buffer, or the buffer of ``X`` read in place when it is ``X`` transposed
+    (see ``passes.transposed_source``)."""
+    if x.id in ctx.buffers:
+        return ctx.buffers[x.id], (rows * cols, cols, 1)
+    src = transposed_source(x)
+    if src is None or src.id not in ctx.buffers:
+        raise AssertionError(f"matmul operand {x!r} has no buffer")  # fusion guarantees one
+    return ctx.buffers[src.id], (rows * cols, 1, rows)
 
 
 def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:

@@ -393,9 +393,11 @@ def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> t
     x = x.squeeze(2)  # [b, 128, 1] -> [b, 128]
 
     # LSTM cell as one matmul over [x | h]: gates = [x | h] @ [W_ih | W_hh]^T + b_ih + b_hh
-    w_cat = np.concatenate([w.w_ih, w.w_hh], axis=1).T
+    # W_cat [4H, in + H] is used transposed in place: the matmul reads its rows (contiguous in
+    # the reduction axis) through strides, the dot-product layout that suits small batches.
+    w_cat = np.ascontiguousarray(np.concatenate([w.w_ih, w.w_hh], axis=1))
     bias = w.b_ih + w.b_hh
-    gates = Tensor.cat([x, h], axis=1) @ Tensor.const(w_cat) + Tensor.const(bias)
+    gates = Tensor.cat([x, h], axis=1) @ Tensor.const(w_cat).T + Tensor.const(bias)
     i_gate, f_gate, g_gate, o_gate = gates.chunk(4, axis=1)  # PyTorch order
     c_new = f_gate.sigmoid() * c + i_gate.sigmoid() * g_gate.tanh()
     h_new = o_gate.sigmoid() * c_new.tanh()

@@ -20,7 +20,7 @@ import attrs
 from ..graph import OPS, Node
 from ._graph import Graph
 
-__all__ = ["FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS"]
+__all__ = ["FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
 
 OWN_LOOP_OPS = frozenset({"reduce", "matmul", "conv1d", "scatter", "nonzero"})
 _DENSE_OPERANDS = frozenset({"matmul", "conv1d"})
@@ -53,6 +53,27 @@ class FusionPlan:
     materialized: frozenset[int]
 
 
+def transposed_source(node: Node) -> Node | None:
+    """``X`` when ``node`` is ``X`` with its last two axes swapped (and the others in place).
+
+    A float32 matmul reads such an operand in place through strides (the tuned matmul takes
+    any strides), so ``X`` gets the buffer and the transposed copy is never made.
+    """
+    if node.op != "permute" or node.ndim < 2 or node.dtype.name != "float32":
+        return None
+    order = tuple(node.attrs["order"])
+    r = node.ndim
+    if order != (*range(r - 2), r - 1, r - 2):
+        return None
+    return node.inputs[0]
+
+
+def _strided_matmul() -> bool:
+    from ..codegen._library import matmul_library
+
+    return matmul_library() is not None
+
+
 def _is_scalar_const(node: Node) -> bool:
     return node.op == "const" and node.attrs["value"].size == 1
 
@@ -83,7 +104,11 @@ def _materialize(graph: Graph, claimed: Mapping[int, str], interior: frozenset[i
             or n.id in claimed
         ):
             mat.add(n.id)
-        if n.op in _DENSE_OPERANDS or n.id in claimed:
+        if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
+            for i in n.inputs:
+                src = transposed_source(i)
+                mat.add(src.id if src is not None else i.id)
+        elif n.op in _DENSE_OPERANDS or n.id in claimed:
             mat.update(i.id for i in n.inputs)
     memo: dict[int, bool] = {}
     for n in nodes:  # inputs before users, so _computes sees earlier decisions
