@@ -10,7 +10,13 @@ hop each way (35-65 µs here), more than a small step. When the queue is idle an
 ready, a command may run on the caller's thread instead: always if the caller asks, or in
 ``auto`` mode when the plan's measured run time (or ``flops_estimate`` at a calibrated rate)
 is below the hop cost measured when the device started. ``_exec_lock`` guarantees that the
-worker and an inline caller never run a launcher at the same time.
+worker and an inline caller never run a launcher at the same time. ``LoadedExecutable`` runs its
+inline executions *directly* (``begin_inline``/``end_inline``): no command, queue or event, one
+lock round trip; ``submit(cmd, inline=True)`` is the general form used by copies.
+
+**The worker** releases the GIL for the whole native call (ctypes ``CFUNCTYPE``); between
+calls it runs a few hundred bytecodes per command and never loops in Python over data, so the
+event loop waits at most that long for the GIL (``benchmarks/runtime.py`` measures the gaps).
 
 **Backpressure.** At most ``max_in_flight`` commands (32, as in PJRT) are submitted and not
 finished; ``LoadedExecutable.execute`` awaits a slot, ``execute_nowait`` raises ``WouldBlock``.
@@ -102,6 +108,7 @@ class Device:
         self.max_in_flight = max_in_flight
         self.inline_policy: InlinePolicy = inline
         self._spaces = {k: MemorySpace(self, k) for k in MemoryKind}
+        self._device_space = self._spaces[MemoryKind.DEVICE]  # an Enum key costs a Python __hash__
         self._queue: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self._state = threading.Lock()
         self._exec_lock = threading.Lock()
@@ -133,7 +140,7 @@ class Device:
 
     @property
     def default_memory_space(self) -> MemorySpace:
-        return self._spaces[MemoryKind.DEVICE]
+        return self._device_space
 
     def memory_space(self, kind: MemoryKind | str) -> MemorySpace:
         return self._spaces[MemoryKind(kind)]
@@ -185,6 +192,19 @@ class Device:
     def check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"device {self.kind}:{self.id} is closed; no more work can be submitted")
+
+    def enqueue(self, cmd: Command) -> None:
+        """``submit(cmd, inline=False)``: the queued path of ``execute``, without the inline test.
+
+        Raises:
+            ClosedError: the device (its client) was closed.
+        """
+        with self._state:
+            if self._closed:
+                raise ClosedError(f"device {self.kind}:{self.id} is closed; no more work can be submitted")
+            self._in_flight += 1
+            self._submitted += 1
+            self._queue.put(cmd)
 
     def submit(self, cmd: Command, inline: bool) -> None:
         """Enqueue ``cmd``, or run it here and now if ``inline`` and the device is idle.
@@ -267,6 +287,7 @@ class Device:
     # -- the worker -----------------------------------------------------------------------------
     def _work(self) -> None:
         get = self._queue.get
+        exec_lock = self._exec_lock
         while True:
             cmd = get()
             if cmd is None:
@@ -275,10 +296,16 @@ class Device:
                 closed = ClosedError(f"device {self.kind}:{self.id} was closed before this command ran")
                 self._finish(cmd, closed, None)
                 continue
-            bad = cmd.wait_inputs()
+            bad = None
+            for b in cmd.inputs:  # cmd.wait_inputs(), spelled out: this loop runs per command
+                ev = b._event
+                if not ev._done:
+                    ev.wait_blocking()  # only another device's output can be pending
+                if bad is None and ev._error is not None:
+                    bad = ev
             error = None
             if bad is None:
-                with self._exec_lock:
+                with exec_lock:
                     error = cmd.run()
             self._finish(cmd, error, bad)
         self._stopped.set()

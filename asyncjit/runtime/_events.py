@@ -2,8 +2,8 @@
 
 An event is the runtime's only synchronisation object. Output buffers of one command share
 it; other devices wait on it (invariant 5: cross-device events, no host sync); loops wait on it
-through a ``Waker`` (``_wakeup.py``); scripts wait on it with a blocking call. It costs one lock
-and four slots, and firing it with nobody waiting costs no wake-up of anything.
+through a ``Waker`` (``_wakeup.py``); scripts wait on it with a blocking call. It costs four
+slots (the lock is shared by all events), and firing it with nobody waiting wakes nothing.
 """
 
 from __future__ import annotations
@@ -21,13 +21,19 @@ __all__ = ["Event"]
 _log = structlog.get_logger("asyncjit.runtime")
 
 
+_events_lock = threading.Lock()
+
+
 class Event:
     """Done or failed, once. Errors are values: the original exception and traceback are kept."""
 
-    __slots__ = ("_callbacks", "_done", "_error", "_lock", "_tb")
+    __slots__ = ("_callbacks", "_done", "_error", "_tb")
+
+    # One lock for every event: held for a few stores, never while a callback runs, and one
+    # event per command no longer allocates a lock.
+    _lock = _events_lock
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._done = False
         self._error: BaseException | None = None
         self._tb: TracebackType | None = None
