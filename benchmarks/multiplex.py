@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +40,11 @@ from asyncjit.runtime import Client
 from asyncjit.scheduler import BatchedStep, HostBatchedStep, StreamMux, run_unbatched, toy_step
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+# This folder holds benchmarks/silero_vad.py, which would shadow the ``silero_vad`` package (whose
+# ONNX file the models locate by name) when this file runs as a script: keep it off the path.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 StepFactory = Callable[[Client, int, int], BatchedStep]
 Peer = Callable[[npt.NDArray[Any]], float]
@@ -140,7 +147,12 @@ async def _loop_lag(samples: list[float], stop: anyio.Event, period: float = 0.0
 
 
 async def run_mux(
-    step: BatchedStep, chunks: npt.NDArray[Any], *, max_batch_size: int, max_queue_delay: float
+    step: BatchedStep,
+    chunks: npt.NDArray[Any],
+    *,
+    max_batch_size: int,
+    max_queue_delay: float,
+    pipeline_depth: int = 2,
 ) -> dict[str, Any]:
     n_streams = chunks.shape[0]
     latencies: list[float] = []
@@ -153,6 +165,7 @@ async def run_mux(
         max_queue_delay=max_queue_delay,
         idle_timeout=None,
         metrics_interval=None,
+        pipeline_depth=pipeline_depth,
     ) as mux:
 
         async def one(i: int) -> None:
@@ -191,8 +204,9 @@ def main() -> None:
     ap.add_argument("--model", choices=["silero", "toy"], default="silero")
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--chunks", type=int, default=100, help="chunks per stream")
-    ap.add_argument("--max-batch", type=int, default=None, help="default: 64 for silero, 256 for toy")
+    ap.add_argument("--max-batch", type=int, default=None, help="default: 128 for silero, 256 for toy")
     ap.add_argument("--delay", type=float, default=0.002, help="max_queue_delay in seconds")
+    ap.add_argument("--pipeline-depth", type=int, default=2, help="batches in flight (1: no pipelining)")
     ap.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     ap.add_argument("--inline", choices=["auto", "always", "never"], default="auto")
     ap.add_argument("--step", default=None, help="module:factory(client, max_batch, slots) -> BatchedStep")
@@ -214,7 +228,7 @@ def main() -> None:
         peers = [("numpy per stream", toy_per_stream), ("numpy hand-batched", toy_hand_batched), *peers]
 
     with Client("cpu", inline=args.inline) as client:
-        default_batch = 64 if silero else 256
+        default_batch = 128 if silero else 256
         max_batch = min(args.max_batch or default_batch, args.streams)
         step = factory(client, max_batch, args.streams)
         shape = (args.streams, args.chunks, *step.chunk_shape)
@@ -225,13 +239,20 @@ def main() -> None:
         print(f"step: {step!r}")
         print(
             f"{args.streams} streams x {args.chunks} chunks, max_batch={max_batch}, "
-            f"max_queue_delay={args.delay * 1e3:.1f} ms, backend={args.backend}"
+            f"max_queue_delay={args.delay * 1e3:.1f} ms, pipeline_depth={args.pipeline_depth}, "
+            f"backend={args.backend}"
         )
         runs = []
         for _ in range(args.repeat):
             runs.append(
                 anyio.run(
-                    lambda: run_mux(step, chunks, max_batch_size=max_batch, max_queue_delay=args.delay),
+                    lambda: run_mux(
+                        step,
+                        chunks,
+                        max_batch_size=max_batch,
+                        max_queue_delay=args.delay,
+                        pipeline_depth=args.pipeline_depth,
+                    ),
                     backend=args.backend,
                 )
             )

@@ -21,8 +21,8 @@ import pytest
 from asyncjit.errors import DTypeMismatchError, ShapeMismatchError
 from asyncjit.models import read_wav, speech_sample_path
 from asyncjit.models.silero_vad import HIDDEN, SileroBatchedStep, SileroVad, vad_mux
-from asyncjit.runtime import Client
-from asyncjit.scheduler import BatchedStep, StreamMux
+from asyncjit.runtime import Buffer, Client
+from asyncjit.scheduler import BatchedStep, HostBatchedStep, StreamMux, toy_step
 
 pytest.importorskip("onnx")  # load_weights reads the ONNX file of the silero-vad package
 
@@ -177,39 +177,81 @@ def test_initial_states_are_checked(client: Client) -> None:
     assert isinstance(row, np.ndarray) and row.dtype == np.float32
 
 
+def poisoned_chunks(client: Client, b: int) -> Buffer:
+    """A ``float32 [b, 512]`` buffer poisoned by a failed command (``toy_step`` raises on 666.0):
+    a plan that reads it fails on the device with that error (runtime invariant 6)."""
+    toy = HostBatchedStep(client, toy_step, state_shape=(N,), max_batch_size=b, num_slots=b)
+    chunk = np.full((b, 16), 666.0, np.float32)
+    slots = np.arange(b, dtype=np.int32)
+    args = [client.buffer_from_host(chunk), client.buffer_from_host(slots), toy.pool]
+    _, new_pool = toy.plan.execute_nowait(args, {"b": b})
+    return new_pool
+
+
 @pytest.mark.anyio
 async def test_a_failing_run_leaves_every_slot_unchanged(
     client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
 ) -> None:
-    """The plan really runs (computing a new pool) and then the run fails: its streams get the
-    error, the pool is the one before the run, and retrying the chunk continues exactly."""
+    """A batch whose plan fails on the device: its streams get the plan's error, the pool is the
+    one before the batch, and retrying the chunk continues exactly."""
     chunks = stream_audio(audio, 17, 10)
     want = expected(reference, chunks)
     mux = vad_mux(16000, max_streams=3, client=client)
     step = mux.step
     assert isinstance(step, SileroBatchedStep)
-    execute = step.plan.execute
-    fail = {"armed": False}
+    execute_nowait = step.plan.execute_nowait
+    armed = {"on": False}
 
-    async def failing(*args: Any, **kwargs: Any) -> Any:
-        outs = await execute(*args, **kwargs)
-        await outs[0].ready()
-        if fail["armed"]:
-            fail["armed"] = False
-            raise RuntimeError("injected failure after the plan ran")
-        return outs
+    def failing(args: list[Buffer], *rest: Any, **kwargs: Any) -> Any:
+        if armed["on"]:
+            armed["on"] = False
+            args = [poisoned_chunks(client, args[0].shape[0]), *args[1:]]
+        return execute_nowait(args, *rest, **kwargs)
 
-    step.plan.execute = failing  # type: ignore[method-assign]
+    step.plan.execute_nowait = failing  # type: ignore[method-assign]
     async with mux, mux.open_stream() as s:
         got = [float(await s.step(c)) for c in chunks[:5]]
         before = np.array(step.pool.numpy_view())
-        fail["armed"] = True
-        with pytest.raises(RuntimeError, match="injected"):
+        armed["on"] = True
+        with pytest.raises(ValueError, match="poisoned chunk"):
             await s.step(chunks[5])
         np.testing.assert_array_equal(step.pool.numpy_view(), before)
         got += [float(await s.step(c)) for c in chunks[5:]]
     np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
     assert mux.metrics()["failed_batches"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_failed_step_in_flight_is_not_seen_by_the_next(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """Pipelined launches: step 1 fails on the device, step 2 (already queued behind it, reading
+    the pool step 1 wrote) is re-run on the good pool: only step 1's batch fails, no slot changes
+    from it, and later steps continue exactly."""
+    a, b = stream_audio(audio, 3, 4), stream_audio(audio, 60, 4)
+    step = SileroBatchedStep(16000, max_streams=2, max_batch_size=2, client=client)
+    slot0, slot1 = np.array([0], np.int32), np.array([1], np.int32)
+    assert (await step.run(a[0][None], slot0)).shape == (1,)
+    before = np.array(step.pool.numpy_view())
+    execute_nowait = step.plan.execute_nowait
+    step.plan.execute_nowait = lambda args, *r, **k: execute_nowait(  # type: ignore[method-assign]
+        [poisoned_chunks(client, 1), *args[1:]], *r, **k
+    )
+    bad = step.launch(a[1][None], slot0)
+    step.plan.execute_nowait = execute_nowait  # type: ignore[method-assign]
+    good = step.launch(b[0][None], slot1)
+    after = step.launch(a[1][None], slot0)
+    with pytest.raises(ValueError, match="poisoned chunk"):
+        await step.complete(bad)
+    np.testing.assert_array_equal(step.pool.numpy_view(), before)
+    p_b = [float((await step.complete(good))[0])]
+    p_a = [float((await step.complete(after))[0])]
+    for c in a[2:]:
+        p_a.append(float((await step.run(c[None], slot0))[0]))
+    for c in b[1:]:
+        p_b.append(float((await step.run(c[None], slot1))[0]))
+    np.testing.assert_allclose(p_a, expected(reference, a)[1:], atol=TOL, rtol=0)
+    np.testing.assert_allclose(p_b, expected(reference, b), atol=TOL, rtol=0)
 
 
 @pytest.mark.anyio

@@ -12,6 +12,12 @@ starts forming or becomes full (no polling, no busy wait). One batch is in fligh
 steps that arrive meanwhile wait for the next, which keeps each stream's steps in order and lets
 ``BatchedStep`` implementations touch the pool between runs.
 
+**Pipelining.** A step that also offers ``launch``/``complete`` (see ``BatchedStep``) gets up to
+``pipeline_depth`` batches in flight: the next batch is enqueued on the device while the
+previous one computes (the device queue is in order, and each batch reads the pool the previous
+one writes), and a second task resolves results in launch order. The device then never waits for
+the loop's Python between batches. Slots are reset only when nothing is in flight.
+
 **Between runs** the service frees and resets released slots, admits backlog waiters in order,
 applies initial states, and closes streams idle for ``idle_timeout``: never silently, their
 next call raises ``StreamIdleError`` and a ``stream.idle_timeout`` warning is logged.
@@ -21,13 +27,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +52,9 @@ from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture
 __all__ = ["MuxStatistics", "StreamMux"]
 
 _log = structlog.get_logger("asyncjit.scheduler")
+
+RESOLVE_SLICE = 32
+"""Waiting tasks the pipelined service resumes per loop iteration (see ``_complete_runs``)."""
 _ids = itertools.count(1)
 
 
@@ -79,6 +89,8 @@ class StreamMux:
         queue_depth: steps a stream may have queued before ``submit`` waits.
         metrics_interval: seconds between ``mux.metrics`` log events while serving (None: only
             when the mux exits).
+        pipeline_depth: batches in flight at once when the step supports ``launch``/``complete``
+            (1: one at a time; ignored for steps with ``run`` only).
         name: shown in logs and ``repr``.
 
     Raises:
@@ -97,6 +109,7 @@ class StreamMux:
         admission_timeout: float | None = None,
         queue_depth: int = 4,
         metrics_interval: float | None = 60.0,
+        pipeline_depth: int = 2,
         name: str | None = None,
     ) -> None:
         self.step = step
@@ -107,6 +120,8 @@ class StreamMux:
         self.admission_timeout = admission_timeout
         self.queue_depth = queue_depth
         self.metrics_interval = metrics_interval
+        pipelined = callable(getattr(step, "launch", None)) and callable(getattr(step, "complete", None))
+        self.pipeline_depth = pipeline_depth if pipelined else 1
         self.name = name if name is not None else f"mux{next(_ids)}"
         _check_config(self, step, backlog)
         self._chunk_shape = tuple(step.chunk_shape)
@@ -125,6 +140,10 @@ class StreamMux:
         self._slot_index = np.zeros(self.max_batch_size, np.int32)
         self._running = False
         self._in_run = False
+        # pipelined service: launched batches in launch order, and how many streams they hold
+        self._inflight: deque[tuple[list[StepFuture], Any, float]] = deque()
+        self._inflight_streams = 0
+        self._completer_wake: Signal | None = None
         self._exited = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._signal: SignalFactory = _not_running
@@ -153,7 +172,11 @@ class StreamMux:
         await tg.__aenter__()
         self._tg = tg
         self._running = True
-        tg.start_soon(self._serve, name=f"StreamMux {self.name} service")
+        if self.pipeline_depth > 1:
+            tg.start_soon(self._serve_pipelined, name=f"StreamMux {self.name} service")
+            tg.start_soon(self._complete_runs, name=f"StreamMux {self.name} results")
+        else:
+            tg.start_soon(self._serve, name=f"StreamMux {self.name} service")
         _log.info("mux.start", mux=self.name, max_streams=self.max_streams, max_batch=self.max_batch_size)
         return self
 
@@ -336,7 +359,9 @@ class StreamMux:
         n = len(ready)
         if n == 1:
             self._first_wait = stream._queue[0].arrival
-        if self._sleeping and (n == 1 or n >= self.max_batch_size or n >= self._n_open):
+        if self._sleeping and (
+            n == 1 or n >= self.max_batch_size or n >= self._n_open - self._inflight_streams
+        ):
             self._notify()
 
     def _on_unready(self, stream: MuxStream) -> None:
@@ -447,6 +472,117 @@ class StreamMux:
         for i, fut in enumerate(batch):  # the waiting tasks run in the next loop iteration
             fut._resolve(out[i, ...])
 
+    # -- the pipelined service ---------------------------------------------------------------
+    async def _serve_pipelined(self) -> None:
+        """``_serve`` with up to ``pipeline_depth`` batches in flight (``_complete_runs`` resolves them).
+
+        A batch may go while others run once it is full, or when every open stream not in flight
+        is in it (waiting could not grow it before a running batch returns), or at its deadline.
+        Released slots and initial states are applied only when nothing is in flight: launching
+        pauses until then.
+        """
+        delay = self.max_queue_delay
+        inflight = self._inflight
+        depth = self.pipeline_depth
+        slots = self._slots
+        while True:
+            now = self._clock()
+            if now >= self._next_log:
+                self._next_log = now + (self.metrics_interval or math.inf)
+                _log.info("mux.metrics", mux=self.name, **self.metrics())
+            self._expire_idle(now)
+            if not inflight:
+                slots.service(self.step.reset_slot)
+            deadline = math.inf
+            if self.idle_timeout is not None and self._activity:
+                deadline = next(iter(self._activity))._last_active + self.idle_timeout
+            n = len(self._ready)
+            if n and len(inflight) < depth and not (inflight and slots.has_pending):
+                assert self._first_wait is not None
+                due = self._first_wait + delay
+                if n >= self.max_batch_size or n >= self._n_open - self._inflight_streams or now >= due:
+                    self._launch_batch(now)
+                    continue
+                deadline = min(deadline, due)
+            await self._sleep(min(deadline, self._next_log))
+
+    def _launch_batch(self, now: float) -> None:
+        batch = self._take_batch(now)
+        b = len(batch)
+        chunks = self._chunks[:b]
+        slots = self._slot_index[:b]
+        np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
+        for i, fut in enumerate(batch):
+            slot = fut.stream.slot
+            assert slot is not None  # batched streams are open
+            slots[i] = slot
+            fut.chunk = None
+        t0 = self._clock()
+        try:
+            handle = self.step.launch(chunks, slots)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._batch_failed(batch, exc, t0)
+            return
+        self._inflight.append((batch, handle, t0))
+        self._inflight_streams += b
+        self._in_run = True
+        wake = self._completer_wake
+        if wake is not None:
+            self._completer_wake = None
+            wake.set()
+
+    async def _complete_runs(self) -> None:
+        """Await launched batches in launch order and resolve their futures."""
+        inflight = self._inflight
+        try:
+            while True:
+                if not inflight:
+                    wake = self._completer_wake = self._signal()
+                    await wake.wait()
+                    continue
+                batch, handle, t0 = inflight[0]
+                b = len(batch)
+                try:
+                    out = await self.step.complete(handle)  # type: ignore[attr-defined]
+                    if len(out) != b:
+                        raise ShapeMismatchError(
+                            f"{self.step!r}.complete returned {len(out)} rows for a batch of {b} streams"
+                        )
+                except Exception as exc:
+                    self._retire()
+                    self._batch_failed(batch, exc, t0)
+                    continue
+                self._retire()
+                self._metrics.record_batch(b, self._clock() - t0, failed=False)
+                # Resolve in slices with a checkpoint between them: each loop iteration then
+                # resumes at most RESOLVE_SLICE waiting tasks, so timers and other tasks on the
+                # loop are not held up behind a whole batch of them (event-loop lag).
+                for start in range(0, b, RESOLVE_SLICE):
+                    if start:
+                        await anyio.lowlevel.checkpoint()
+                    for i in range(start, min(b, start + RESOLVE_SLICE)):
+                        batch[i]._resolve(out[i, ...])
+        except BaseException:  # the mux is exiting while batches run
+            for batch, _, _ in inflight:
+                for fut in batch:
+                    fut._fail(MuxClosedError(f"the StreamMux {self.name} exited while this step ran"))
+            inflight.clear()
+            self._inflight_streams = 0
+            self._in_run = False
+            raise
+
+    def _retire(self) -> None:
+        batch, _, _ = self._inflight.popleft()
+        self._inflight_streams -= len(batch)
+        self._in_run = bool(self._inflight)
+        self._notify()  # room for another batch; slots may be serviced when nothing is in flight
+
+    def _batch_failed(self, batch: list[StepFuture], exc: Exception, t0: float) -> None:
+        self._metrics.record_batch(len(batch), self._clock() - t0, failed=True)
+        _log.warning("mux.batch_failed", mux=self.name, batch=len(batch), error=repr(exc))
+        for fut in batch:
+            fut._fail(exc)
+
     # -- observing ---------------------------------------------------------------------------
     def statistics(self) -> MuxStatistics:
         m = self._metrics
@@ -493,6 +629,8 @@ def _check_config(mux: StreamMux, step: BatchedStep, backlog: int | None) -> Non
         raise ValueError(f"queue_depth must be >= 1, got {mux.queue_depth}")
     if backlog is not None and backlog < 0:
         raise ValueError(f"backlog must be >= 0, got {backlog}")
+    if mux.pipeline_depth < 1:
+        raise ValueError(f"pipeline_depth must be >= 1, got {mux.pipeline_depth}")
     if mux.metrics_interval is not None and not mux.metrics_interval > 0:
         raise ValueError(f"metrics_interval must be > 0 seconds or None, got {mux.metrics_interval}")
 

@@ -20,6 +20,14 @@ What the mux expects back:
 * ``run`` returns ``[b, ...]`` outputs in the order of ``slots``; row ``i`` goes to stream ``i``;
 * a ``run`` that raises changes no slot (the error fails that batch's requests, the mux keeps
   serving, and a later step of those streams continues from their previous state).
+
+**Optional pipelining.** A step may also offer ``launch(chunks, slots) -> handle`` (synchronous:
+enqueue the step on the device, copying the inputs) and ``async complete(handle) -> out``. The
+mux then keeps up to ``pipeline_depth`` launches in flight, calls ``complete`` in launch order,
+and calls ``reset_slot`` only when nothing is in flight. A launch may read a pool that earlier
+launches have not finished writing (the device queue is in order); a failed launch must still
+change no slot and fail only its own batch (``SileroBatchedStep`` re-runs a launch that read the
+output of a failed one). ``run`` stays required (``complete(launch(...))``).
 """
 
 from __future__ import annotations

@@ -62,6 +62,11 @@ class SlotPool:
         return len(self._free)
 
     @property
+    def has_pending(self) -> bool:
+        """Released slots or initial states wait for ``service`` (which needs no run in flight)."""
+        return bool(self._released or self._resets)
+
+    @property
     def waiting(self) -> int:
         """Streams in the backlog."""
         return len(self._backlog)
