@@ -28,6 +28,8 @@ __all__ = ["Command", "CopyCommand", "ExecuteCommand", "HostToDeviceCommand", "T
 
 _perf_ns = time.perf_counter_ns
 _log = structlog.get_logger("asyncjit.runtime")
+_CHEAP_BYTES = 1 << 20
+"""Copies up to this size count as cheap (a worker may hold earlier completions across them)."""
 
 
 class PlanTiming:
@@ -81,13 +83,22 @@ class Command:
         """Do the work (inputs are done and healthy); return the error instead of raising."""
         return None
 
-    def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
+    def cheap(self, limit_ns: float) -> bool:
+        """Known to run in under ``limit_ns``: the worker may hold earlier completions across it."""
+        return True
+
+    def signal(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
+        """Fire the event: done, failed with ``error``, or poisoned by an input's event."""
         if poisoned_by is not None:
             self.event.poison_from(poisoned_by)
         elif error is not None:
             self.event.fail(error)
         else:
             self.event.set()
+
+    def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
+        """``signal``, then drop the uses of every buffer (memory of deleted ones is freed)."""
+        self.signal(error, poisoned_by)
         if self.outputs:
             release_uses((*self.inputs, *self.outputs))
         else:
@@ -124,6 +135,9 @@ class ExecuteCommand(Command):
         self.values = values
         self.timing = timing
 
+    def cheap(self, limit_ns: float) -> bool:
+        return 0 <= self.timing.ema_ns < limit_ns
+
     def run(self) -> BaseException | None:
         t0 = _perf_ns()
         try:
@@ -143,6 +157,9 @@ class CopyCommand(Command):
     def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
         super().__init__(event, (src,), (dst,))
         self.nbytes = src.nbytes
+
+    def cheap(self, limit_ns: float) -> bool:
+        return self.nbytes <= _CHEAP_BYTES
 
     def run(self) -> BaseException | None:
         src = self.inputs[0]._block
@@ -164,6 +181,9 @@ class HostToDeviceCommand(Command):
         super().__init__(event, (), (dst,))
         self.host: npt.NDArray[Any] | None = host
         self.on_done = on_done
+
+    def cheap(self, limit_ns: float) -> bool:
+        return self.host is None or self.host.nbytes <= _CHEAP_BYTES
 
     def run(self) -> BaseException | None:
         dst = self.outputs[0]._block
@@ -190,6 +210,9 @@ class ToHostCommand(Command):
     def __init__(self, event: Event, src: Buffer) -> None:
         super().__init__(event, (src,), ())
         self.result: npt.NDArray[Any] | None = None
+
+    def cheap(self, limit_ns: float) -> bool:
+        return self.inputs[0].nbytes <= _CHEAP_BYTES
 
     def run(self) -> BaseException | None:
         src = self.inputs[0]

@@ -36,13 +36,15 @@ import numpy as np
 import structlog
 
 from ..errors import ClosedError
-from ._commands import Command, Noop
+from ._commands import Command, ExecuteCommand, Noop
 from ._events import READY, Event
 from ._memory import MemoryKind, MemorySpace, MemoryStats
+from ._uses import release_uses
 from ._wakeup import wait_event
 
 if TYPE_CHECKING:
     from ..devices import DeviceKind
+    from ._buffer import Buffer
     from ._client import Client
 
 __all__ = ["Device", "DeviceStatistics", "InlinePolicy"]
@@ -50,6 +52,9 @@ __all__ = ["Device", "DeviceStatistics", "InlinePolicy"]
 _log = structlog.get_logger("asyncjit.runtime")
 
 InlinePolicy = Literal["auto", "always", "never"]
+
+_BATCH = 32
+"""Most finished commands a worker holds before publishing them."""
 
 
 @attrs.frozen
@@ -123,6 +128,7 @@ class Device:
         self._failed = 0
         self._direct = 0  # inline executions that bypass submit(); changed under _exec_lock only
         self._direct_failed = 0
+        self.hop_ns = 0.0  # calibrated below, once the worker runs
         self._thread = threading.Thread(target=self._work, name=f"asyncjit-{self.kind}-{id}", daemon=True)
         self._thread.start()
         self.hop_ns = self._calibrate()
@@ -257,15 +263,18 @@ class Device:
                 self._direct_failed += 1
         self._exec_lock.release()
 
+    def _log_failure(self, cmd: Command, error: BaseException) -> None:
+        _log.warning(
+            "command.failed",
+            device=self.id,
+            command=cmd.label,
+            plan=getattr(getattr(cmd, "timing", None), "plan", None),
+            error=repr(error),
+        )
+
     def _finish(self, cmd: Command, error: BaseException | None, bad: Event | None) -> None:
         if error is not None:
-            _log.warning(
-                "command.failed",
-                device=self.id,
-                command=cmd.label,
-                plan=getattr(getattr(cmd, "timing", None), "plan", None),
-                error=repr(error),
-            )
+            self._log_failure(cmd, error)
         if not cmd.counted:
             cmd.finish(error, bad)
             return
@@ -286,30 +295,87 @@ class Device:
 
     # -- the worker -----------------------------------------------------------------------------
     def _work(self) -> None:
-        get = self._queue.get
+        """Run commands in order; publish their completions in batches.
+
+        Finished commands are *published* (counters, events, uses released, one state-lock round
+        trip for the batch) when the queue runs dry, before a command that is not known to be
+        cheap, before waiting for an input, and every ``_BATCH`` commands. So a burst of small
+        commands costs one lock round trip and, for awaiting tasks, one loop wake-up (the waker
+        coalesces the posts), while a completion is never held back behind a long kernel.
+        """
+        q = self._queue
+        get = q.get
         exec_lock = self._exec_lock
+        done: list[tuple[Command, BaseException | None, Event | None]] = []
+        cmd: Command | None = None
+        b: Buffer | None = None
+        ev: Event | None = None
         while True:
+            if done and (q.empty() or len(done) >= _BATCH):
+                self._publish(done)
+                done = []
+            cmd = b = ev = None  # hold no buffer while idle: dropping one frees its memory
             cmd = get()
             if cmd is None:
                 break
             if self._cancel and cmd.counted:
                 closed = ClosedError(f"device {self.kind}:{self.id} was closed before this command ran")
-                self._finish(cmd, closed, None)
+                done.append((cmd, closed, None))
                 continue
             bad = None
             for b in cmd.inputs:  # cmd.wait_inputs(), spelled out: this loop runs per command
                 ev = b._event
                 if not ev._done:
-                    ev.wait_blocking()  # only another device's output can be pending
+                    if done:  # it may be ours, finished but unpublished
+                        self._publish(done)
+                        done = []
+                    ev.wait_blocking()  # only another device's output can still be pending
                 if bad is None and ev._error is not None:
                     bad = ev
             error = None
             if bad is None:
+                if done and not cmd.cheap(self.hop_ns or 50_000.0):
+                    self._publish(done)
+                    done = []
                 with exec_lock:
                     error = cmd.run()
-            self._finish(cmd, error, bad)
+            done.append((cmd, error, bad))
+        if done:
+            self._publish(done)
         self._stopped.set()
         _log.info("device.stop", device=self.id, kind=self.kind, completed=self._completed)
+
+    def _publish(self, done: list[tuple[Command, BaseException | None, Event | None]]) -> None:
+        """Count, signal and release a batch of finished commands (counters first, as ``_finish``)."""
+        n = failed = 0
+        for cmd, error, bad in done:
+            if cmd.counted:
+                n += 1
+                if error is not None or bad is not None:
+                    failed += 1
+            if error is not None:
+                self._log_failure(cmd, error)
+        with self._state:
+            self._in_flight -= n
+            self._completed += n
+            self._failed += failed
+            slot = self._slot_event
+            if slot is not None and self._in_flight < self.max_in_flight:
+                self._slot_event = None
+            else:
+                slot = None
+        held: list[Buffer] = []
+        for cmd, error, bad in done:
+            if type(cmd) is ExecuteCommand:  # the common case: signal now, release uses below
+                cmd.signal(error, bad)
+                held += cmd.inputs
+                held += cmd.outputs
+            else:
+                cmd.finish(error, bad)
+        if held:
+            release_uses(held)
+        if slot is not None:
+            slot.set()
 
     def _calibrate(self, rounds: int = 15) -> float:
         """Median round trip of a no-op through the worker: what the inline path saves."""
