@@ -398,7 +398,9 @@ async def test_backpressure_submit_waits_and_nowait_raises(client: Client) -> No
     gate = Gate()
     step = HostBatchedStep(client, gate, max_batch_size=2, num_slots=2)
     chunks = chunks_for(9, 4)
-    async with StreamMux(step, queue_depth=2, max_queue_delay=0) as mux, mux.open_stream() as s:
+    # one batch in flight: with pipelining, f1 would be launched behind the held f0, making room
+    mux_ = StreamMux(step, queue_depth=2, max_queue_delay=0, pipeline_depth=1)
+    async with mux_ as mux, mux.open_stream() as s:
         gate.armed = True
         try:
             f0 = s.submit_nowait(chunks[0])
@@ -465,7 +467,8 @@ async def test_cancelled_step_not_yet_batched_never_runs(client: Client) -> None
     gate = Gate()
     step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
     ca, cb = chunks_for(3, 2), chunks_for(4, 3)
-    async with StreamMux(step, max_queue_delay=0) as mux:
+    # one batch in flight, so b's step waits unbatched while a's is held at the gate
+    async with StreamMux(step, max_queue_delay=0, pipeline_depth=1) as mux:
         a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
         gate.armed = True
         try:

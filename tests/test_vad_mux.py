@@ -234,9 +234,11 @@ async def test_a_failed_step_in_flight_is_not_seen_by_the_next(
     assert (await step.run(a[0][None], slot0)).shape == (1,)
     before = np.array(step.pool.numpy_view())
     execute_nowait = step.plan.execute_nowait
-    step.plan.execute_nowait = lambda args, *r, **k: execute_nowait(  # type: ignore[method-assign]
-        [poisoned_chunks(client, 1), *args[1:]], *r, **k
-    )
+
+    def poisoning(args: list[Buffer], *rest: Any, **kwargs: Any) -> Any:
+        return execute_nowait([poisoned_chunks(client, 1), *args[1:]], *rest, **kwargs)
+
+    step.plan.execute_nowait = poisoning  # type: ignore[method-assign]
     bad = step.launch(a[1][None], slot0)
     step.plan.execute_nowait = execute_nowait  # type: ignore[method-assign]
     good = step.launch(b[0][None], slot1)

@@ -7,10 +7,11 @@ device; the plan gathers the rows of the batch by slot index, steps, and scatter
 into its ``new_pool`` output. Nothing but the chunks (in) and the probabilities (out) crosses to
 the host.
 
-**Double-buffered pool.** Kernels are compiled ``noalias`` (an output never aliases an input), so
-the pool is not updated in place: the output ``new_pool`` of one run is the input pool of the
-next, and the previous buffer goes back to the allocator. The swap happens only after the run
-succeeded, so a run that raises (or is cancelled) leaves every slot as it was.
+**Double-buffered pool** (``asyncjit.scheduler.DevicePool``). Kernels are compiled ``noalias``
+(an output never aliases an input), so the pool is not updated in place: the output ``new_pool``
+of one run is the input pool of the next, and the previous buffer goes back to the allocator.
+It is committed only after the run succeeded, so a run that raises (or is cancelled) leaves
+every slot as it was. ``launch``/``complete`` let ``StreamMux`` keep two batches in flight.
 
 Usage::
 
@@ -22,7 +23,6 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from .. import dtypes
 from ..compiler import compile as compile_plan
 from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
 from ..runtime import Buffer, Client, Device, default_client
-from ..scheduler import StreamMux
+from ..scheduler import DevicePool, Launched, StreamMux
 from ..symbolic import Var
 from ..tensor import Tensor
 from ._audio import check_sample_rate
@@ -97,13 +97,9 @@ class SileroBatchedStep:
         self.plan = self.client.load(exe, device)
         self.device = self.plan.devices()[0]
         # a batch bound of 1 is a fixed size, folded out of the plan: then it takes no var
-        self._batch_var = any(v.name == "b" for v in exe.signature.vars)
+        batch_var = "b" if any(v.name == "b" for v in exe.signature.vars) else None
         zeros = np.zeros((max_streams, self.row_width), np.float32)
-        # ``_committed``: the pool after the last completed successful step (what slots hold);
-        # ``_head``: the pool the next launch reads (the output of the latest launch). They are
-        # the same buffer whenever nothing is in flight.
-        self._committed: Buffer = self.client.buffer_from_host(zeros, self.device)
-        self._head = self._committed
+        self._pool = DevicePool(self.client, self.plan, self.device, zeros, batch_var)
 
     def __repr__(self) -> str:
         return (
@@ -131,59 +127,23 @@ class SileroBatchedStep:
     @property
     def pool(self) -> Buffer:
         """The slot pool ``[max_streams, slot_row_width]`` after the last successful step."""
-        return self._committed
+        return self._pool.pool
 
     async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
         """Step the streams in ``slots`` on ``chunks [b, n]``; return their probabilities ``[b]``.
 
         One native call; one loop wake-up. The new pool replaces the old only on success.
         """
-        return await self.complete(self.launch(chunks, slots))
+        return await self._pool.run(chunks, slots)
 
-    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> _Launched:
-        """Enqueue one step on the device now (copying ``chunks`` and ``slots``) and return a
-        handle for ``complete``. May be called again before earlier launches completed: the
-        device queue is in order, and each launch reads the pool the previous one writes."""
-        client, dev = self.client, self.device
-        chunk_buf = client.buffer_from_host(chunks, dev)
-        slot_buf = client.buffer_from_host(slots, dev)
-        pool_in = self._head
-        prob, pool_out = self.plan.execute_nowait(
-            [chunk_buf, slot_buf, pool_in], {"b": len(slots)} if self._batch_var else None
-        )
-        self._head = pool_out
-        return _Launched(chunk_buf, slot_buf, len(slots), pool_in, prob, pool_out)
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
+        """Enqueue one step now; several may be in flight (``BatchedStep``'s pipelining)."""
+        return self._pool.launch(chunks, slots)
 
-    async def complete(self, launched: _Launched) -> npt.NDArray[Any]:
-        """The probabilities ``[b]`` of a launched step; call in launch order.
-
-        A step that read the pool of a failed earlier step is re-run on the last good pool, so
-        a failure changes no slot and fails only its own batch.
-
-        Raises:
-            Exception: the step's own error (the pool stays as before it).
-        """
-        h = launched
-        if h.pool_in is not self._committed:  # a failed step wrote the pool it read: run again
-            await _settled(h.prob)
-            self._relaunch(h)
-        try:
-            await h.prob.ready()  # both outputs complete with one event; raises the plan's error
-        except Exception:
-            if self._head is h.pool_out:
-                self._head = self._committed  # later launches read the last good pool
-            raise
-        self._committed = h.pool_out
-        return await h.prob.to_numpy()
-
-    def _relaunch(self, h: _Launched) -> None:
-        was_head = self._head is h.pool_out
-        h.pool_in = self._committed
-        h.prob, h.pool_out = self.plan.execute_nowait(
-            [h.chunks, h.slots, h.pool_in], {"b": h.b} if self._batch_var else None
-        )
-        if was_head:
-            self._head = h.pool_out
+    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
+        """The probabilities ``[b]`` of a launched step; call in launch order. A failed step
+        changes no slot and fails only its own batch (``DevicePool``)."""
+        return await self._pool.complete(launched)
 
     def check_state(self, state: object) -> object:
         """A stream's initial state as a pool row: a ``[slot_row_width]`` float32 row
@@ -221,36 +181,11 @@ class SileroBatchedStep:
     def reset_slot(self, slot: int, state: object | None = None) -> None:
         """Zero ``slot``'s row, or set it to a row from ``check_state``; only between runs (the
         mux's guarantee), when the current pool is ready and no command reads it."""
-        if self._head is not self._committed:
-            raise RuntimeError(f"{self!r}: reset_slot while a step is in flight")
-        view = self._committed.numpy_view(writable=True)
-        view[slot] = 0.0 if state is None else state
+        self._pool.reset_slot(slot, state)
 
     def read_slot(self, slot: int) -> npt.NDArray[np.float32]:
         """A copy of ``slot``'s ``[h | c | context]`` row (between runs): for tests and debugging."""
-        return np.array(self._committed.numpy_view()[slot])
-
-
-class _Launched:
-    """One launched step: its inputs (kept for a re-run) and its outputs."""
-
-    __slots__ = ("b", "chunks", "pool_in", "pool_out", "prob", "slots")
-
-    def __init__(
-        self, chunks: Buffer, slots: Buffer, b: int, pool_in: Buffer, prob: Buffer, pool_out: Buffer
-    ) -> None:
-        self.chunks = chunks
-        self.slots = slots
-        self.b = b
-        self.pool_in = pool_in
-        self.prob = prob
-        self.pool_out = pool_out
-
-
-async def _settled(buf: Buffer) -> None:
-    """Wait until ``buf``'s command finished, successfully or not."""
-    with contextlib.suppress(Exception):
-        await buf.ready()
+        return self._pool.read_slot(slot)
 
 
 def vad_mux(

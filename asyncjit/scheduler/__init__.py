@@ -5,6 +5,8 @@ for many live streams; ``Pipeline`` joins stages on different devices with bound
 ``wav_chunks`` / ``array_chunks`` read audio ahead of the compute in worker threads or tasks.
 """
 
+from ._device_pool import DevicePool as DevicePool
+from ._device_pool import Launched as Launched
 from ._errors import AdmissionTimeoutError as AdmissionTimeoutError
 from ._errors import BacklogFullError as BacklogFullError
 from ._errors import MuxClosedError as MuxClosedError
@@ -39,6 +41,8 @@ __all__ = [
     "AdmissionTimeoutError",
     "ChunkSource",
     "ChunkSourceStatistics",
+    "DevicePool",
+    "Launched",
     "Pipeline",
     "PipelineStatistics",
     "Rechunker",

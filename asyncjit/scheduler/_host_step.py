@@ -6,8 +6,8 @@ signature as the Silero VAD slot plan, and executed on a real device queue with 
 wake-ups. It is the reference implementation of the protocol (tests, benchmarks, custom host
 ops), and ``run_unbatched`` steps the same function one stream at a time for comparison.
 
-Failure is atomic: the new pool replaces the old one only when the run succeeded, so a failed
-batch changes no slot (the protocol's contract).
+State lives in a ``DevicePool``: failure is atomic (the new pool is committed only when the run
+succeeded, so a failed batch changes no slot), and ``launch``/``complete`` let the mux pipeline.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..devices import HostExecutable
 from ..errors import ShapeMismatchError
 from ..runtime import Buffer, Client, Device
 from ..symbolic import Var
+from ._device_pool import DevicePool, Launched
 
 __all__ = ["HostBatchedStep", "StepFunction", "run_unbatched", "toy_step"]
 
@@ -97,7 +98,7 @@ class HostBatchedStep:
         self.client = client
         self.plan = client.load(exe, device)
         self.device = self.plan.devices()[0]
-        self._pool: Buffer = client.buffer_from_host(np.zeros(pool_shape, np.float32), self.device)
+        self._pool = DevicePool(client, self.plan, self.device, np.zeros(pool_shape, np.float32), "b")
 
     def __repr__(self) -> str:
         return (
@@ -123,16 +124,18 @@ class HostBatchedStep:
 
     @property
     def pool(self) -> Buffer:
-        """The current slot pool on the device (replaced by every successful run)."""
-        return self._pool
+        """The slot pool on the device after the last successful run."""
+        return self._pool.pool
 
     async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
-        client, dev = self.client, self.device
-        args = [client.buffer_from_host(chunks, dev), client.buffer_from_host(slots, dev), self._pool]
-        out, new_pool = await self.plan.execute(args, {"b": len(slots)})
-        await out.ready()  # both outputs share one event: one wake-up, raises the plan's error
-        self._pool = new_pool
-        return await out.to_numpy()
+        return await self._pool.run(chunks, slots)
+
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
+        """Enqueue a run now; ``complete`` it in launch order (``BatchedStep`` pipelining)."""
+        return self._pool.launch(chunks, slots)
+
+    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
+        return await self._pool.complete(launched)
 
     def check_state(self, state: object) -> object:
         arr = np.asarray(state, dtype=np.float32)
@@ -143,13 +146,12 @@ class HostBatchedStep:
         return arr
 
     def reset_slot(self, slot: int, state: object | None = None) -> None:
-        # The mux calls this only between runs, so the pool is ready and no command uses it.
-        view = self._pool.numpy_view(writable=True)
-        view[slot] = 0.0 if state is None else state
+        # The mux calls this only while nothing is in flight, so no command uses the pool.
+        self._pool.reset_slot(slot, state)
 
     def read_slot(self, slot: int) -> npt.NDArray[Any]:
         """A copy of ``slot``'s state (between runs): for tests and debugging."""
-        return np.array(self._pool.numpy_view()[slot])
+        return self._pool.read_slot(slot)
 
 
 def run_unbatched(

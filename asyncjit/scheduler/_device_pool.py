@@ -1,0 +1,133 @@
+"""``DevicePool``: a slot pool on the device, threaded through a ``(chunks, slots, pool) -> (out,
+new_pool)`` plan, with pipelined launches and failures that change no slot.
+
+Kernels are compiled ``noalias`` (an output never aliases an input), so the pool is
+double-buffered: each launch reads the pool the previous launch writes (the device queue is in
+order, so several launches may be in flight) and its ``new_pool`` output is the next one's input.
+``complete`` commits a launch's pool only when it succeeded; a failed launch is forgotten, and a
+launch that read its (poisoned) output is run again on the last good pool. Both
+``SileroBatchedStep`` and ``HostBatchedStep`` keep their state this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..runtime import Buffer, Client, Device, LoadedExecutable
+
+__all__ = ["DevicePool", "Launched"]
+
+
+class Launched:
+    """One launched step: its input buffers (kept for a re-run) and its outputs."""
+
+    __slots__ = ("b", "chunks", "out", "pool_in", "pool_out", "slots")
+
+    def __init__(
+        self, chunks: Buffer, slots: Buffer, b: int, pool_in: Buffer, out: Buffer, pool_out: Buffer
+    ) -> None:
+        self.chunks = chunks
+        self.slots = slots
+        self.b = b
+        self.pool_in = pool_in
+        self.out = out
+        self.pool_out = pool_out
+
+    def __repr__(self) -> str:
+        return f"<Launched b={self.b} ready={self.out.is_ready()}>"
+
+
+class DevicePool:
+    """The pool buffer(s) of one plan on one device.
+
+    Args:
+        plan: a loaded plan ``(chunks [b, ...], slots [b], pool) -> (out [b, ...], new_pool)``.
+        pool: the initial pool (host array, copied to ``device``).
+        batch_var: the name of the plan's batch var (None when the batch size is fixed).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        plan: LoadedExecutable,
+        device: Device,
+        pool: npt.NDArray[Any],
+        batch_var: str | None,
+    ) -> None:
+        self.client = client
+        self.plan = plan
+        self.device = device
+        self.batch_var = batch_var
+        # ``_committed``: the pool after the last successful completed step (what slots hold);
+        # ``_head``: what the next launch reads (the output of the latest launch). The same
+        # buffer whenever nothing is in flight.
+        self._committed: Buffer = client.buffer_from_host(pool, device)
+        self._head = self._committed
+
+    @property
+    def pool(self) -> Buffer:
+        """The pool after the last successful step."""
+        return self._committed
+
+    @property
+    def in_flight(self) -> bool:
+        return self._head is not self._committed
+
+    def _vars(self, b: int) -> dict[str, int] | None:
+        return {self.batch_var: b} if self.batch_var is not None else None
+
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
+        """Enqueue one step now (the inputs are copied); ``complete`` it in launch order."""
+        client, dev = self.client, self.device
+        chunk_buf = client.buffer_from_host(chunks, dev)
+        slot_buf = client.buffer_from_host(slots, dev)
+        pool_in = self._head
+        out, pool_out = self.plan.execute_nowait([chunk_buf, slot_buf, pool_in], self._vars(len(slots)))
+        self._head = pool_out
+        return Launched(chunk_buf, slot_buf, len(slots), pool_in, out, pool_out)
+
+    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
+        """The outputs of a launched step, on the host (one loop wake-up).
+
+        Raises:
+            Exception: the step's own error; the pool stays as before it.
+        """
+        h = launched
+        if h.pool_in is not self._committed:  # it read the pool of a failed step: run it again
+            with contextlib.suppress(Exception):
+                await h.out.ready()
+            was_head = self._head is h.pool_out
+            h.pool_in = self._committed
+            h.out, h.pool_out = self.plan.execute_nowait([h.chunks, h.slots, h.pool_in], self._vars(h.b))
+            if was_head:
+                self._head = h.pool_out
+        try:
+            await h.out.ready()  # both outputs complete with one event; raises the plan's error
+        except Exception:
+            if self._head is h.pool_out:
+                self._head = self._committed  # later launches read the last good pool
+            raise
+        self._committed = h.pool_out
+        return await h.out.to_numpy()
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        return await self.complete(self.launch(chunks, slots))
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        """Zero ``slot`` or set it to ``state``, in place; only while nothing is in flight.
+
+        Raises:
+            RuntimeError: a step is in flight (the mux never does this).
+        """
+        if self.in_flight:
+            raise RuntimeError(f"{self.plan!r}: reset_slot while a step is in flight")
+        view = self._committed.numpy_view(writable=True)
+        view[slot] = 0.0 if state is None else state
+
+    def read_slot(self, slot: int) -> npt.NDArray[Any]:
+        """A copy of ``slot``'s state after the last successful step."""
+        return np.array(self._committed.numpy_view()[slot])
