@@ -19,7 +19,7 @@ Design (measured on the 2-core AVX-512 host, see ``benchmarks/kernels.py``):
   ``direct`` (B has unit column stride and M <= 16 or K*N <= 64K elements): no packing, the
   micro-kernel reads A and B in place -- packing B would cost as much as the whole product;
   ``dot`` (A rows and B columns both contiguous in k, i.e. ``x @ W.T`` with a PyTorch weight,
-  and M small): each C element is a vectorised dot product, 4x4 of them at a time;
+  and M <= 32): each C element is a vectorised dot product, 4x4 of them at a time;
   ``packed`` (everything else, and all large problems): BLIS-style cache blocking with A and B
   panels packed into ``scratch`` (any strides, including 0 and transposed).
 * Drivers, packers and micro-kernels are shared by every matmul of a module (named
@@ -67,7 +67,10 @@ class MatmulTiling:
         self.nc = 2048
         self.direct_m_max = 16
         self.direct_b_max = 64 * 1024
-        self.dot_m_max = 8
+        # M <= 32 with both operands contiguous in k: the dot path, which never packs B.  At
+        # 8 < M <= 32 packing a weight-sized B cost more than the product (conv1d at N = 8,
+        # Silero VAD STFT 88-106 -> 76-80 us, 128->64 k3 s2 25-27 -> 12-14 us; M = 64 was even).
+        self.dot_m_max = 32
 
     def __repr__(self) -> str:
         return (
