@@ -24,12 +24,30 @@ if TYPE_CHECKING:
     from ..compiler._executable import Launcher
     from ._buffer import Buffer
 
-__all__ = ["Command", "CopyCommand", "ExecuteCommand", "HostToDeviceCommand", "ToHostCommand"]
+__all__ = [
+    "Command",
+    "CopyCommand",
+    "ExecuteCommand",
+    "HostToDeviceCommand",
+    "ToHostCommand",
+    "launch_error",
+]
 
 _perf_ns = time.perf_counter_ns
 _log = structlog.get_logger("asyncjit.runtime")
 _CHEAP_BYTES = 1 << 20
 """Copies up to this size count as cheap (a worker may hold earlier completions across them)."""
+
+
+def launch_error(exc: BaseException) -> BaseException:
+    """``exc`` raised by a launcher, without the runtime's own frame on its traceback.
+
+    The error lives as long as the buffers it poisons; the frame that called the launcher holds
+    the command (or the inputs), so keeping it would keep those buffers' memory alive through
+    a reference cycle until the garbage collector runs. The launcher's frames stay.
+    """
+    tb = exc.__traceback__
+    return exc.with_traceback(tb.tb_next) if tb is not None else exc
 
 
 class PlanTiming:
@@ -143,7 +161,7 @@ class ExecuteCommand(Command):
         try:
             self.launcher(self.addrs, self.values)
         except BaseException as exc:  # errors are values: poison the outputs
-            return exc
+            return launch_error(exc)
         self.timing.observe(_perf_ns() - t0)
         return None
 

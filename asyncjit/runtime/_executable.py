@@ -28,7 +28,7 @@ import structlog
 
 from ..errors import DeviceError, WouldBlock
 from ._buffer import Buffer
-from ._commands import ExecuteCommand, PlanTiming
+from ._commands import ExecuteCommand, PlanTiming, launch_error
 from ._events import READY, Event
 from ._memory import Block, size_class
 from ._uses import acquire_uses, release_uses
@@ -362,7 +362,7 @@ class LoadedExecutable:
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
             except BaseException as exc:  # errors are values: poison the outputs
-                error = exc
+                error = launch_error(exc)
         finally:
             dev.end_inline(ran, error is not None)
             release_uses(args)
