@@ -109,3 +109,25 @@ def test_memory_plan_reuses_arena_by_liveness() -> None:
         if s.kind == "arena"
     )
     assert memory.scratch_offset < separate  # sharing made the arena smaller than one buffer each
+
+
+def test_fusion_inlines_a_value_split_into_disjoint_slices() -> None:
+    """A computed value consumed only through disjoint slices (``chunk``) is inlined into each
+    consumer, since no element is computed twice; overlapping slices keep it in a buffer."""
+    b = Var("b", 1, 8)
+    x = Tensor.placeholder((b, 32), name="x")
+    g = x * 2.0 + 1.0
+    parts = g.chunk(4, axis=1)
+    y = parts[0].sigmoid() * parts[1] + parts[2].tanh() * parts[3]
+    plan = fuse(optimize_graph(Graph.of([y.node], [x.node])))
+    assert len(plan.kernels) == 1
+    overlapping = g.shrink([None, (0, 20)]).exp() + g.shrink([None, (12, 32)])
+    plan2 = fuse(optimize_graph(Graph.of([overlapping.node], [x.node])))
+    assert len(plan2.kernels) == 2
+    xs = np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32)
+    from asyncjit.compiler import compile
+
+    exe = compile(y, [x], [b], name="disjoint_slices")
+    gv = xs * 2.0 + 1.0
+    want = 1 / (1 + np.exp(-gv[:, :8])) * gv[:, 8:16] + np.tanh(gv[:, 16:24]) * gv[:, 24:]
+    np.testing.assert_allclose(exe.run([xs], {"b": 3})[0], want, rtol=1e-5, atol=1e-6)

@@ -402,8 +402,11 @@ def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> t
     c_new = f_gate.sigmoid() * c + i_gate.sigmoid() * g_gate.tanh()
     h_new = o_gate.sigmoid() * c_new.tanh()
 
-    head = w.head_weight.reshape(1, HIDDEN).T  # the 1x1 conv as [128, 1]
-    prob = (h_new.relu() @ Tensor.const(head) + Tensor.const(w.head_bias)).sigmoid()
+    # the 1x1 conv [1, 128, 1] as a dot product per row: ReLU fuses into the reduction (a
+    # matmul with one output column would need ReLU(h) in a buffer of its own)
+    head = np.ascontiguousarray(w.head_weight.reshape(1, HIDDEN))
+    logit = (h_new.relu() * Tensor.const(head)).sum(axis=1, keepdims=True)
+    prob = (logit + Tensor.const(w.head_bias)).sigmoid()
     return prob, h_new, c_new
 
 

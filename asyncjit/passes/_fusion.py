@@ -88,6 +88,25 @@ def _computes(node: Node, mat: set[int], memo: dict[int, bool]) -> bool:
     return memo[node.id]
 
 
+def _disjoint_slices(users: list[Node]) -> bool:
+    """Whether ``users`` are slices (``shrink``) of one value that no two of them overlap, as
+    ``chunk``/``split`` make: inlining the value into each computes every element once.
+    (Disjoint ``[start, stop)`` ranges on one axis suffice, whatever the steps.)"""
+    if not all(u.op == "shrink" for u in users):
+        return False
+    boxes = [tuple(u.attrs["slices"]) for u in users]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = False
+            for (s1, e1, *_), (s2, e2, *_) in zip(a, b, strict=True):
+                if all(isinstance(v, int) for v in (s1, e1, s2, e2)) and (e1 <= s2 or e2 <= s1):
+                    apart = True
+                    break
+            if not apart:
+                return False
+    return True
+
+
 def _materialize(graph: Graph, claimed: Mapping[int, str], interior: frozenset[int]) -> set[int]:
     nodes = [n for n in graph.nodes if n.id not in interior]
     consumers: dict[int, set[int]] = {}
@@ -116,7 +135,8 @@ def _materialize(graph: Graph, claimed: Mapping[int, str], interior: frozenset[i
         if n.id in mat or not users:
             continue
         grows = any(by_id[u].op == "expand" for u in users)
-        if (len(users) > 1 or grows) and _computes(n, mat, memo):
+        shared = len(users) > 1 and not _disjoint_slices([by_id[u] for u in users])
+        if (shared or grows) and _computes(n, mat, memo):
             mat.add(n.id)
             memo.clear()
     return mat
