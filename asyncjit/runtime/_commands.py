@@ -157,12 +157,17 @@ class ExecuteCommand(Command):
         return 0 <= self.timing.ema_ns < limit_ns
 
     def run(self) -> BaseException | None:
-        t0 = _perf_ns()
+        timing = self.timing
         try:
-            self.launcher(self.addrs, self.values)
+            if timing.calls & 7:  # time one run in eight: enough for the moving average
+                timing.calls += 1
+                self.launcher(self.addrs, self.values)
+            else:
+                t0 = _perf_ns()
+                self.launcher(self.addrs, self.values)
+                timing.observe(_perf_ns() - t0)
         except BaseException as exc:  # errors are values: poison the outputs
             return launch_error(exc)
-        self.timing.observe(_perf_ns() - t0)
         return None
 
 
