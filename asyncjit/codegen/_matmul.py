@@ -338,6 +338,44 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
     return fn
 
 
+def _tree_sums(b: ir.IRBuilder, vecs: list[ir.Value], vw: int) -> list[ir.Value]:
+    """The lane sums of ``vecs`` (a power-of-two count of ``vw``-lane vectors), in order.
+
+    Reduces them together, transposing as it adds: each level adds the first and second halves
+    of every lane segment of two vectors into one, so n vectors take about n shuffles + adds per
+    level instead of n separate log2(vw)-step horizontal reductions (which dominated short dot
+    products: Silero VAD convs at batch 1, GEMV rows of 256).
+    """
+    cur = list(vecs)
+    width, seg = vw, vw
+    assert len(cur) & (len(cur) - 1) == 0 and vw & (vw - 1) == 0
+
+    def mask(lanes: list[int]) -> ir.Constant:
+        return ir.Constant(ir.VectorType(I32, len(lanes)), lanes)
+
+    def halves(n_seg: int, offset: int) -> tuple[list[int], list[int]]:
+        lo = [offset + s * seg + t for s in range(n_seg) for t in range(seg // 2)]
+        hi = [offset + s * seg + t for s in range(n_seg) for t in range(seg // 2, seg)]
+        return lo, hi
+
+    while len(cur) > 1 and seg > 1:
+        lo_a, hi_a = halves(width // seg, 0)
+        lo_b, hi_b = halves(width // seg, width)
+        lo, hi = mask(lo_a + lo_b), mask(hi_a + hi_b)
+        cur = [
+            b.fadd(b.shuffle_vector(cur[i], cur[i + 1], lo), b.shuffle_vector(cur[i], cur[i + 1], hi))
+            for i in range(0, len(cur), 2)
+        ]
+        seg //= 2
+    while seg > 1:  # one vector left: fold its segments in place (the width halves)
+        lo_l, hi_l = halves(width // seg, 0)
+        v = cur[0]
+        cur = [b.fadd(b.shuffle_vector(v, v, mask(lo_l)), b.shuffle_vector(v, v, mask(hi_l)))]
+        width //= 2
+        seg //= 2
+    return [b.extract_element(v, ir.Constant(I32, lane)) for v in cur for lane in range(width)]
+
+
 def _dot_tile(
     b: ir.IRBuilder,
     vec: _Vec,
@@ -390,18 +428,9 @@ def _dot_tile(
     b.position_at_end(done)
     av = [vec.load(b, a, b.add(arow[r], k_full), tail_mask) for r in range(tm)]
     bv = [vec.load(b, bp, b.add(bcol[q], k_full), tail_mask) for q in range(tn)]
-    # reassoc: an unflagged vector.reduce.fadd is a sequential chain of VW scalar adds.
-    sums = [
-        [
-            b.call(
-                vec.reduce,
-                [ir.Constant(F32, -0.0), b.call(vec.fma, [av[r], bv[q], accs[r][q]])],
-                fastmath=("reassoc",),
-            )
-            for q in range(tn)
-        ]
-        for r in range(tm)
-    ]
+    finals = [b.call(vec.fma, [av[r], bv[q], accs[r][q]]) for r in range(tm) for q in range(tn)]
+    flat = _tree_sums(b, finals, vw)
+    sums = [flat[r * tn : (r + 1) * tn] for r in range(tm)]
     exit_bb = b.append_basic_block("tile.exit")
     for r in range(tm):
         if r > 0:
