@@ -257,6 +257,34 @@ async def test_a_failed_step_in_flight_is_not_seen_by_the_next(
 
 
 @pytest.mark.anyio
+async def test_a_step_outlives_a_mux_that_exited_with_steps_in_flight(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """Launches nobody completed (their mux exited) are adopted once finished; the step serves a
+    new mux, which waits for them and starts every slot from zeros."""
+    chunks = stream_audio(audio, 30, 6)
+    step = SileroBatchedStep(16000, max_streams=2, client=client)
+    launched = step.launch(chunks[0][None], np.array([0], np.int32))
+    step.launch(chunks[1][None], np.array([1], np.int32))  # never completed either
+    await launched.pool_out.ready()
+    with anyio.fail_after(10):
+        while True:  # the second launch finishes after the first, on the same in-order queue
+            try:
+                step.reset_slot(1)
+                break
+            except RuntimeError:
+                await anyio.sleep(0.001)
+    assert step.read_slot(0).any() and not step.read_slot(1).any()
+    async with StreamMux(step) as mux, mux.open_stream() as s:  # every slot reset at start
+        got = [float(await s.step(c)) for c in chunks]
+    np.testing.assert_allclose(got, expected(reference, chunks), atol=TOL, rtol=0)
+    step.launch(chunks[0][None], np.array([0], np.int32))  # left running for the next mux
+    async with StreamMux(step) as mux, mux.open_stream() as s:
+        got = [float(await s.step(c)) for c in chunks]
+    np.testing.assert_allclose(got, expected(reference, chunks), atol=TOL, rtol=0)
+
+
+@pytest.mark.anyio
 async def test_many_streams_in_one_batch_match(
     client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
 ) -> None:

@@ -178,6 +178,11 @@ class SileroBatchedStep:
             raise ValueError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
         return arr.astype(np.float32, copy=False)
 
+    async def settle(self) -> None:
+        """Wait for launches nobody completed (a mux exited while they ran); ``StreamMux`` calls
+        it when it starts, before it resets every slot."""
+        await self._pool.settle()
+
     def reset_slot(self, slot: int, state: object | None = None) -> None:
         """Zero ``slot``'s row, or set it to a row from ``check_state``; only between runs (the
         mux's guarantee), when the current pool is ready and no command reads it."""

@@ -118,15 +118,39 @@ class DevicePool:
         return await self.complete(self.launch(chunks, slots))
 
     def reset_slot(self, slot: int, state: object | None = None) -> None:
-        """Zero ``slot`` or set it to ``state``, in place; only while nothing is in flight.
+        """Zero ``slot`` or set it to ``state``, in place; only while nothing is in flight
+        (launches left uncompleted but finished are adopted first, see ``_settle``).
 
         Raises:
-            RuntimeError: a step is in flight (the mux never does this).
+            RuntimeError: a step is still running (the mux never does this).
         """
-        if self.in_flight:
-            raise RuntimeError(f"{self.plan!r}: reset_slot while a step is in flight")
+        self._settle()
         view = self._committed.numpy_view(writable=True)
         view[slot] = 0.0 if state is None else state
+
+    async def settle(self) -> None:
+        """Wait until every launch finished, then adopt them (``_settle``)."""
+        with contextlib.suppress(Exception):
+            await self._head.ready()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Adopt launches nobody completed (a mux exited while they ran) once they finished:
+        their state stands, like a step whose waiter was cancelled mid-batch; a failed one is
+        dropped. Only then may the pool be written in place.
+
+        Raises:
+            RuntimeError: a launch is still running.
+        """
+        head = self._head
+        if head is self._committed:
+            return
+        if not head.is_ready():
+            raise RuntimeError(f"{self.plan!r}: the slot pool is written while a step is in flight")
+        if head.error is None:
+            self._committed = head
+        else:
+            self._head = self._committed
 
     def read_slot(self, slot: int) -> npt.NDArray[Any]:
         """A copy of ``slot``'s state after the last successful step."""

@@ -145,6 +145,11 @@ class HostBatchedStep:
             )
         return arr
 
+    async def settle(self) -> None:
+        """Wait for launches nobody completed (a mux exited while they ran); ``StreamMux`` calls
+        it when it starts, before it resets every slot."""
+        await self._pool.settle()
+
     def reset_slot(self, slot: int, state: object | None = None) -> None:
         # The mux calls this only while nothing is in flight, so no command uses the pool.
         self._pool.reset_slot(slot, state)

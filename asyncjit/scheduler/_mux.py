@@ -166,6 +166,13 @@ class StreamMux:
             raise RuntimeError(f"{self!r} can be entered once; create a new StreamMux")
         self._signal = signal_factory()
         self._clock = loop_clock()
+        # A step may have served an earlier mux: wait for what that one left running, then
+        # start every stream from zeros (a freed slot is reset, but not the ones held at exit).
+        settle = getattr(self.step, "settle", None)
+        if settle is not None:
+            await settle()
+        for slot in range(self.max_streams):
+            self.step.reset_slot(slot)
         if self.metrics_interval is not None:
             self._next_log = self._clock() + self.metrics_interval
         tg = anyio.create_task_group()

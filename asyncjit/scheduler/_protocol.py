@@ -27,7 +27,9 @@ mux then keeps up to ``pipeline_depth`` launches in flight, calls ``complete`` i
 and calls ``reset_slot`` only when nothing is in flight. A launch may read a pool that earlier
 launches have not finished writing (the device queue is in order); a failed launch must still
 change no slot and fail only its own batch (``SileroBatchedStep`` re-runs a launch that read the
-output of a failed one). ``run`` stays required (``complete(launch(...))``).
+output of a failed one). ``run`` stays required (``complete(launch(...))``). An optional
+``async settle()`` waits for launches left uncompleted by a mux that exited; a mux calls it when
+it starts, then resets every slot it uses (a step may serve one mux after another).
 """
 
 from __future__ import annotations
