@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -31,12 +32,13 @@ import structlog
 
 from . import dtypes as dt
 from .dtypes import DType
-from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError
+from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError, WouldBlock
+from .runtime import Buffer
 from .symbolic import Dim, Var
 from .tensor import Tensor
-from .tree import TreeDef, static_key, tree_flatten, tree_paths, tree_unflatten
+from .tree import TreeDef, flatten_like, static_key, str_keyed, tree_flatten, tree_paths, tree_unflatten
 
-__all__ = ["Jitted", "jit"]
+__all__ = ["Jitted", "device_put", "jit"]
 
 _log = structlog.get_logger("asyncjit.jit")
 
@@ -66,11 +68,87 @@ class _Entry:
     loaded: Any  # runtime.LoadedExecutable
     out_def: TreeDef
     var_slots: tuple[tuple[str, int, int], ...]  # (var name, leaf index, axis)
+    dtypes: tuple[DType, ...]  # of the input leaves, in order
+    fixed: tuple[bool, ...]  # per input leaf: no dynamic dims (a staging buffer can serve it)
+    owner: int  # the thread whose synchronous calls use the staging buffers
+    unflatten: Callable[[list[Any]], Any] = attrs.field(init=False)
+    staging: list[tuple[Any, np.ndarray] | None] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.unflatten = _unflattener(self.out_def)
+        self.staging = [None] * len(self.dtypes)
+
+    def to_device(self, hosts: list[Any], reuse: bool) -> list[Any]:
+        """Buffers for the leaves: Buffers pass through, host arrays are copied to the device.
+
+        A copy (``IMMUTABLE_ONLY_DURING_CALL`` semantics), not ``IMMUTABLE_ZERO_COPY``: a queued
+        call reads its inputs after ``__call__`` returns, and JAX users expect to refill an
+        input array at once (aliasing would make that a data race); zero-copy also needs
+        64-byte aligned arrays, which numpy rarely hands out for small arrays, so it would copy
+        anyway. For inputs of a few KiB the memcpy is nothing; the cost is the bookkeeping of a
+        new buffer per input per call. So with ``reuse`` (synchronous calls from the thread that
+        made the entry) each fixed-shape input keeps a *staging* buffer that is refilled in
+        place when no submitted command uses it any more (``JitWrapper``'s pattern, applied
+        by the jit); while one does (a queued call still in flight), a new buffer is made.
+        """
+        device = self.loaded.devices()[0]
+        out: list[Any] = []
+        staging = self.staging
+        for i, h in enumerate(hosts):
+            if type(h) is Buffer:
+                out.append(h)
+                continue
+            if reuse and self.fixed[i]:
+                slot = staging[i]
+                # ``_uses`` counts submitted commands that read the buffer; only this thread
+                # submits with staging buffers, so 0 stays 0 until this call executes.
+                if slot is not None and slot[0]._uses == 0:
+                    slot[1][...] = h
+                    out.append(slot[0])
+                    continue
+                buf = device.client.buffer_from_host(_contiguous(h), device=device)
+                if slot is None and buf.dtype is self.dtypes[i]:
+                    staging[i] = (buf, buf.numpy_view(writable=True))
+                out.append(buf)
+                continue
+            out.append(device.client.buffer_from_host(_contiguous(h), device=device))
+        return out
+
+
+# How one leaf of the last call looked, for the fast path: (kind, dtype, shape, device id,
+# has var dims, float64 to convert). kind 0: a numpy array with this numpy dtype; kind 1: a Buffer
+# with this DType on this device id. ``shape`` holds ints, and Vars for declared dynamic dims
+# (checked against their bounds when "has var dims" is set).
+_LeafSig = tuple[int, Any, tuple[Dim, ...], Any, bool, bool]
+
+
+@attrs.define(eq=False)
+class _Fast:
+    """The last call's signature: a call whose arguments match it exactly has the same key.
+
+    The key is a pure function of (argument structure, static keys, and per leaf: type, numpy
+    dtype or ``DType``, shape, device), so comparing those directly against the last call gives
+    the same answer as building the key and hashing it, without building it (DESIGN
+    invariant 9 holds: any difference falls back to the full key).
+    """
+
+    treedef: TreeDef
+    statics: tuple[tuple[str, Hashable], ...]
+    sigs: tuple[_LeafSig, ...]
+    entry: _Entry
+
+
+def _unflattener(out_def: TreeDef) -> Callable[[list[Any]], Any]:
+    """A cheap rebuild of the outputs for the common shapes (one leaf, a tuple of leaves)."""
+    if out_def.kind == "leaf":
+        return lambda outs: outs[0]
+    if out_def.kind is tuple and all(c.kind == "leaf" for c in out_def.children):
+        return tuple
+    return functools.partial(tree_unflatten, out_def)
 
 
 def _leaf_info(value: Any, path: str) -> tuple[tuple[int, ...], DType, Hashable, Any]:
     """(shape, dtype, device key, host array or buffer) of a dynamic leaf."""
-    from .runtime import Buffer
 
     if isinstance(value, Buffer):
         return tuple(value.shape), value.dtype, ("device", value.device.id), value
@@ -104,6 +182,23 @@ def _contiguous(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
 
 
+def _fast_record(key: CacheKey, given: list[Any], entry: _Entry) -> _Fast | None:
+    """The fast-path signature of a call that produced ``key`` from leaves ``given``, if any."""
+
+    if not str_keyed(key.treedef):
+        return None
+    sigs: list[_LeafSig] = []
+    for leaf, spec in zip(given, key.leaves, strict=True):
+        var_dims = any(isinstance(d, Var) for d in spec.shape)
+        if type(leaf) is np.ndarray:
+            sigs.append((0, leaf.dtype, spec.shape, None, var_dims, leaf.dtype == np.float64))
+        elif type(leaf) is Buffer:
+            sigs.append((1, leaf.dtype, spec.shape, leaf.device.id, var_dims, False))
+        else:
+            return None  # Python scalars, lists: the full path each call
+    return _Fast(key.treedef, key.statics, tuple(sigs), entry)
+
+
 class Jitted:
     """A function compiled per cache key. Create with ``asyncjit.jit``."""
 
@@ -116,8 +211,10 @@ class Jitted:
         dynamic: DynamicSpec | None = None,
         device: Any = None,
         name: str | None = None,
+        inline: bool | None = True,
     ) -> None:
         self.fn = fn
+        self.inline = inline
         self.name = name or getattr(fn, "__qualname__", "jitted")
         self._sig = inspect.signature(fn)
         params = list(self._sig.parameters.values())
@@ -132,6 +229,11 @@ class Jitted:
         if unknown:
             raise ValueError(f"static_argnames {sorted(unknown)} are not parameters of {self.name}")
         self._static = frozenset(static)
+        plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        # positional calls of a function without *args/**kwargs bind by index, not inspect.bind
+        self._plain = all(p.kind in plain for p in params)
+        self._names = tuple(p.name for p in params)
+        self._fast: _Fast | None = None
         self._dynamic: dict[str, dict[int, Var]] = {}
         for arg, dims in (dynamic or {}).items():
             if arg not in self._sig.parameters:
@@ -155,29 +257,35 @@ class Jitted:
     def cache_clear(self) -> None:
         """Drop every compiled plan; the next call traces and compiles again."""
         self._cache.clear()
+        self._fast = None
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run and return the outputs as ``Buffer``s at once (awaitable; not yet computed).
+        """Run and return the outputs as ``Buffer``s (awaitable).
 
-        From synchronous code this blocks only when the device has too many commands in flight.
+        With ``inline=True`` (the default) the plan runs on the calling thread when the device
+        is idle, so the buffers come back ready; when the device is busy the call is queued and
+        the buffers come back pending. From synchronous code this blocks only when the device
+        has too many commands in flight.
         """
-        from .errors import WouldBlock
-
-        entry, bufs, values = self._prepare_call(args, kwargs)
+        entry, bufs, values = self._prepare_call(args, kwargs, sync=True)
         try:
-            outs = entry.loaded.execute_nowait(bufs, values)
+            outs = entry.loaded.execute_nowait(bufs, values, inline=self.inline)
         except WouldBlock:
-            outs = entry.loaded.execute_blocking(bufs, values)
-        return tree_unflatten(entry.out_def, outs)
+            outs = entry.loaded.execute_blocking(bufs, values, inline=self.inline)
+        return entry.unflatten(outs)
 
     async def aio(self, *args: Any, **kwargs: Any) -> Any:
-        """Run from an event loop and return the outputs once they are ready (never blocks)."""
+        """Run from an event loop and return the outputs once they are ready (never blocks).
+
+        Follows the device's inline policy (cheap plans run on the loop's thread, others on
+        the device thread), whatever ``inline`` was given to ``jit``.
+        """
         entry, bufs, values = self._prepare_call(args, kwargs)
         outs = await entry.loaded.execute(bufs, values)
         for b in outs:
             await b.ready()
-        return tree_unflatten(entry.out_def, outs)
+        return entry.unflatten(outs)
 
     def lower(self, *args: Any, **kwargs: Any) -> tuple[list[Tensor], list[Tensor]]:
         """Trace without compiling: ``(inputs, outputs)`` as tensors, for inspection."""
@@ -216,11 +324,18 @@ class Jitted:
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[CacheKey, list[Any], dict[str, Any]]:
         dyn, statics = self._split(args, kwargs)
+        key, hosts, _ = self._key_from(dict(dyn), statics)
+        return key, hosts, statics
+
+    def _key_from(
+        self, dyn: dict[str, Any], statics: dict[str, Any]
+    ) -> tuple[CacheKey, list[Any], list[Any]]:
+        """(the cache key, the leaves as host arrays or Buffers, the leaves as given)."""
         try:
             static_keys = tuple((n, static_key(v)) for n, v in sorted(statics.items()))
         except StaticArgumentError as exc:
             raise StaticArgumentError(f"{self.name}: {exc}") from None
-        leaves, treedef = tree_flatten(dict(dyn))
+        leaves, treedef = tree_flatten(dyn)
         paths = tree_paths(treedef)
         specs: list[LeafSpec] = []
         hosts: list[Any] = []
@@ -235,7 +350,7 @@ class Jitted:
                 sym = self._symbolic_shape(arg, shape, dims)
             specs.append(LeafSpec(sym, dtype, device))
             hosts.append(host)
-        return CacheKey(treedef, static_keys, tuple(specs)), hosts, statics
+        return CacheKey(treedef, static_keys, tuple(specs)), hosts, leaves
 
     def _symbolic_shape(self, arg: str, shape: tuple[int, ...], dims: Mapping[int, Var]) -> tuple[Dim, ...]:
         out: list[Dim] = list(shape)
@@ -253,35 +368,87 @@ class Jitted:
             out[axis] = var
         return tuple(out)
 
-    def _prepare_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[_Entry, list[Any], dict[str, int]]:
-        from .runtime import Buffer
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(dynamic arguments by name, static arguments by name)."""
+        if not kwargs and self._plain and len(args) == len(self._names):
+            if not self._static:
+                return dict(zip(self._names, args)), {}  # noqa: B905 - length checked
+            dyn: dict[str, Any] = {}
+            statics: dict[str, Any] = {}
+            for n, v in zip(self._names, args):  # noqa: B905 - length checked
+                if n in self._static:
+                    statics[n] = v
+                else:
+                    dyn[n] = v
+            return dyn, statics
+        pairs, statics = self._split(args, kwargs)
+        return dict(pairs), statics
 
-        key, hosts, statics = self._key(args, kwargs)
-        entry = self._cache.get(key)
-        if entry is None:
-            self._log_miss(key)
-            entry = self._compile(key, statics)
-            self._cache[key] = entry
+    def _prepare_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], sync: bool = False
+    ) -> tuple[_Entry, list[Any], dict[str, int]]:
+        """(the entry, input buffers, var values); ``sync`` for calls that execute right away."""
+        dyn, statics = self._bind(args, kwargs)
+        fast = self._fast
+        hosts = self._match(fast, dyn, statics) if fast is not None else None
+        if hosts is not None:
+            assert fast is not None
+            entry = fast.entry
+        else:
+            key, hosts, given = self._key_from(dyn, statics)
+            cached = self._cache.get(key)
+            if cached is None:
+                self._log_miss(key)
+                cached = self._cache[key] = self._compile(key, statics)
+            entry = cached
+            self._fast = _fast_record(key, given, entry)
         values: dict[str, int] = {}
         for var, leaf, axis in entry.var_slots:
-            size = (
-                np.shape(hosts[leaf])[axis]
-                if not isinstance(hosts[leaf], Buffer)
-                else hosts[leaf].shape[axis]
-            )
+            size = hosts[leaf].shape[axis]
             if values.setdefault(var, size) != size:
                 raise ShapeMismatchError(
                     f"{self.name}: var {var!r} is {values[var]} from one argument and {size} from another"
                 )
-        device = entry.loaded.devices()[0]
-        client = device.client
-        bufs = [
-            h if isinstance(h, Buffer) else client.buffer_from_host(_contiguous(h), device=device)
-            for h in hosts
-        ]
-        return entry, bufs, values
+        return entry, entry.to_device(hosts, sync and threading.get_ident() == entry.owner), values
+
+    def _match(self, fast: _Fast, dyn: dict[str, Any], statics: dict[str, Any]) -> list[Any] | None:
+        """The leaves (as host arrays or Buffers) if this call has ``fast``'s key, else None."""
+        if statics or fast.statics:
+            try:
+                keys = tuple((n, static_key(v)) for n, v in sorted(statics.items()))
+            except StaticArgumentError:
+                return None  # the full path raises with the message
+            if keys != fast.statics:
+                return None
+        leaves: list[Any] = []
+        if not flatten_like(fast.treedef, dyn, leaves):
+            return None
+        for i, (kind, dtype, shape, dev, var_dims, to_f32) in enumerate(fast.sigs):
+            leaf = leaves[i]
+            cls = type(leaf)
+            if cls is np.ndarray:
+                if kind != 0 or (leaf.dtype is not dtype and leaf.dtype != dtype):
+                    return None
+                if to_f32:
+                    leaves[i] = leaf.astype(np.float32)
+            elif cls is Buffer:
+                if kind != 1 or leaf.dtype is not dtype or leaf.memory_space.device.id != dev:
+                    return None
+            else:
+                return None
+            got = leaf.shape
+            if var_dims:
+                if len(got) != len(shape):
+                    return None
+                for n, d in zip(got, shape):  # noqa: B905 - length checked
+                    if isinstance(d, Var):
+                        if not d.min <= n <= d.max:
+                            return None
+                    elif n != d:
+                        return None
+            elif got != shape:
+                return None
+        return leaves
 
     def _trace(self, key: CacheKey, statics: dict[str, Any]) -> tuple[list[Tensor], list[Tensor], TreeDef]:
         paths = tree_paths(key.treedef)
@@ -311,7 +478,14 @@ class Jitted:
             for axis, d in enumerate(spec.shape):
                 if isinstance(d, Var):
                     slots.append((d.name, i, axis))
-        return _Entry(loaded, out_def, tuple(slots))
+        return _Entry(
+            loaded,
+            out_def,
+            tuple(slots),
+            tuple(spec.dtype for spec in key.leaves),
+            tuple(not any(isinstance(d, Var) for d in spec.shape) for spec in key.leaves),
+            threading.get_ident(),
+        )
 
     def _log_miss(self, key: CacheKey) -> None:
         if not self._cache:
@@ -358,6 +532,7 @@ def jit(
     dynamic: DynamicSpec | None = None,
     device: Any = None,
     name: str | None = None,
+    inline: bool | None = True,
 ) -> Any:
     """Compile ``fn`` once per cache key; usable as ``@jit`` or ``jit(fn, ...)``.
 
@@ -369,6 +544,11 @@ def jit(
             ``{"x": {0: ("b", 1, 64), 1: ("t", 1, 3000)}}``: one plan serves every size in range.
         device: a ``Device`` or an index into the default client's devices.
         name: the plan name in logs and profiles (default: the function's qualified name).
+        inline: for synchronous calls (``f(...)``): True (default) runs the plan on the calling
+            thread when the device is idle, so the outputs come back ready — a synchronous
+            caller reads them next, and a thread hop costs more than a small plan; None follows
+            the device's inline policy (cheap plans inline, others on the device thread, so
+            host work can overlap them); False always queues. ``aio`` follows the device policy.
 
     Returns:
         A ``Jitted`` callable with ``cache_size()``, ``cache_clear()``, ``aio()``, ``lower()``.
@@ -379,7 +559,37 @@ def jit(
         dynamic=dynamic,
         device=device,
         name=name,
+        inline=inline,
     )
     if fn is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fn, **options)
+
+
+def device_put(tree: Any, device: Any = None) -> Any:
+    """Copy every array leaf of ``tree`` to a device, as ``jax.device_put``: weights passed to a
+    jitted function as ``Buffer``s are not copied again on each call.
+
+    Args:
+        tree: a pytree of numpy arrays (float64 becomes float32, as for jit arguments), Python
+            numbers, or ``Buffer``s (passed through).
+        device: a ``Device`` or an index into the default client's devices (default 0).
+
+    Returns:
+        The same structure with ``Buffer`` leaves (ready).
+    """
+    from .runtime import Device, default_client
+
+    if isinstance(device, Device):
+        dev = device
+    else:
+        dev = default_client().device(0 if device is None else int(device))
+    leaves, treedef = tree_flatten(tree)
+    out = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Buffer):
+            out.append(leaf)
+            continue
+        _, _, _, host = _leaf_info(leaf, f"leaf {i}")
+        out.append(dev.client.buffer_from_host(_contiguous(host), device=dev))
+    return tree_unflatten(treedef, out)

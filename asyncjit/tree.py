@@ -20,6 +20,7 @@ from .errors import StaticArgumentError
 
 __all__ = [
     "TreeDef",
+    "flatten_like",
     "register_pytree_node",
     "static_key",
     "tree_flatten",
@@ -50,6 +51,20 @@ def register_pytree_node(cls: type, flatten: Flatten, unflatten: Unflatten) -> N
     if cls in _REGISTRY:
         raise ValueError(f"{cls.__qualname__} is already registered as a pytree node")
     _REGISTRY[cls] = (flatten, unflatten)
+    _LEAF_TYPES.discard(cls)
+
+
+# Types seen to be leaves (neither registered nor attrs): ``flatten_like``'s one-lookup check.
+_LEAF_TYPES: set[type] = set()
+
+
+def _is_leaf_type(cls: type) -> bool:
+    if cls in _LEAF_TYPES:
+        return True
+    if cls in _REGISTRY or attrs.has(cls):
+        return False
+    _LEAF_TYPES.add(cls)
+    return True
 
 
 def static_key(value: Any) -> Hashable:
@@ -165,6 +180,59 @@ def _flatten(tree: Any, leaves: list[Any], is_leaf: Callable[[Any], bool] | None
     defs = tuple(_flatten(c, leaves, is_leaf) for c in children)
     kind = type(tree)
     return TreeDef(kind, aux, static_key(aux), defs)
+
+
+def flatten_like(treedef: TreeDef, tree: Any, leaves: list[Any]) -> bool:
+    """Append ``tree``'s leaves to ``leaves`` if it has exactly ``treedef``'s structure.
+
+    The fast check behind a jit cache hit: no ``TreeDef`` is built and no aux is keyed. It
+    handles leaves, tuples, lists, ``None`` and dicts whose keys are all exactly ``str`` (where
+    equal keys mean equal ``static_key``s); for anything else it returns False and the caller
+    falls back to ``tree_flatten``. A False return may leave some leaves appended.
+    """
+    kind = treedef.kind
+    cls = type(tree)
+    if kind == "leaf":
+        if cls not in _LEAF_TYPES and not _is_leaf_type(cls):
+            return False
+        leaves.append(tree)
+        return True
+    if cls is not kind:
+        return False
+    defs = treedef.children
+    if kind is tuple or kind is list:
+        if len(tree) != len(defs):
+            return False
+        children = tree
+    elif kind is dict:
+        aux = treedef.aux
+        if len(tree) != len(aux):
+            return False
+        for k in tree:
+            if type(k) is not str:
+                return False
+        try:
+            children = [tree[k] for k in aux]
+        except (KeyError, TypeError):
+            return False
+    else:
+        return tree is None  # None has no children; other registered nodes take the slow path
+    for child, d in zip(children, defs):  # noqa: B905 - lengths checked above
+        if d.kind == "leaf":
+            ccls = type(child)
+            if ccls not in _LEAF_TYPES and not _is_leaf_type(ccls):
+                return False
+            leaves.append(child)
+        elif not flatten_like(d, child, leaves):
+            return False
+    return True
+
+
+def str_keyed(treedef: TreeDef) -> bool:
+    """True when every dict in ``treedef`` has only ``str`` keys (what ``flatten_like`` handles)."""
+    if treedef.kind is dict and any(type(k) is not str for k in treedef.aux):
+        return False
+    return all(str_keyed(c) for c in treedef.children)
 
 
 def tree_unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:

@@ -271,3 +271,165 @@ async def test_aio_returns_ready_buffers() -> None:
     out = await f.aio(x)
     assert out.is_ready()
     np.testing.assert_allclose(await out.to_numpy(), np.exp(x), rtol=1e-6)
+
+
+# -- the fast path of a repeated call: the same keys as the full path -----------------------------
+def _affine(x: Tensor, h: Tensor) -> Tensor:
+    return x * 2.0 + h
+
+
+def test_repeated_calls_with_new_values_do_not_recompile_and_see_new_values() -> None:
+    f = jit(_affine)
+    for i in range(5):
+        x = np.full((1, 4), float(i), np.float32)
+        h = np.arange(4, dtype=np.float32)[None]
+        np.testing.assert_allclose(_np(f(x, h)), x * 2 + h)
+    assert f.compiles == 1 and f.cache_size() == 1
+
+
+@pytest.mark.parametrize(
+    "second, recompiles",
+    [
+        (np.ones((1, 4), np.float64), False),  # float64 keys as float32, as on the full path
+        (np.ones((1, 4), np.int32), True),
+        (np.ones((1, 5), np.float32), True),
+        (np.ones((4,), np.float32), True),
+        (np.ones((4, 1), np.float32).T, False),  # a non-contiguous view of the same shape
+    ],
+)
+def test_a_hit_after_a_hit_keys_exactly_like_the_full_path(second: np.ndarray, recompiles: bool) -> None:
+    f = jit(lambda x: x + 1.0)
+    first = np.zeros((1, 4), np.float32)
+    f(first)
+    f(first)  # now on the fast path
+    got = _np(f(second))
+    assert f.compiles == (2 if recompiles else 1)
+    np.testing.assert_allclose(got, np.asarray(second, np.float32) + 1)
+    fresh = jit(lambda x: x + 1.0)
+    fresh(second)
+    assert {k.leaves for k in fresh._cache} <= {k.leaves for k in f._cache}
+
+
+def test_fast_path_keys_structure_statics_and_dict_keys_exactly() -> None:
+    calls: list[str] = []
+
+    def fn(tree: Any, k: Any) -> Tensor:
+        calls.append(type(tree).__name__)
+        leaves = asyncjit.tree.tree_leaves(tree)
+        out = leaves[0] * float(k)
+        for leaf in leaves[1:]:
+            out = out + leaf
+        return out
+
+    f = jit(fn, static_argnames="k")
+    a, b = np.ones(3, np.float32), np.full(3, 2.0, np.float32)
+    f((a, b), 1)
+    f((a, b), 1)
+    assert f.compiles == 1
+    f([a, b], 1)  # list, not tuple
+    f((a, b), 1.0)  # 1.0 is not 1
+    f({"a": a, "b": b}, 1)
+    f({"a": a, "c": b}, 1)  # another key name
+    f({"a": a, "b": b}, 1)  # back to a cached key: a hit, no compile
+    assert f.compiles == 5
+    np.testing.assert_allclose(_np(f({"a": b, "b": a}, 3)), b * 3 + a)
+
+
+def test_buffer_arguments_take_the_fast_path_and_key_by_device_dtype_shape() -> None:
+    from asyncjit.jit import device_put
+
+    f = jit(lambda w, x: x.matmul(w))
+    params = device_put({"w": np.eye(4, dtype=np.float64) * 2})
+    assert isinstance(params["w"], asyncjit.Buffer) and params["w"].dtype is asyncjit.float32
+    for i in range(3):
+        x = np.full((1, 4), float(i), np.float32)
+        np.testing.assert_allclose(_np(f(params["w"], x)), x * 2)
+    assert f.compiles == 1
+    f(np.eye(4, dtype=np.float32), np.ones((1, 4), np.float32))  # a host array keys by "host"
+    f(params["w"], np.ones((1, 4), np.float32))  # back to the Buffer's key: a hit
+    assert f.compiles == 2 and f.cache_size() == 2
+
+
+def test_weights_as_a_pytree_dict_argument() -> None:
+    @jit
+    def layer(params: dict[str, Any], x: Tensor) -> Tensor:
+        return x.matmul(params["w"]) + params["b"]
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((3, 2)).astype(np.float32), "b": np.ones(2, np.float32)}
+    x = rng.standard_normal((1, 3)).astype(np.float32)
+    want = x @ params["w"] + params["b"]
+    np.testing.assert_allclose(_np(layer(params, x)), want, rtol=1e-5)
+    from asyncjit.jit import device_put
+
+    on_device = device_put(params)
+    for _ in range(2):
+        np.testing.assert_allclose(_np(layer(on_device, x)), want, rtol=1e-5)
+    assert layer.compiles == 2  # host leaves and Buffer leaves are different keys (device)
+
+
+def test_input_arrays_may_be_refilled_at_once_even_when_calls_are_queued() -> None:
+    """Inputs are copied (never aliased), so refilling the array after a call is safe."""
+    for inline in (True, False, None):
+        f = jit(lambda x: x * 3.0, inline=inline)
+        x = np.zeros((2, 8), np.float32)
+        outs = []
+        for i in range(6):
+            x[...] = i
+            outs.append(f(x))
+        for i, out in enumerate(outs):
+            np.testing.assert_allclose(_np(out), np.full((2, 8), 3.0 * i))
+        assert f.compiles == 1
+
+
+def test_inline_call_returns_ready_buffers_on_an_idle_device() -> None:
+    f = jit(lambda x: x + 1.0)
+    x = np.ones(4, np.float32)
+    f(x).block_until_ready()
+    assert f(x).is_ready()
+
+
+def test_calls_from_several_threads_see_their_own_inputs() -> None:
+    import threading
+
+    f = jit(lambda x: x * 2.0)
+    f(np.zeros(16, np.float32))
+    errors: list[BaseException] = []
+
+    def worker(v: float) -> None:
+        try:
+            x = np.full(16, v, np.float32)
+            for _ in range(200):
+                np.testing.assert_allclose(_np(f(x)), 2 * x)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(float(v),)) for v in range(1, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert f.compiles == 1
+
+
+def test_bounded_dims_on_the_fast_path_check_bounds_and_agreement() -> None:
+    f = jit(lambda x, y: x + y, dynamic={"x": {0: ("t", 1, 8)}, "y": {0: ("t", 1, 8)}})
+    for t in (3, 3, 5, 8):
+        a = np.arange(t, dtype=np.float32)
+        np.testing.assert_allclose(_np(f(a, a)), 2 * a)
+    assert f.compiles == 1
+    with pytest.raises(VarBoundsError):
+        f(np.ones(9, np.float32), np.ones(9, np.float32))
+    with pytest.raises(ShapeMismatchError):
+        f(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+@pytest.mark.anyio
+async def test_aio_after_sync_calls_uses_its_own_buffers() -> None:
+    f = jit(lambda x: x - 1.0)
+    x = np.full(4, 5.0, np.float32)
+    f(x)
+    f(x)
+    out = await f.aio(x)
+    np.testing.assert_allclose(await out.to_numpy(), x - 1)
