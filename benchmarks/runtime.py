@@ -1,6 +1,6 @@
 """Runtime overheads: execute + await on the inline and queued paths, throughput, loop lag, JAX.
 
-Run: ``.venv/bin/python benchmarks/runtime.py`` (about 40 s; ``--quick`` for a shorter run).
+Run: ``.venv/bin/python benchmarks/runtime.py`` (about 10 s; ``--quick``: about 4 s, fewer rounds).
 Prints, for asyncio and for trio, figures and ratios against a yardstick measured in the same
 run: a bare ctypes call of the same native kernel plus one loop checkpoint (``asyncio.sleep(0)``
 / ``trio.lowlevel.checkpoint()``). Goals (issue 4): inline execute + await within 2x of the
