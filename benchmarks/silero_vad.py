@@ -15,7 +15,9 @@ Prints:
    thread) at the same B.
 
 The machine may be shared, so every measurement is interleaved: each round runs a block of calls
-of every contender in turn, and the medians are taken over all rounds.
+of every contender in turn (with a 5 ms pause before each block, so ONNX Runtime's spinning
+worker threads do not steal the core from the next contender), and the medians are taken over
+all rounds. Per-kernel profiles (``--profile``) come from ``JitWrapper.execute_profiled``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def _interleaved(
             fn()
     for _ in range(rounds):
         for name, fn in contenders.items():
+            # ONNX Runtime's default thread pool spins after a run; let it settle so it does not
+            # steal the core from whichever contender runs next.
+            time.sleep(0.005)
             for _ in range(per_round):
                 t0 = time.perf_counter()
                 fn()
