@@ -16,6 +16,19 @@ are baked into the plan as constants when it is traced, as in JAX.
 Calls return ``Buffer``s at once (``f(x)``), or ready buffers from ``await f.aio(x)``.
 Every cache miss logs a structlog ``jit.cache_miss`` event naming what differed from the nearest
 cached key.
+
+The call path is built for per-step replay (a recurrent cell called every few tens of
+microseconds):
+
+* **fast key check**: the last call's signature (structure, static keys, per leaf type, dtype,
+  shape, device) is compared directly against the next call's arguments; only a difference
+  builds the full ``CacheKey`` (same answer, since the key is a function of those);
+* **inputs are copied, never aliased**: a host array is copied into a device buffer, so it may
+  be refilled as soon as the call returns (as in JAX), even if the call was queued. Each
+  fixed-shape input keeps a staging buffer that synchronous calls refill in place when no
+  submitted command still reads it; ``device_put`` places weights once;
+* **inline by default**: a synchronous call runs the plan on the calling thread when the device
+  is idle (``jit(..., inline=None)`` follows the device's policy instead).
 """
 
 from __future__ import annotations

@@ -433,3 +433,25 @@ async def test_aio_after_sync_calls_uses_its_own_buffers() -> None:
     f(x)
     out = await f.aio(x)
     np.testing.assert_allclose(await out.to_numpy(), x - 1)
+
+
+def test_flatten_like_agrees_with_tree_flatten_or_declines() -> None:
+    from asyncjit.tree import flatten_like, tree_flatten
+
+    a, b = np.zeros(2), np.ones(3)
+    base = {"x": (a, [b, None]), "y": b}
+    _, treedef = tree_flatten(base)
+    same = {"x": (b, [a, None]), "y": a}
+    leaves: list[Any] = []
+    assert flatten_like(treedef, same, leaves)
+    assert all(x is y for x, y in zip(leaves, tree_flatten(same)[0], strict=True))
+    for other in (
+        {"x": [a, [b, None]], "y": b},  # list for tuple
+        {"x": (a, [b, a]), "y": b},  # None became a leaf
+        {"x": (a, [b, None]), "z": b},  # key renamed
+        {"x": (a, [b, None]), "y": b, "z": a},  # extra key
+        {"x": (a, [b, None]), "y": (b,)},  # a leaf became a node
+        {"x": (a, [b, None]), "y": ConfigBox(a, 1)},  # a registered node where a leaf was
+    ):
+        assert tree_flatten(other)[1] != treedef
+        assert not flatten_like(treedef, other, [])
