@@ -212,14 +212,16 @@ def vad_mux(
     otherwise from zeros, like a fresh ``SileroVad``.
 
     Args:
-        max_batch_size: the most streams per native call (default ``max_streams``).
+        max_batch_size: the most streams per native call (default ``min(max_streams, 64)``:
+            with more streams than that, one batch is formed while another computes; measured
+            with 256 streams on 2 cores, 64 gave about twice the throughput of 128 or 256).
         mux_options: ``StreamMux`` options (``max_queue_delay``, ``idle_timeout``, ``backlog``,
             ``admission_timeout``, ``queue_depth``, ``metrics_interval``, ``name``).
     """
     step = SileroBatchedStep(
         sample_rate,
         max_streams=max_streams,
-        max_batch_size=max_batch_size,
+        max_batch_size=min(max_streams, 64) if max_batch_size is None else max_batch_size,
         client=client,
         device=device,
         weights=weights,
