@@ -49,7 +49,16 @@ from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError,
 from .runtime import Buffer
 from .symbolic import Dim, Var
 from .tensor import Tensor
-from .tree import TreeDef, flatten_like, static_key, str_keyed, tree_flatten, tree_paths, tree_unflatten
+from .tree import (
+    TreeDef,
+    flatten_like,
+    registry_size,
+    static_key,
+    str_keyed,
+    tree_flatten,
+    tree_paths,
+    tree_unflatten,
+)
 
 __all__ = ["Jitted", "device_put", "jit"]
 
@@ -149,6 +158,8 @@ class _Fast:
     statics: tuple[tuple[str, Hashable], ...]
     sigs: tuple[_LeafSig, ...]
     entry: _Entry
+    flat_names: tuple[str, ...] | None  # the argument names when every argument is one leaf
+    registry: int  # ``tree.registry_size()`` then: a registration since may turn leaves into nodes
 
 
 def _unflattener(out_def: TreeDef) -> Callable[[list[Any]], Any]:
@@ -209,7 +220,9 @@ def _fast_record(key: CacheKey, given: list[Any], entry: _Entry) -> _Fast | None
             sigs.append((1, leaf.dtype, spec.shape, leaf.device.id, var_dims, False))
         else:
             return None  # Python scalars, lists: the full path each call
-    return _Fast(key.treedef, key.statics, tuple(sigs), entry)
+    td = key.treedef
+    flat = td.kind is dict and all(c.kind == "leaf" for c in td.children)
+    return _Fast(td, key.statics, tuple(sigs), entry, tuple(td.aux) if flat else None, registry_size())
 
 
 class Jitted:
@@ -433,9 +446,15 @@ class Jitted:
                 return None  # the full path raises with the message
             if keys != fast.statics:
                 return None
-        leaves: list[Any] = []
-        if not flatten_like(fast.treedef, dyn, leaves):
-            return None
+        names = fast.flat_names
+        if names is not None and fast.registry == registry_size():
+            # every argument was a single leaf: the argument names are fixed per function, and
+            # the loop below admits only arrays and Buffers, which were leaves then and still are
+            leaves = [dyn[n] for n in names]
+        else:
+            leaves = []
+            if not flatten_like(fast.treedef, dyn, leaves):
+                return None
         for i, (kind, dtype, shape, dev, var_dims, to_f32) in enumerate(fast.sigs):
             leaf = leaves[i]
             cls = type(leaf)

@@ -58,7 +58,13 @@ def register_pytree_node(cls: type, flatten: Flatten, unflatten: Unflatten) -> N
 _LEAF_TYPES: set[type] = set()
 
 
-def _is_leaf_type(cls: type) -> bool:
+def registry_size() -> int:
+    """How many node types are registered; it changes with every registration (for caches)."""
+    return len(_REGISTRY)
+
+
+def is_leaf_type(cls: type) -> bool:
+    """True when values of ``cls`` are leaves (neither registered nor attrs classes)."""
     if cls in _LEAF_TYPES:
         return True
     if cls in _REGISTRY or attrs.has(cls):
@@ -192,8 +198,8 @@ def flatten_like(treedef: TreeDef, tree: Any, leaves: list[Any]) -> bool:
     """
     kind = treedef.kind
     cls = type(tree)
-    if kind == "leaf":
-        if cls not in _LEAF_TYPES and not _is_leaf_type(cls):
+    if treedef is _LEAF or kind == "leaf":
+        if cls not in _LEAF_TYPES and not is_leaf_type(cls):
             return False
         leaves.append(tree)
         return True
@@ -218,9 +224,9 @@ def flatten_like(treedef: TreeDef, tree: Any, leaves: list[Any]) -> bool:
     else:
         return tree is None  # None has no children; other registered nodes take the slow path
     for child, d in zip(children, defs):  # noqa: B905 - lengths checked above
-        if d.kind == "leaf":
+        if d is _LEAF or d.kind == "leaf":  # identity first: ``type == str`` compares slowly
             ccls = type(child)
-            if ccls not in _LEAF_TYPES and not _is_leaf_type(ccls):
+            if ccls not in _LEAF_TYPES and not is_leaf_type(ccls):
                 return False
             leaves.append(child)
         elif not flatten_like(d, child, leaves):

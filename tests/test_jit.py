@@ -455,3 +455,18 @@ def test_flatten_like_agrees_with_tree_flatten_or_declines() -> None:
     ):
         assert tree_flatten(other)[1] != treedef
         assert not flatten_like(treedef, other, [])
+
+
+def test_keyword_positional_and_default_calls_share_one_key() -> None:
+    def fn(x: Tensor, y: Tensor, scale: float = 2.0) -> Tensor:
+        return x * scale + y
+
+    f = jit(fn, static_argnames="scale")
+    x, y = np.ones(3, np.float32), np.arange(3, dtype=np.float32)
+    for out in (f(x, y), f(x, y=y), f(y=y, x=x), f(x, y, 2.0), f(x, y, scale=2.0)):
+        np.testing.assert_allclose(_np(out), x * 2 + y)
+    assert f.compiles == 1
+    np.testing.assert_allclose(_np(f(x, y, 3.0)), x * 3 + y)
+    assert f.compiles == 2
+    with pytest.raises(TypeError, match="fn"):
+        f(x)
