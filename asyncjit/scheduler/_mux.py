@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from ..errors import DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from ..errors import AudioFormatError, DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
 from ._metrics import MuxMetrics
@@ -348,7 +348,7 @@ class StreamMux:
         """A private copy of ``chunk`` in the plan's dtype; a float64 chunk becomes float32."""
         dtype = self._chunk_dtype
         if type(chunk) is np.ndarray and chunk.dtype == dtype and chunk.shape == self._chunk_shape:
-            return chunk.copy()  # the common case, checked in three comparisons
+            return self._finite(chunk.copy())  # the common case, checked in three comparisons
         arr = np.asarray(chunk)
         if arr.dtype != dtype and arr.dtype.kind != dtype.kind:
             pcm = arr.dtype.kind in "iu"
@@ -358,7 +358,17 @@ class StreamMux:
             raise ShapeMismatchError(
                 f"{self.name}: a chunk must have shape {self._chunk_shape}, got {arr.shape}"
             )
-        return np.array(arr, dtype=dtype, copy=True)
+        return self._finite(np.array(arr, dtype=dtype, copy=True))
+
+    def _finite(self, chunk: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Refuse NaN/inf samples: one would poison the stream's recurrent state for good."""
+        if chunk.dtype.kind == "f" and not np.isfinite(chunk).all():
+            bad = int(np.flatnonzero(~np.isfinite(chunk.reshape(-1)))[0])
+            raise AudioFormatError(
+                f"{self.name}: a chunk has a NaN or infinite sample (first at index {bad}); it would "
+                "corrupt the stream's state, so it was not submitted. Clean or replace the samples."
+            )
+        return chunk
 
     def _on_ready(self, stream: MuxStream) -> None:
         ready = self._ready
