@@ -30,7 +30,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I1, I64, PTR, for_range, i64, new_function, smax, smin
+from ._target import F32, I1, I32, I64, PTR, for_range, i64, new_function, smax, smin, vector_width
 
 __all__ = ["conv1d_output_length", "conv1d_scratch_bytes", "emit_conv1d"]
 
@@ -275,6 +275,77 @@ def _emit_im2col_rows(
     return fn
 
 
+def _interleave(b: ir.IRBuilder, vs: list[ir.Value], width: int) -> ir.Value:
+    """``out[c*len(vs) + l] = vs[l][c]`` for a power-of-two number of ``width``-lane vectors."""
+    if len(vs) == 1:
+        return vs[0]
+    x, y = _interleave(b, vs[0::2], width), _interleave(b, vs[1::2], width)
+    w = width * len(vs) // 2
+    mask = [i // 2 + (w if i % 2 else 0) for i in range(2 * w)]
+    return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 2 * w), mask))
+
+
+def _emit_unscatter(
+    b: ir.IRBuilder,
+    ctmp: ir.Value,
+    y: ir.Value,
+    n_arg: ir.Value,
+    lout: ir.Value,
+    g: ir.Value,
+    *,
+    cout: int,
+    cout_g: int,
+) -> None:
+    """``y[n, g*cout_g + co, l] = ctmp[(n*Lout + l)*cout_g + co]``: the transposed product back
+    into ``[N, cout, Lout]``.  For Lout in {1, 2, 4} (the Silero VAD layers) ``VW`` channels at a
+    time: Lout contiguous vector loads interleaved by shuffles into one contiguous store; other
+    lengths, and the channel remainder, element by element."""
+    vw = vector_width()
+    full = cout_g // vw * vw
+
+    def generic() -> None:
+        with (
+            for_range(b, i64(0), n_arg, name="tn") as n,
+            for_range(b, i64(0), i64(cout_g), name="tc") as co,
+        ):
+            dst_row = b.add(b.mul(n, i64(cout)), b.add(b.mul(g, i64(cout_g)), co))
+            dst = b.gep(y, [b.mul(dst_row, lout)], source_etype=F32)
+            with for_range(b, i64(0), lout, name="tl") as l_:
+                src = b.add(b.mul(b.add(b.mul(n, lout), l_), i64(cout_g)), co)
+                v = b.load(b.gep(ctmp, [src], source_etype=F32), typ=F32, align=4)
+                b.store(v, b.gep(dst, [l_], source_etype=F32), align=4)
+
+    def fast(lo: int) -> None:
+        vty = ir.VectorType(F32, vw)
+        with for_range(b, i64(0), n_arg, name=f"vn{lo}") as n:
+            dst = b.gep(
+                y, [b.mul(b.add(b.mul(n, i64(cout)), b.mul(g, i64(cout_g))), i64(lo))], source_etype=F32
+            )
+            src = b.gep(ctmp, [b.mul(n, i64(lo * cout_g))], source_etype=F32)
+            with for_range(b, i64(0), i64(full), vw, name=f"vc{lo}") as co:
+                vs = [
+                    b.load(b.gep(src, [b.add(i64(l_ * cout_g), co)], source_etype=F32), typ=vty, align=4)
+                    for l_ in range(lo)
+                ]
+                b.store(_interleave(b, vs, vw), b.gep(dst, [b.mul(co, i64(lo))], source_etype=F32), align=4)
+            with for_range(b, i64(full), i64(cout_g), name=f"vt{lo}") as co:
+                for l_ in range(lo):
+                    v = b.load(b.gep(src, [b.add(i64(l_ * cout_g), co)], source_etype=F32), typ=F32, align=4)
+                    b.store(v, b.gep(dst, [b.add(b.mul(co, i64(lo)), i64(l_))], source_etype=F32), align=4)
+
+    def dispatch(options: list[int]) -> None:
+        if not options:
+            generic()
+            return
+        with b.if_else(b.icmp_signed("==", lout, i64(options[0]))) as (hit, miss):
+            with hit:
+                fast(options[0])
+            with miss:
+                dispatch(options[1:])
+
+    dispatch([1, 2, 4])
+
+
 def emit_conv1d(
     module: ir.Module,
     name: str,
@@ -406,16 +477,7 @@ def emit_conv1d(
                         i64(cout_g),
                     ],
                 )
-                with (
-                    for_range(b, i64(0), n_arg, name="tn") as n,
-                    for_range(b, i64(0), i64(cout_g), name="tc") as co,
-                ):
-                    dst_row = b.add(b.mul(n, i64(cout)), b.add(b.mul(g, i64(cout_g)), co))
-                    dst = b.gep(y, [b.mul(dst_row, lout)], source_etype=F32)
-                    with for_range(b, i64(0), lout, name="tl") as l_:
-                        src = b.add(b.mul(b.add(b.mul(n, lout), l_), i64(cout_g)), co)
-                        v = b.load(b.gep(ctmp, [src], source_etype=F32), typ=F32, align=4)
-                        b.store(v, b.gep(dst, [l_], source_etype=F32), align=4)
+                _emit_unscatter(b, ctmp, y, n_arg, lout, g, cout=cout, cout_g=cout_g)
             with wide:
                 # x_col [n][kk][l]; one matmul batch per sample writes y directly.
                 b.call(
