@@ -1,9 +1,11 @@
 """Front-end benchmarks (issue 5): an LSTM cell step read back every step, and 100 input lengths.
 
-Run: ``.venv/bin/python benchmarks/frontends.py`` (about 30 s; ``--quick`` for a shorter run).
+Run: ``.venv/bin/python benchmarks/frontends.py`` (about 1 min, of which JAX's 100 compiles take
+20-40 s; ``--quick`` shortens only the LSTM rounds).
 
-1. **LSTM cell step** (hidden 128, batch 1; x, h, c are [1, 128] float32; the weights are
-   constants baked into the plan for every peer — closed over by the traced function). Each step
+1. **LSTM cell step** (hidden 128, batch 1; x, h, c are [1, 128] float32; in the main rows the
+   weights are constants baked into the plan for every peer — closed over by the traced
+   function; the "weights arg" rows pass them as an argument instead). Each step
    feeds the previous step's (h, c) back and reads both results to host numpy arrays.
    Rows: ``@asyncjit.jit`` called with numpy arrays + ``.to_numpy_blocking()``; the same jit
    called with a pytree ``(x, (h, c))``; with the weights as a pytree dict argument placed once
@@ -13,7 +15,7 @@ Run: ``.venv/bin/python benchmarks/frontends.py`` (about 30 s; ``--quick`` for a
    peers (the machine is shared; interleaving cancels load drift) of per-step wall time, and of
    the main thread's CPU time (``time.thread_time``, which preemption inflates less; JAX's and
    asyncjit's worker threads are not in it). Goal: asyncjit faster than JAX and numpy.
-2. **100 distinct input lengths**: ``y = tanh(x * 0.5 + 1).sum()`` style per-frame work over
+2. **100 distinct input lengths**: ``(tanh(x * 0.5 + 1) * x).sum(axis=1)``, per-frame work over
    ``x[1, T]`` for 100 distinct T in 1..3000 (fixed seed), through one bounded
    ``asyncjit.jit(dynamic={"x": {1: ("t", 1, 3000)}})`` vs ``jax.jit`` (recompiles per shape).
    Reports compile counts (``f.compiles``; JAX: ``_cache_size()``) and the total wall time of the
