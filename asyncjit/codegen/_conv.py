@@ -10,16 +10,23 @@ with ``x [N, cin, L]``, ``w [cout, cin/groups, k]``, ``y [N, cout, Lout]``, all 
 Strategy (chosen when emitting; the Silero VAD layers have lengths 1..4 and 64..258 channels, so
 the work is all in the channel contraction):
 
-* otherwise: im2col into ``scratch`` then the tiled matmul of :mod:`._matmul`.  For long outputs
-  (``Lout >= 32``) or N == 1 with more than 8 columns, each sample is one batch of the matmul
-  ``W_g [cout_g, cin_g*k] @ X_col [cin_g*k, Lout]``, which writes ``y`` directly.  For short
-  outputs over several samples, and for any problem with at most 8 output columns, the columns
-  of all N samples are laid out as rows (``X_col^T [N*Lout, cin_g*k]``, one contiguous row per
-  output position, the valid tap range computed once per position) and the product is computed
-  transposed, ``Y^T = X_col^T @ W_g^T``, then scattered into ``y``.  Measured on the Silero VAD
-  layers at N = 256 (Lout 1..4): 1.5-2x faster than the column-major im2col (``[cin_g*k,
-  N*Lout]``, per-(sample, channel, tap) range checks) it replaced; the matmul itself runs at the
-  same rate in either orientation.  A 1x1 conv without padding skips im2col (B is ``x`` itself).
+* ``cin/groups > 1`` (or 8+ outputs per group): im2col into ``scratch`` then the tiled matmul
+  of :mod:`._matmul`, one of:
+
+  - *per sample* (``Lout >= 32``, or N == 1 with more than 8 columns): each sample is one batch
+    of ``W_g [cout_g, cin_g*k] @ X_col [cin_g*k, Lout]``, which writes ``y`` directly;
+  - *transposed* (at most 8 columns; or short outputs over several samples with at most 32
+    columns, the matmul's dot path, or with an ``X_col`` too big for its direct driver): the
+    columns of all N samples as rows, ``X_col^T [N*Lout, cin_g*k]`` (one contiguous row per
+    output position, the valid tap range computed once per position), ``Y^T = X_col^T @
+    W_g^T``, then a vectorized scatter into ``y`` (Lout 1, 2, 4);
+  - *concatenated* (short outputs, in between): ``X_col [cin_g*k, N*Lout]``, whose small size
+    lets the direct driver read it without packing the weights, then a scatter into ``y``.
+
+  Measured on the Silero VAD layers: at N = 256 the transposed form is 1.5-2x faster than the
+  concatenated one (cheaper im2col and scatter; the matmul itself runs at the same rate); at
+  N = 16..32 the concatenated one wins (no weight packing).  A 1x1 conv without padding skips
+  im2col (B is ``x`` itself).
 * ``cin/groups == 1`` and fewer than 8 outputs per group (depthwise, as in conformer conv
   modules): a direct kernel; each tap is a
   vectorised axpy over the in-bounds output range (no per-element padding tests).
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ._matmul import emit_matmul, matmul_scratch_bytes
+from ._matmul import emit_matmul, matmul_scratch_bytes, matmul_tiling
 from ._target import F32, I1, I32, I64, PTR, for_range, i64, new_function, smax, smin, vector_width
 
 __all__ = ["conv1d_output_length", "conv1d_scratch_bytes", "emit_conv1d"]
@@ -441,7 +448,17 @@ def emit_conv1d(
     ctmp_elems = b.and_(b.add(b.mul(i64(cout_g), cols), i64(15)), i64(-16))
     mm_scratch = b.gep(ctmp, [ctmp_elems], source_etype=F32)
     batched = b.or_(b.icmp_signed(">=", lout, i64(_BATCHED_MIN_LOUT)), b.icmp_signed("==", n_arg, i64(1)))
-    narrow = b.or_(b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS)), b.xor(batched, ir.Constant(I1, 1)))
+    # The transposed product for few columns (the dot path, no packing) and for wide problems
+    # whose X_col is too big for the direct driver anyway (then packing happens either way and
+    # the row-major im2col and vector scatter are cheaper); in between, the column-major
+    # X_col feeds the direct driver (no packing of the weights): measured at N = 16..32 on
+    # the Silero VAD layers, STFT 97 vs 128 us at N = 16.
+    not_batched = b.xor(batched, ir.Constant(I1, 1))
+    few_cols = b.icmp_signed("<=", cols, i64(matmul_tiling().dot_m_max))
+    big_xcol = b.icmp_signed(">", b.mul(cols, i64(kk)), i64(matmul_tiling().direct_b_max))
+    narrow = b.or_(
+        b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS)), b.and_(not_batched, b.or_(few_cols, big_xcol))
+    )
     im2col_rows = _emit_im2col_rows(
         module, f"{name}.im2col_rows", cin=cin, k=k, stride=stride, dilation=dilation, pad_l=pad_l
     )
@@ -478,32 +495,67 @@ def emit_conv1d(
                     ],
                 )
                 _emit_unscatter(b, ctmp, y, n_arg, lout, g, cout=cout, cout_g=cout_g)
-            with wide:
-                # x_col [n][kk][l]; one matmul batch per sample writes y directly.
-                b.call(
-                    im2col,
-                    [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), b.mul(i64(kk), lout), lout, i64(1)],
-                )
-                b.call(
-                    mm,
-                    [
-                        wg,
-                        xcol,
-                        b.gep(y, [b.mul(g, b.mul(i64(cout_g), lout))], source_etype=F32),
-                        mm_scratch,
-                        n_arg,
-                        i64(cout_g),
-                        lout,
-                        i64(kk),
-                        i64(0),
-                        i64(kk),
-                        i64(1),
-                        b.mul(i64(kk), lout),
-                        lout,
-                        i64(1),
-                        b.mul(i64(cout), lout),
-                        lout,
-                    ],
-                )
+            with wide, b.if_else(batched) as (per_sample, concat):
+                with per_sample:
+                    # x_col [n][kk][l]; one matmul batch per sample writes y directly.
+                    b.call(
+                        im2col,
+                        [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), b.mul(i64(kk), lout), lout, i64(1)],
+                    )
+                    b.call(
+                        mm,
+                        [
+                            wg,
+                            xcol,
+                            b.gep(y, [b.mul(g, b.mul(i64(cout_g), lout))], source_etype=F32),
+                            mm_scratch,
+                            n_arg,
+                            i64(cout_g),
+                            lout,
+                            i64(kk),
+                            i64(0),
+                            i64(kk),
+                            i64(1),
+                            b.mul(i64(kk), lout),
+                            lout,
+                            i64(1),
+                            b.mul(i64(cout), lout),
+                            lout,
+                        ],
+                    )
+                with concat:
+                    # x_col [kk][n*Lout + l]; one wide matmul into ctmp, then scatter to y.
+                    b.call(im2col, [x, xcol, n_arg, l_arg, lout, c0, i64(cin_g), lout, cols, i64(1)])
+                    b.call(
+                        mm,
+                        [
+                            wg,
+                            xcol,
+                            ctmp,
+                            mm_scratch,
+                            i64(1),
+                            i64(cout_g),
+                            cols,
+                            i64(kk),
+                            i64(0),
+                            i64(kk),
+                            i64(1),
+                            i64(0),
+                            cols,
+                            i64(1),
+                            i64(0),
+                            cols,
+                        ],
+                    )
+                    with (
+                        for_range(b, i64(0), n_arg, name="sn") as n,
+                        for_range(b, i64(0), i64(cout_g), name="sc") as co,
+                    ):
+                        src = b.gep(ctmp, [b.add(b.mul(co, cols), b.mul(n, lout))], source_etype=F32)
+                        dst_row = b.add(b.mul(n, i64(cout)), b.add(b.mul(g, i64(cout_g)), co))
+                        dst = b.gep(y, [b.mul(dst_row, lout)], source_etype=F32)
+                        with for_range(b, i64(0), lout, name="sl") as l_:
+                            v = b.load(b.gep(src, [l_], source_etype=F32), typ=F32, align=4)
+                            b.store(v, b.gep(dst, [l_], source_etype=F32), align=4)
     b.ret_void()
     return fn
