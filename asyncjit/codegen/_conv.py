@@ -20,7 +20,7 @@ the work is all in the channel contraction):
     columns of all N samples as rows, ``X_col^T [N*Lout, cin_g*k]`` (one contiguous row per
     output position, the valid tap range computed once per position), ``Y^T = X_col^T @
     W_g^T``, then a vectorized scatter into ``y`` (Lout 1, 2, 4);
-  - *concatenated* (short outputs, in between): ``X_col [cin_g*k, N*Lout]``, whose small size
+  - *concatenated* (4 <= Lout < 32, in between): ``X_col [cin_g*k, N*Lout]``, whose small size
     lets the direct driver read it without packing the weights, then a scatter into ``y``.
 
   Measured on the Silero VAD layers: at N = 256 the transposed form is 1.5-2x faster than the
@@ -456,8 +456,12 @@ def emit_conv1d(
     not_batched = b.xor(batched, ir.Constant(I1, 1))
     few_cols = b.icmp_signed("<=", cols, i64(matmul_tiling().dot_m_max))
     big_xcol = b.icmp_signed(">", b.mul(cols, i64(kk)), i64(matmul_tiling().direct_b_max))
+    # ... and for Lout < 4, where the column-major im2col's per-row range checks dominate (64->64
+    # k3 s2 at N = 256: 289 vs 107-134 us).
+    short_rows = b.icmp_signed("<", lout, i64(4))
     narrow = b.or_(
-        b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS)), b.and_(not_batched, b.or_(few_cols, big_xcol))
+        b.icmp_signed("<=", cols, i64(_NARROW_MAX_COLS)),
+        b.and_(not_batched, b.or_(b.or_(few_cols, big_xcol), short_rows)),
     )
     im2col_rows = _emit_im2col_rows(
         module, f"{name}.im2col_rows", cin=cin, k=k, stride=stride, dilation=dilation, pad_l=pad_l
