@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from ..errors import CompileError, InputBufferNotFoundError
-from ..graph import Node, structural_key, toposort
+from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
 from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
@@ -20,23 +20,13 @@ from ._cpu import CpuExecutable
 from ._lower import Lowered, lower
 from ._partition import registered_plugins
 
-__all__ = ["compile", "as_node"]
+__all__ = ["as_node", "compile"]
 
 log = structlog.get_logger("asyncjit.compiler")
 
 _PLANS: collections.OrderedDict[Hashable, CpuExecutable] = collections.OrderedDict()
 _PLANS_MAX = 256
 _LOCK = threading.Lock()
-
-
-def as_node(x: Any) -> Node:
-    """The graph node of a ``Tensor`` or ``Node``."""
-    if isinstance(x, Node):
-        return x
-    node = getattr(x, "node", None)
-    if isinstance(node, Node):
-        return node
-    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
 
 
 def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple[Hashable, ...]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout
 from ..codegen._target import LoadedObject
-from ..dtypes import from_numpy
+from ..dtypes import check_array_dtype
 from ..errors import DeviceError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
 from ._cost import KernelInfo
 from ._executable import Executable, Launcher, Signature
@@ -211,14 +211,7 @@ class CpuExecutable(Executable):
         arrays = []
         for spec, x in zip(self.signature.inputs, inputs, strict=True):
             arr = np.asarray(x)
-            try:
-                got = from_numpy(arr.dtype)
-            except TypeError as exc:
-                raise DTypeMismatchError(f"input {spec.name!r}: {exc}") from None
-            if got != spec.dtype:
-                raise DTypeMismatchError(
-                    f"input {spec.name!r}: expected dtype {spec.dtype.name}, got {arr.dtype}"
-                )
+            check_array_dtype(arr, spec.dtype, f"input {spec.name!r}")
             if not (arr.flags.c_contiguous and arr.flags.aligned):
                 arr = np.ascontiguousarray(arr)
             arrays.append(arr)
