@@ -31,8 +31,8 @@ import numpy.typing as npt
 from .. import dtypes
 from ..compiler import compile as compile_plan
 from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
-from ..runtime import Buffer, Client, Device, default_client
-from ..scheduler import DevicePool, Launched, StreamMux
+from ..runtime import Client, Device, default_client
+from ..scheduler import PooledStep, StreamMux
 from ..symbolic import Var
 from ..tensor import Tensor
 from ._audio import check_sample_rate
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["SileroBatchedStep", "vad_mux"]
 
 
-class SileroBatchedStep:
+class SileroBatchedStep(PooledStep):
     """The Silero VAD slot plan as a ``BatchedStep``: one native call per batch of ready streams.
 
     Args:
@@ -82,9 +82,6 @@ class SileroBatchedStep:
         self.weights = w
         self.hidden = _sv.HIDDEN
         self.row_width = _sv.slot_row_width(w)
-        self._max_batch = max_batch
-        self._num_slots = max_streams
-        self._chunk_shape = (w.chunk_samples,)
 
         b = Var("b", 1, max_batch)
         samples = Tensor.placeholder([b, w.chunk_samples], name="samples")
@@ -99,51 +96,21 @@ class SileroBatchedStep:
         # a batch bound of 1 is a fixed size, folded out of the plan: then it takes no var
         batch_var = "b" if any(v.name == "b" for v in exe.signature.vars) else None
         zeros = np.zeros((max_streams, self.row_width), np.float32)
-        self._pool = DevicePool(self.client, self.plan, self.device, zeros, batch_var)
+        self._attach_pool(
+            self.client,
+            self.plan,
+            self.device,
+            zeros,
+            batch_var,
+            max_batch=max_batch,
+            chunk_shape=(w.chunk_samples,),
+        )
 
     def __repr__(self) -> str:
         return (
             f"<SileroBatchedStep {self.sample_rate} Hz b<={self._max_batch} slots={self._num_slots} "
             f"on {self.device.kind}:{self.device.id}>"
         )
-
-    # -- BatchedStep -------------------------------------------------------------------------
-    @property
-    def max_batch_size(self) -> int:
-        return self._max_batch
-
-    @property
-    def num_slots(self) -> int:
-        return self._num_slots
-
-    @property
-    def chunk_shape(self) -> tuple[int, ...]:
-        return self._chunk_shape
-
-    @property
-    def chunk_dtype(self) -> np.dtype[Any]:
-        return np.dtype(np.float32)
-
-    @property
-    def pool(self) -> Buffer:
-        """The slot pool ``[max_streams, slot_row_width]`` after the last successful step."""
-        return self._pool.pool
-
-    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
-        """Step the streams in ``slots`` on ``chunks [b, n]``; return their probabilities ``[b]``.
-
-        One native call; one loop wake-up. The new pool replaces the old only on success.
-        """
-        return await self._pool.run(chunks, slots)
-
-    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
-        """Enqueue one step now; several may be in flight (``BatchedStep``'s pipelining)."""
-        return self._pool.launch(chunks, slots)
-
-    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
-        """The probabilities ``[b]`` of a launched step; call in launch order. A failed step
-        changes no slot and fails only its own batch (``DevicePool``)."""
-        return await self._pool.complete(launched)
 
     def check_state(self, state: object) -> object:
         """A stream's initial state as a pool row: a ``[slot_row_width]`` float32 row
@@ -177,20 +144,6 @@ class SileroBatchedStep:
         if not np.isfinite(arr).all():
             raise ValueError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
         return arr.astype(np.float32, copy=False)
-
-    async def settle(self) -> None:
-        """Wait for launches nobody completed (a mux exited while they ran); ``StreamMux`` calls
-        it when it starts, before it resets every slot."""
-        await self._pool.settle()
-
-    def reset_slot(self, slot: int, state: object | None = None) -> None:
-        """Zero ``slot``'s row, or set it to a row from ``check_state``; only between runs (the
-        mux's guarantee), when the current pool is ready and no command reads it."""
-        self._pool.reset_slot(slot, state)
-
-    def read_slot(self, slot: int) -> npt.NDArray[np.float32]:
-        """A copy of ``slot``'s ``[h | c | context]`` row (between runs): for tests and debugging."""
-        return self._pool.read_slot(slot)
 
 
 def vad_mux(

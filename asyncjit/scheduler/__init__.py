@@ -7,6 +7,7 @@ for many live streams; ``Pipeline`` joins stages on different devices with bound
 
 from ._device_pool import DevicePool as DevicePool
 from ._device_pool import Launched as Launched
+from ._device_pool import PooledStep as PooledStep
 from ._errors import AdmissionTimeoutError as AdmissionTimeoutError
 from ._errors import BacklogFullError as BacklogFullError
 from ._errors import MuxClosedError as MuxClosedError
@@ -42,6 +43,7 @@ __all__ = [
     "ChunkSource",
     "ChunkSourceStatistics",
     "DevicePool",
+    "PooledStep",
     "Launched",
     "Pipeline",
     "PipelineStatistics",

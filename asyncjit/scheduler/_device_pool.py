@@ -19,7 +19,11 @@ import numpy.typing as npt
 
 from ..runtime import Buffer, Client, Device, LoadedExecutable
 
-__all__ = ["DevicePool", "Launched"]
+__all__ = [
+    "DevicePool",
+    "Launched",
+    "PooledStep",
+]
 
 
 class Launched:
@@ -155,3 +159,78 @@ class DevicePool:
     def read_slot(self, slot: int) -> npt.NDArray[Any]:
         """A copy of ``slot``'s state after the last successful step."""
         return np.array(self._committed.numpy_view()[slot])
+
+
+class PooledStep:
+    """The ``BatchedStep`` machinery of steps whose per-stream state is a ``DevicePool``.
+
+    A subclass compiles and loads its plan, calls ``_attach_pool``, and adds ``check_state``;
+    runs, pipelined launches, slot resets and reads all go through the pool.
+    """
+
+    _max_batch: int
+    _num_slots: int
+    _chunk_shape: tuple[int, ...]
+    _pool: DevicePool
+
+    def _attach_pool(
+        self,
+        client: Client,
+        plan: LoadedExecutable,
+        device: Device,
+        initial: npt.NDArray[np.float32],
+        batch_var: str | None,
+        *,
+        max_batch: int,
+        chunk_shape: tuple[int, ...],
+    ) -> None:
+        self._max_batch = max_batch
+        self._num_slots = int(initial.shape[0])
+        self._chunk_shape = chunk_shape
+        self._pool = DevicePool(client, plan, device, initial, batch_var)
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    @property
+    def num_slots(self) -> int:
+        return self._num_slots
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self._chunk_shape
+
+    @property
+    def chunk_dtype(self) -> np.dtype[Any]:
+        return np.dtype(np.float32)
+
+    @property
+    def pool(self) -> Buffer:
+        """The slot pool on the device after the last successful run."""
+        return self._pool.pool
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        """Step the streams in ``slots`` on ``chunks``; the new pool replaces the old only on success."""
+        return await self._pool.run(chunks, slots)
+
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
+        """Enqueue a run now; ``complete`` it in launch order (``BatchedStep`` pipelining)."""
+        return self._pool.launch(chunks, slots)
+
+    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
+        return await self._pool.complete(launched)
+
+    async def settle(self) -> None:
+        """Wait for launches nobody completed (a mux exited while they ran); ``StreamMux`` calls
+        it when it starts, before it resets every slot."""
+        await self._pool.settle()
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        """Zero ``slot``, or set it to a state from ``check_state``; only between runs (the mux's
+        guarantee), when the current pool is ready and no command reads it."""
+        self._pool.reset_slot(slot, state)
+
+    def read_slot(self, slot: int) -> npt.NDArray[Any]:
+        """A copy of ``slot``'s state (between runs): for tests and debugging."""
+        return self._pool.read_slot(slot)

@@ -23,9 +23,9 @@ from .. import dtypes
 from ..compiler._executable import ArgSpec
 from ..devices import HostExecutable
 from ..errors import ShapeMismatchError
-from ..runtime import Buffer, Client, Device
+from ..runtime import Client, Device
 from ..symbolic import Var
-from ._device_pool import DevicePool, Launched
+from ._device_pool import PooledStep
 
 __all__ = ["HostBatchedStep", "StepFunction", "run_unbatched", "toy_step"]
 
@@ -54,7 +54,7 @@ def _slot_plan(
     return out, new_pool
 
 
-class HostBatchedStep:
+class HostBatchedStep(PooledStep):
     """A slot-pool ``BatchedStep`` whose plan body is ``fn`` in numpy, on ``device`` of ``client``.
 
     Args:
@@ -81,8 +81,6 @@ class HostBatchedStep:
         b = Var("b", 1, max_batch_size)
         self._chunk_shape = tuple(int(d) for d in chunk_shape)
         self._state_shape = tuple(int(d) for d in state_shape)
-        self._max_batch = max_batch_size
-        self._num_slots = num_slots
         pool_shape = (num_slots, *self._state_shape)
         exe = HostExecutable.build(
             name,
@@ -98,44 +96,21 @@ class HostBatchedStep:
         self.client = client
         self.plan = client.load(exe, device)
         self.device = self.plan.devices()[0]
-        self._pool = DevicePool(client, self.plan, self.device, np.zeros(pool_shape, np.float32), "b")
+        self._attach_pool(
+            client,
+            self.plan,
+            self.device,
+            np.zeros(pool_shape, np.float32),
+            "b",
+            max_batch=max_batch_size,
+            chunk_shape=self._chunk_shape,
+        )
 
     def __repr__(self) -> str:
         return (
             f"<HostBatchedStep {self.plan.plan} b<={self._max_batch} slots={self._num_slots} "
             f"on {self.device.kind}:{self.device.id}>"
         )
-
-    @property
-    def max_batch_size(self) -> int:
-        return self._max_batch
-
-    @property
-    def num_slots(self) -> int:
-        return self._num_slots
-
-    @property
-    def chunk_shape(self) -> tuple[int, ...]:
-        return self._chunk_shape
-
-    @property
-    def chunk_dtype(self) -> np.dtype[Any]:
-        return np.dtype(np.float32)
-
-    @property
-    def pool(self) -> Buffer:
-        """The slot pool on the device after the last successful run."""
-        return self._pool.pool
-
-    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
-        return await self._pool.run(chunks, slots)
-
-    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
-        """Enqueue a run now; ``complete`` it in launch order (``BatchedStep`` pipelining)."""
-        return self._pool.launch(chunks, slots)
-
-    async def complete(self, launched: Launched) -> npt.NDArray[Any]:
-        return await self._pool.complete(launched)
 
     def check_state(self, state: object) -> object:
         arr = np.asarray(state, dtype=np.float32)
@@ -144,19 +119,6 @@ class HostBatchedStep:
                 f"{self!r}: a slot state must have shape {self._state_shape}, got {arr.shape}"
             )
         return arr
-
-    async def settle(self) -> None:
-        """Wait for launches nobody completed (a mux exited while they ran); ``StreamMux`` calls
-        it when it starts, before it resets every slot."""
-        await self._pool.settle()
-
-    def reset_slot(self, slot: int, state: object | None = None) -> None:
-        # The mux calls this only while nothing is in flight, so no command uses the pool.
-        self._pool.reset_slot(slot, state)
-
-    def read_slot(self, slot: int) -> npt.NDArray[Any]:
-        """A copy of ``slot``'s state (between runs): for tests and debugging."""
-        return self._pool.read_slot(slot)
 
 
 def run_unbatched(
