@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from llvmlite import ir
 
+from ..errors import CompileError
 from ..graph import OPS, Node
 from ..symbolic import Dim, Index, bounds, smax, smin, upper
 from ._index import emit_dim, floordiv_runtime, i64
@@ -162,7 +163,9 @@ class Emitter:
             return self._gather(node, idx)
         if kind == "movement":
             return self._movement(node, idx)
-        raise NotImplementedError(f"cannot fuse op {op!r}; it must be materialized")
+        raise CompileError(
+            f"unsupported by codegen (an asyncjit bug): cannot fuse op {op!r}; it must be materialized"
+        )
 
     def _int_as(self, v: ir.Value, node: Node) -> ir.Value:
         if node.dtype.is_float:
@@ -205,7 +208,7 @@ class Emitter:
             return self._pad(node, idx)
         if op == "cat":
             return self._cat(node, idx)
-        raise NotImplementedError(f"movement op {op!r}")
+        raise CompileError(f"unsupported by codegen (an asyncjit bug): movement op {op!r}")
 
     def _reshape(
         self, in_shape: tuple[Dim, ...], out_shape: tuple[Dim, ...], idx: tuple[Dim, ...]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ..dtypes import DType
+from ..errors import CompileError
 from ..graph import Node
 from . import _mathfn
 from ._types import F16, F32, I1, compute_type
@@ -82,7 +83,7 @@ def _float_unary(b: ir.IRBuilder, node: Node, x: ir.Value) -> ir.Value:
         return intrinsic(b, "llvm.fabs.f32", F32, [x])
     if op == "relu":
         return intrinsic(b, "llvm.maximum.f32", F32, [x, ir.Constant(F32, 0.0)])
-    raise NotImplementedError(f"float unary op {op!r}")
+    raise CompileError(f"unsupported by codegen (an asyncjit bug): float unary op {op!r}")
 
 
 def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
@@ -95,7 +96,7 @@ def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
         return b.select(b.icmp_signed(">", x, zero), x, zero)
     if op == "not":
         return b.xor(x, ir.Constant(x.type, 1))
-    raise NotImplementedError(f"int unary op {op!r}")
+    raise CompileError(f"unsupported by codegen (an asyncjit bug): int unary op {op!r}")
 
 
 def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -118,7 +119,7 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Valu
         return b.fcmp_ordered(sym, x, y)
     if op == "ne":
         return b.fcmp_unordered("!=", x, y)
-    raise NotImplementedError(f"float binary op {op!r}")
+    raise CompileError(f"unsupported by codegen (an asyncjit bug): float binary op {op!r}")
 
 
 def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -158,7 +159,7 @@ def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
         if x.type == I1:
             return b.icmp_unsigned(sym[op], x, y)
         return b.icmp_signed(sym[op], x, y)
-    raise NotImplementedError(f"int binary op {op!r}")
+    raise CompileError(f"unsupported by codegen (an asyncjit bug): int binary op {op!r}")
 
 
 def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> ir.Value:
