@@ -125,6 +125,25 @@ def _valid_range(
     return lo, hi
 
 
+def _conv_entry(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    """The public conv ABI ``void(x, w, y, scratch, N, L, Lout)``, returning early when N or Lout
+    is not positive; the builder is left in the body."""
+    args: list[tuple[str, ir.Type]] = [
+        ("x", PTR),
+        ("w", PTR),
+        ("y", PTR),
+        ("scratch", PTR),
+        ("N", I64),
+        ("L", I64),
+        ("Lout", I64),
+    ]
+    fn, b = new_function(module, name, args, noalias=("x", "w", "y", "scratch"))
+    n_arg, lout = fn.args[4], fn.args[6]
+    with b.if_then(b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", lout, i64(0)))):
+        b.ret_void()
+    return fn, b
+
+
 def _emit_direct(
     module: ir.Module,
     name: str,
@@ -137,19 +156,8 @@ def _emit_direct(
     groups: int,
     pad_l: int,
 ) -> ir.Function:
-    args: list[tuple[str, ir.Type]] = [
-        ("x", PTR),
-        ("w", PTR),
-        ("y", PTR),
-        ("scratch", PTR),
-        ("N", I64),
-        ("L", I64),
-        ("Lout", I64),
-    ]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "y", "scratch"))
+    fn, b = _conv_entry(module, name)
     x, w, y, _scratch, n_arg, l_arg, lout = fn.args
-    with b.if_then(b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", lout, i64(0)))):
-        b.ret_void()
     cin_g, cout_g = cin // groups, cout // groups
     zero = ir.Constant(F32, 0.0)
     with for_range(b, i64(0), n_arg, name="n") as n, for_range(b, i64(0), i64(cout), name="co") as co:
@@ -396,19 +404,8 @@ def emit_conv1d(
         )
     kk = cin_g * k
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
-    args: list[tuple[str, ir.Type]] = [
-        ("x", PTR),
-        ("w", PTR),
-        ("y", PTR),
-        ("scratch", PTR),
-        ("N", I64),
-        ("L", I64),
-        ("Lout", I64),
-    ]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "y", "scratch"))
+    fn, b = _conv_entry(module, name)
     x, w, y, scratch, n_arg, l_arg, lout = fn.args
-    with b.if_then(b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", lout, i64(0)))):
-        b.ret_void()
 
     if _is_pointwise(k, stride, pad_l, pad_r):
         # B is x itself: per sample and group, [cin_g, L] with row stride L.
