@@ -454,7 +454,8 @@ class StreamMux:
             self._first_wait = now  # the next batch is full already: it goes at once
         return batch
 
-    async def _run_batch(self, now: float) -> None:
+    def _pack_batch(self, now: float) -> tuple[list[StepFuture], npt.NDArray[Any], npt.NDArray[np.int32]]:
+        """Take the next batch and pack its chunks and slot indices into the reused arrays."""
         batch = self._take_batch(now)
         b = len(batch)
         chunks = self._chunks[:b]
@@ -465,6 +466,11 @@ class StreamMux:
             assert slot is not None  # batched streams are open
             slots[i] = slot
             fut.chunk = None
+        return batch, chunks, slots
+
+    async def _run_batch(self, now: float) -> None:
+        batch, chunks, slots = self._pack_batch(now)
+        b = len(batch)
         t0 = self._clock()
         self._in_run = True
         try:
@@ -524,16 +530,8 @@ class StreamMux:
             await self._sleep(min(deadline, self._next_log))
 
     def _launch_batch(self, now: float) -> None:
-        batch = self._take_batch(now)
+        batch, chunks, slots = self._pack_batch(now)
         b = len(batch)
-        chunks = self._chunks[:b]
-        slots = self._slot_index[:b]
-        np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
-        for i, fut in enumerate(batch):
-            slot = fut.stream.slot
-            assert slot is not None  # batched streams are open
-            slots[i] = slot
-            fut.chunk = None
         t0 = self._clock()
         try:
             handle = self.step.launch(chunks, slots)  # type: ignore[attr-defined]
