@@ -227,6 +227,38 @@ def test_packed_layout_is_prob_h_c() -> None:
     np.testing.assert_array_equal(got, np.concatenate([prob, h_new, c_new], axis=1))
 
 
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_folded_stft_equals_the_convolution_and_asymmetric_bases_keep_it(rate: int) -> None:
+    """The STFT runs as two half-size matmuls on folded frames when the basis is symmetric
+    (both published files are); the result equals the plain ``[2F, K]`` convolution, and a basis
+    without that symmetry is computed by the convolution."""
+    import attrs
+
+    w = sv.load_weights(rate)
+    assert sv._folded_stft_basis(w) is not None
+    rng = np.random.default_rng(3)
+    chunk = Tensor.placeholder([3, w.input_samples])
+    x = rng.normal(0, 0.3, (3, w.input_samples)).astype(np.float32)
+    folded = reference.evaluate(sv._stft_magnitude(w, chunk, 3), {chunk: x})
+
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, w.reflect_pad)], mode="reflect")
+    k, hop, f = w.filter_length, w.hop, w.n_freq
+    frames = np.stack([xp[:, i : i + k] for i in range(0, xp.shape[1] - k + 1, hop)], axis=1)
+    spec = frames @ w.stft_basis[:, 0, :].astype(np.float64).T  # [b, frames, 2F]
+    want = np.sqrt(spec[..., :f] ** 2 + spec[..., f:] ** 2).transpose(0, 2, 1)
+    assert folded.shape == want.shape
+    np.testing.assert_allclose(folded, want, rtol=1e-5, atol=1e-5)
+
+    skewed = w.stft_basis.copy()
+    skewed[1, 0, 1] += 0.5  # breaks cos[k, n] == cos[k, K - n]
+    w2 = attrs.evolve(w, stft_basis=skewed)
+    assert sv._folded_stft_basis(w2) is None
+    spec2 = frames @ skewed[:, 0, :].astype(np.float64).T
+    want2 = np.sqrt(spec2[..., :f] ** 2 + spec2[..., f:] ** 2).transpose(0, 2, 1)
+    got2 = reference.evaluate(sv._stft_magnitude(w2, chunk, 3), {chunk: x})
+    np.testing.assert_allclose(got2, want2, rtol=1e-5, atol=1e-5)
+
+
 def test_slot_pool_step_matches_per_stream_runs(session: Any, speech: dict[int, np.ndarray]) -> None:
     """Streams stepped through a slot pool, in changing subsets and orders, match ORT per stream."""
     w = sv.load_weights(16000)

@@ -4,8 +4,11 @@ The network (one step per chunk; issue 6), for a chunk of ``n`` new samples at 1
 
 1. ``[context | chunk]``: the last 64 (32) samples of the previous chunk, then 512 (256) new
    ones, reflect-padded by 64 (32) samples on the right;
-2. an STFT as ``conv1d`` with the file's ``[2F, 1, K]`` basis (K = 256 (128), hop 128 (64))
-   and the magnitude ``sqrt(re^2 + im^2)`` -> ``[B, F, 4]`` with F = 129 (65);
+2. an STFT with the file's ``[2F, 1, K]`` basis (K = 256 (128), hop 128 (64)) and the
+   magnitude ``sqrt(re^2 + im^2)`` -> ``[B, F, 4]`` with F = 129 (65); the file's graph runs it
+   as a ``conv1d``, we fold each frame about its centre and use two half-size matmuls (the
+   basis is a DFT basis, even and odd about ``K/2``: half the multiply-adds, see
+   ``_stft_magnitude``);
 3. four ``conv1d`` + ReLU layers (strides 1, 2, 2, 1; padding 1) -> ``[B, 128, 1]``;
 4. one LSTM cell, hidden 128, state ``(h, c)``;
 5. ReLU, a 1x1 conv (a ``[128] -> [1]`` linear layer) and a sigmoid: the speech probability.
@@ -363,6 +366,67 @@ def _check_input(t: Tensor, name: str, batch: Dim, width: int) -> None:
         )
 
 
+def _folded_stft_basis(w: SileroWeights) -> tuple[np.ndarray, np.ndarray] | None:
+    """The STFT basis folded in half, when its symmetry allows it (else None).
+
+    A DFT basis row ``k`` of length ``K`` is even (cos) or odd (sin) about ``K/2``: ``cos[k, n]
+    == cos[k, K-n]`` and ``sin[k, n] == -sin[k, K-n]``, with ``sin[k, 0] == sin[k, K/2] == 0``.
+    Then ``re = E @ x_even`` and ``im = O @ x_odd`` over ``K/2 + 1`` folded samples
+    (``x[n] +- x[K-n]``): half the multiply-adds of the convolution, the same sums up to
+    rounding. Both published bases (16 and 8 kHz) are exactly symmetric; a file whose basis is not
+    keeps the plain convolution.
+    """
+    basis = w.stft_basis[:, 0, :]
+    k, f = w.filter_length, w.n_freq
+    half = k // 2
+    if k != 2 * w.hop or basis.shape != (2 * f, k) or f != half + 1:
+        return None
+    n = np.arange(1, half)
+    cos, sin = basis[:f], basis[f:]
+    if not (
+        np.array_equal(cos[:, n], cos[:, k - n])
+        and np.array_equal(sin[:, n], -sin[:, k - n])
+        and not sin[:, 0].any()
+        and not sin[:, half].any()
+    ):
+        return None
+    even = np.ascontiguousarray(cos[:, : half + 1])
+    odd = np.ascontiguousarray(sin[:, : half + 1])
+    return even, odd
+
+
+def _stft_magnitude(w: SileroWeights, chunk: Tensor, b: Dim) -> Tensor:
+    """``|STFT|`` of ``chunk [b, context + n]`` reflect-padded on the right: ``[b, F, frames]``.
+
+    With a symmetric basis (``_folded_stft_basis``) each frame ``[a | c]`` (two hops) is folded
+    into ``e = [a, 0] + [0, rev(c)]`` and ``o = [a, 0] - [0, rev(c)]`` (``K/2 + 1`` samples each,
+    ``rev(c)[n-1] == x[K-n]``) and multiplied by the half bases: two ``[b*frames, K/2+1]``
+    matmuls instead of a ``[2F, K]`` convolution. Otherwise: the convolution with the file's basis.
+    """
+    x = chunk.pad([None, (0, w.reflect_pad)], mode="reflect")
+    folded = _folded_stft_basis(w)
+    if folded is None:
+        spec = x.unsqueeze(1).conv1d(Tensor.const(w.stft_basis), stride=w.hop)
+        re, im = spec.split([w.n_freq, w.n_freq], axis=1)
+        return (re * re + im * im).sqrt()
+    even, odd = folded
+    half, f = w.hop, w.n_freq
+    frames = (w.input_samples + w.reflect_pad - w.filter_length) // w.hop + 1
+    hops = x.reshape(b, frames + 1, half)
+    first = hops.shrink([None, (0, frames), None]).pad([None, None, (0, 1)])
+    second = hops.shrink([None, (1, frames + 1), None])
+    mirrored = second.gather(2, Tensor.const(np.arange(half - 1, -1, -1, dtype=np.int32))).pad(
+        [None, None, (1, 0)]
+    )
+    e = (first + mirrored).reshape(b * frames, half + 1)
+    o = (first - mirrored).reshape(b * frames, half + 1)
+    # the bases are used transposed in place (rows contiguous in the reduction axis)
+    re = e @ Tensor.const(even).T
+    im = o @ Tensor.const(odd).T
+    mag = (re * re + im * im).sqrt().reshape(b, frames, f)
+    return mag.permute(0, 2, 1)
+
+
 def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """One Silero VAD step on ``chunk [b, context + n]`` with LSTM state ``h, c [b, 128]``.
 
@@ -380,12 +444,7 @@ def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> t
     _check_input(h, "h", b, HIDDEN)
     _check_input(c, "c", b, HIDDEN)
 
-    # STFT magnitude: reflect pad on the right, conv with the real|imag basis, |.|
-    x = chunk.pad([None, (0, w.reflect_pad)], mode="reflect").unsqueeze(1)
-    spec = x.conv1d(Tensor.const(w.stft_basis), stride=w.hop)
-    re, im = spec.split([w.n_freq, w.n_freq], axis=1)
-    x = (re * re + im * im).sqrt()
-
+    x = _stft_magnitude(w, chunk, b)
     for layer in w.encoder:
         x = x.conv1d(
             Tensor.const(layer.weight), Tensor.const(layer.bias), stride=layer.stride, padding=layer.padding
