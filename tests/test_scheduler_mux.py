@@ -334,6 +334,9 @@ async def test_non_finite_chunks_are_refused(client: Client) -> None:
         chunk[3] = np.nan
         with pytest.raises(AudioFormatError, match="first at index 3"):
             await s.step(chunk)
+        chunk[3], chunk[7] = 1.0, -np.inf
+        with pytest.raises(AudioFormatError, match="first at index 7"):
+            await s.step(chunk)
         ok = await s.step(chunks_for(0, 1)[0])
         assert np.isfinite(np.asarray(ok)).all()
 
