@@ -222,7 +222,10 @@ def test_queue_delay_timer_starts_at_first_waiting_request() -> None:
     times: dict[str, float] = {}
 
     async def main() -> None:
-        async with StreamMux(step, max_queue_delay=1.0, idle_timeout=None, metrics_interval=None) as mux:
+        # one batch at a time: with two in flight, a batch of 4 open streams is full at 2
+        async with StreamMux(
+            step, max_queue_delay=1.0, idle_timeout=None, metrics_interval=None, pipeline_depth=1
+        ) as mux:
             a, b, c, d = (mux.open_stream_nowait() for _ in range(4))
             t0 = trio.current_time()
             fa = a.submit_nowait(x)
@@ -257,13 +260,51 @@ def test_queue_delay_timer_starts_at_first_waiting_request() -> None:
     assert times["all_open"] == 0.0
 
 
+def test_pipelined_batches_hold_at_most_the_open_streams_over_the_depth() -> None:
+    """With two batches in flight, a batch is full at half the open streams (rounded up) or
+    ``max_batch_size``: a batch of every open stream would leave nothing to form while it runs.
+    Closing streams shrinks the cap; a lone open stream still goes at once."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    client = Client("cpu", inline="always")
+    step = HostBatchedStep(client, max_batch_size=8, num_slots=8)
+    x = chunks_for(3, 1)[0]
+    waits: list[float] = []
+
+    async def main() -> None:
+        async with StreamMux(step, max_queue_delay=1.0, idle_timeout=None, metrics_interval=None) as mux:
+            assert mux.pipeline_depth == 2
+            streams = [mux.open_stream_nowait() for _ in range(6)]
+            for n_submit in (3, 4):  # cap 3: three go at once; of four, three go, then one waits
+                t0 = trio.current_time()
+                for f in [s.submit_nowait(x) for s in streams[:n_submit]]:
+                    await f
+                waits.append(trio.current_time() - t0)
+                await trio.testing.wait_all_tasks_blocked()
+            for s in streams[1:]:
+                s.close()
+            t0 = trio.current_time()
+            await streams[0].step(x)
+            waits.append(trio.current_time() - t0)
+            hist = mux.metrics()["batch_size_histogram"]
+        assert hist == {3: 2, 1: 2}, hist
+
+    try:
+        trio.run(main, clock=MockClock(autojump_threshold=0))
+    finally:
+        client.close()
+    assert waits == [0.0, pytest.approx(1.0), 0.0]
+
+
 @pytest.mark.anyio
 async def test_queue_delay_real_clock_bounds(client: Client) -> None:
-    """Real clock, lower bounds only: a lone step of two open streams waits for max_queue_delay;
+    """Real clock, lower bounds only: a lone step of three open streams waits for max_queue_delay;
     a full batch does not wait for a 60 s delay."""
     step = HostBatchedStep(client, max_batch_size=2, num_slots=4)
     x = chunks_for(2, 1)[0]
-    async with StreamMux(step, max_queue_delay=0.05) as mux:
+    async with StreamMux(step, max_queue_delay=0.05) as mux:  # batches of 2 (3 streams over 2)
+        _c = mux.open_stream_nowait()
         a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
         t0 = anyio.current_time()
         await a.step(x)
@@ -325,7 +366,9 @@ async def test_backlog_admits_in_order(client: Client) -> None:
 
 @pytest.mark.anyio
 async def test_non_finite_chunks_are_refused(client: Client) -> None:
-    """A NaN or infinite sample is a typed error at submit: it would poison the stream's state."""
+    """A NaN or infinite sample is a typed error for that step (it would poison the stream's
+    state): it never runs, the other steps of its batch do, and the stream goes on from the state
+    before it."""
     from asyncjit.errors import AudioFormatError
 
     step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
@@ -339,6 +382,22 @@ async def test_non_finite_chunks_are_refused(client: Client) -> None:
             await s.step(chunk)
         ok = await s.step(chunks_for(0, 1)[0])
         assert np.isfinite(np.asarray(ok)).all()
+
+    # in one batch with good chunks: only the bad step fails; every state is as if it was not sent
+    cs = chunks_for(5, 3)
+    async with StreamMux(step, max_streams=2, pipeline_depth=1, max_queue_delay=1.0) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        bad = cs[1].copy()
+        bad[5] = np.inf
+        fa0, fb0 = a.submit_nowait(cs[0]), b.submit_nowait(bad)
+        fa1, fb1 = a.submit_nowait(cs[1]), b.submit_nowait(cs[2])
+        ra0 = await fa0
+        with pytest.raises(AudioFormatError, match="first at index 5"):
+            await fb0
+        ra1, rb1 = await fa1, await fb1
+        assert mux.metrics()["batch_size_histogram"] == {1: 1, 2: 1}  # [a0 (b0 refused)], [a1, b1]
+    assert close_to([ra0, ra1], run_unbatched(toy_step, cs[:2], ZERO))
+    assert close_to([rb1], run_unbatched(toy_step, [cs[2]], ZERO))
 
 
 @pytest.mark.anyio
@@ -529,7 +588,7 @@ async def test_failing_batch_fails_its_steps_and_mux_keeps_serving(client: Clien
     step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
     ca, cb = chunks_for(1, 3), chunks_for(2, 3)
     poison = np.full(16, 666.0, np.float32)
-    async with StreamMux(step, max_queue_delay=0) as mux:
+    async with StreamMux(step, max_queue_delay=0, pipeline_depth=1) as mux:  # a and b in one batch
         a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
         ra0, rb0 = await _both(a.submit_nowait(ca[0]), b.submit_nowait(cb[0]))
         fa, fb = a.submit_nowait(poison), b.submit_nowait(cb[1])

@@ -233,6 +233,8 @@ class MuxStream:
         Raises:
             StreamIdleError, StreamClosedError, MuxClosedError: the stream cannot step.
             ShapeMismatchError, DTypeMismatchError: ``chunk`` does not fit the plan.
+            AudioFormatError: ``chunk`` has a NaN or inf sample (found when it is batched; it
+                never runs and the stream's state stays as before it).
             Exception: the batch's original error.
         """
         if len(self._queue) < self._mux.queue_depth:
