@@ -143,7 +143,7 @@ def run_streams_demo(
     audio_path: str | None = None,
     compare: bool = True,
     out: Callable[[str], None] = print,
-    max_batch: int = 64,
+    max_batch: int = 256,
 ) -> dict[str, float]:
     """``streams`` concurrent streams of the audio through ``vad_mux``; return its figures
     (chunks/s, latency p50/p99 seconds, ONNX Runtime rates and ratios, max probability diff)."""
@@ -160,7 +160,8 @@ def run_streams_demo(
     batch = min(max_batch, streams)
     out(
         f"{streams} live streams x {workload.shape[1]} chunks of {path} ({sr} Hz), offset starts, "
-        f"through one StreamMux (vad_mux, batches of up to {batch}); each stream sends its next "
+        f"through one StreamMux (vad_mux, batches of up to {batch} and at most half the streams, two "
+        "in flight); each stream sends its next "
         "chunk when the previous result is back"
     )
     t0 = time.perf_counter()

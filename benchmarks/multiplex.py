@@ -204,7 +204,7 @@ def main() -> None:
     ap.add_argument("--model", choices=["silero", "toy"], default="silero")
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--chunks", type=int, default=100, help="chunks per stream")
-    ap.add_argument("--max-batch", type=int, default=None, help="default: 64 for silero, 256 for toy")
+    ap.add_argument("--max-batch", type=int, default=None, help="default 256")
     ap.add_argument("--delay", type=float, default=0.002, help="max_queue_delay in seconds")
     ap.add_argument("--pipeline-depth", type=int, default=2, help="batches in flight (1: no pipelining)")
     ap.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
@@ -228,7 +228,7 @@ def main() -> None:
         peers = [("numpy per stream", toy_per_stream), ("numpy hand-batched", toy_hand_batched), *peers]
 
     with Client("cpu", inline=args.inline) as client:
-        default_batch = 64 if silero else 256
+        default_batch = 256
         max_batch = min(args.max_batch or default_batch, args.streams)
         step = factory(client, max_batch, args.streams)
         shape = (args.streams, args.chunks, *step.chunk_shape)

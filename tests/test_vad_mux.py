@@ -71,7 +71,7 @@ def test_the_step_is_a_batched_step(client: Client) -> None:
     assert step.pool.shape == (8, step.row_width) and step.row_width == 2 * HIDDEN + 64
     mux = vad_mux(8000, max_streams=3, client=client)
     assert isinstance(mux, StreamMux) and mux.step.chunk_shape == (256,) and mux.max_batch_size == 3
-    assert vad_mux(16000, max_streams=256, client=client).max_batch_size == 64
+    assert vad_mux(16000, max_streams=256, client=client).max_batch_size == 256
 
 
 @pytest.mark.anyio
