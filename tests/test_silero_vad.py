@@ -245,7 +245,7 @@ def test_folded_stft_equals_the_convolution_and_asymmetric_bases_keep_it(rate: i
     k, hop, f = w.filter_length, w.hop, w.n_freq
     frames = np.stack([xp[:, i : i + k] for i in range(0, xp.shape[1] - k + 1, hop)], axis=1)
     spec = frames @ w.stft_basis[:, 0, :].astype(np.float64).T  # [b, frames, 2F]
-    want = np.sqrt(spec[..., :f] ** 2 + spec[..., f:] ** 2).transpose(0, 2, 1)
+    want = np.sqrt(spec[..., :f] ** 2 + spec[..., f:] ** 2)  # frame-major [b, frames, F]
     assert folded.shape == want.shape
     np.testing.assert_allclose(folded, want, rtol=1e-5, atol=1e-5)
 
@@ -254,9 +254,32 @@ def test_folded_stft_equals_the_convolution_and_asymmetric_bases_keep_it(rate: i
     w2 = attrs.evolve(w, stft_basis=skewed)
     assert sv._folded_stft_basis(w2) is None
     spec2 = frames @ skewed[:, 0, :].astype(np.float64).T
-    want2 = np.sqrt(spec2[..., :f] ** 2 + spec2[..., f:] ** 2).transpose(0, 2, 1)
+    want2 = np.sqrt(spec2[..., :f] ** 2 + spec2[..., f:] ** 2)
     got2 = reference.evaluate(sv._stft_magnitude(w2, chunk, 3), {chunk: x})
     np.testing.assert_allclose(got2, want2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_encoder_per_tap_matmuls_equal_conv1d(rate: int) -> None:
+    """The frame-major encoder (one matmul per tap, padding-only taps skipped) equals PyTorch-
+    semantics ``conv1d`` + ReLU layer by layer, on the reference, for both rates' layers."""
+    w = sv.load_weights(rate)
+    rng = np.random.default_rng(4)
+    x = np.abs(rng.normal(0, 1, (3, w.frames, w.n_freq))).astype(np.float32)
+    length = w.frames
+    for layer in w.encoder:
+        frames_in = Tensor.placeholder([3, length, x.shape[2]])
+        got, length = sv._conv_frames(frames_in, length, layer, 3)
+        y = reference.evaluate(got, {frames_in: x})
+        channels_major = Tensor.placeholder([3, x.shape[2], x.shape[1]])
+        conv = channels_major.conv1d(
+            Tensor.const(layer.weight), Tensor.const(layer.bias), stride=layer.stride, padding=layer.padding
+        ).relu()
+        want = reference.evaluate(conv, {channels_major: np.ascontiguousarray(x.transpose(0, 2, 1))})
+        assert y.shape == (3, length, layer.weight.shape[0])
+        np.testing.assert_allclose(y, want.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+        x = y
+    assert length == 1
 
 
 def test_slot_pool_step_matches_per_stream_runs(session: Any, speech: dict[int, np.ndarray]) -> None:
