@@ -388,9 +388,7 @@ class StreamMux:
         n = len(ready)
         if n == 1:
             self._first_wait = stream._queue[0].arrival
-        if self._sleeping and (
-            n == 1 or n >= self._cap or n >= self._n_open - self._inflight_streams
-        ):
+        if self._sleeping and (n == 1 or n >= self._cap or n >= self._n_open - self._inflight_streams):
             self._notify()
 
     def _on_unready(self, stream: MuxStream) -> None:
