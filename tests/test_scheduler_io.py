@@ -100,6 +100,42 @@ async def test_reads_ahead_while_the_consumer_is_busy_and_stops_on_early_exit(tm
     assert len(anyio.get_running_tasks()) == before
 
 
+@pytest.mark.anyio
+async def test_fast_reads_stay_on_the_loop_slow_ones_go_to_worker_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is opened in a worker thread; reads from the page cache then run on the loop (no
+    thread hop each); once a read is slower than INLINE_READ_SECONDS the next THREADED_READS go
+    to worker threads, then the loop tries again. The chunks are the same either way."""
+    from asyncjit.scheduler import _io
+
+    pcm = pcm16(64 * 40)
+    write_wav(tmp_path / "a.wav", pcm)
+    want = (pcm / 32768.0).astype(np.float32).reshape(40, 64)
+    hops: list[str] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hops.append(getattr(fn, "__name__", type(fn).__name__))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_io.anyio.to_thread, "run_sync", counting)
+
+    async def read_all() -> np.ndarray:
+        async with wav_chunks(tmp_path / "a.wav", 64, read_ahead=4) as src:  # 2 chunks per read
+            return np.stack([c async for c in src])
+
+    np.testing.assert_array_equal(await read_all(), want)
+    assert hops == ["_WavReader"]  # 20 reads, none in a thread
+
+    hops.clear()
+    monkeypatch.setattr(_io, "INLINE_READ_SECONDS", -1.0)  # every read on the loop is "slow"
+    monkeypatch.setattr(_io, "THREADED_READS", 3)
+    np.testing.assert_array_equal(await read_all(), want)
+    # 21 reads (the last one finds the end): loop, 3 threads, loop, 3 threads, ...
+    assert hops.count("read_block") == 15 and hops[0] == "_WavReader"
+
+
 async def _pieces(lengths: list[int]) -> AsyncIterator[np.ndarray]:
     start = 0
     for n in lengths:

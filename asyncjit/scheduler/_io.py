@@ -1,10 +1,16 @@
 """Chunk sources that read ahead of the compute: WAV files and any async iterator of arrays.
 
 A ``ChunkSource`` is an async iterator of fixed-size float32 chunks, filled by a background task
-into a bounded memory stream of ``read_ahead`` chunks, so a read (a file read in a worker thread,
+into a bounded buffer of about ``read_ahead`` chunks, so a read (a file read in a worker thread,
 or the next item of a network iterator) runs while the consumer computes on earlier chunks. WAV
-files are read ``read_ahead // 2`` chunks per worker-thread call, so thread hops are amortised
-and the next read starts while half the buffer is still there to consume.
+files are opened in a worker thread and read ``read_ahead // 2`` chunks at a time, so reads are
+amortised and the next one starts while half the buffer is still there to consume; reads run on
+the loop while they are fast (the page cache) and in worker threads once one was slow
+(``INLINE_READ_SECONDS``). The chunks of one read
+cross to the consumer as one block (one memory-stream item, not one per chunk): with hundreds of
+streams each reading its own file, per-chunk hand-offs and thread hops were what the loop spent
+its time on (200 WAV streams through one ``StreamMux``: 15k chunks/s with reads of 4 chunks
+handed over one by one; see ``examples/many_streams.py``).
 
 Use it as a context manager, which owns the background task (structured concurrency)::
 
@@ -18,7 +24,9 @@ Leaving early stops the reader; a read error is raised from the ``async with``.
 from __future__ import annotations
 
 import contextlib
+import time
 import wave
+from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable
 from os import PathLike
 from types import TracebackType
@@ -32,6 +40,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._groups import single_failure
 
+INLINE_READ_SECONDS = 2e-3
+"""WAV reads (and decodes) run on the loop's thread while each takes less than this, the loop-lag
+budget: a worker-thread round trip costs 35-65 us of loop wake-up and, with hundreds of streams,
+GIL contention among the workers, far more than a read from the page cache (12-25 us for 16
+chunks; 200 WAV streams through one ``StreamMux``: 46k chunks/s with every read in a worker
+thread, 60k+ on the loop). The bound is generous because a read on a busy loop also waits for
+the GIL (up to 2.4 ms measured). A slower read (a cold disk, a network file system) sends the
+next ``THREADED_READS`` to worker threads, then one is tried on the loop again."""
+THREADED_READS = 8
+
 __all__ = [
     "ChunkSource",
     "ChunkSourceStatistics",
@@ -43,9 +61,10 @@ __all__ = [
 ]
 
 Chunk = npt.NDArray[np.float32]
-Emit = Callable[[Chunk], Awaitable[None]]
+Emit = Callable[[list[Chunk]], Awaitable[None]]
 Filler = Callable[[Emit], Awaitable[None]]
-"""A producer: ``await emit(chunk)`` for each chunk, in order; ``emit`` waits while the buffer is full."""
+"""A producer: ``await emit(chunks)`` for each block of chunks, in order; ``emit`` waits while the
+buffer is full."""
 
 
 @attrs.frozen
@@ -60,13 +79,15 @@ class ChunkSourceStatistics:
 class ChunkSource:
     """An async iterator of chunks produced ahead by a background task (see the module docstring)."""
 
-    def __init__(self, name: str, fill: Filler, read_ahead: int) -> None:
+    def __init__(self, name: str, fill: Filler, read_ahead: int, block: int = 1) -> None:
         if read_ahead < 1:
             raise ValueError(f"read_ahead must be >= 1 chunk, got {read_ahead}")
         self.name = name
         self.read_ahead = read_ahead
         self._fill = fill
-        self._recv: MemoryObjectReceiveStream[Chunk] | None = None
+        self._blocks = max(1, read_ahead // max(1, block))  # blocks of ``block`` chunks buffered
+        self._recv: MemoryObjectReceiveStream[list[Chunk]] | None = None
+        self._local: deque[Chunk] = deque()  # the rest of the block being consumed
         self._tg: anyio.abc.TaskGroup | None = None
         self.produced = 0
         self.consumed = 0
@@ -76,13 +97,13 @@ class ChunkSource:
         return f"<ChunkSource {self.name} consumed={s.consumed} buffered={s.buffered}/{s.read_ahead}>"
 
     def statistics(self) -> ChunkSourceStatistics:
-        buffered = self._recv.statistics().current_buffer_used if self._recv is not None else 0
+        buffered = self.produced - self.consumed
         return ChunkSourceStatistics(self.name, self.produced, self.consumed, buffered, self.read_ahead)
 
     async def __aenter__(self) -> ChunkSource:
         if self._tg is not None:
             raise RuntimeError(f"{self!r} is already open")
-        send, recv = anyio.create_memory_object_stream[Chunk](self.read_ahead)
+        send, recv = anyio.create_memory_object_stream[list[Chunk]](self._blocks)
         self._recv = recv
         tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -106,10 +127,11 @@ class ChunkSource:
                 raise
         raise failure  # outside the handler: the reader's own error, not a group
 
-    async def _run_fill(self, send: MemoryObjectSendStream[Chunk]) -> None:
-        async def emit(chunk: Chunk) -> None:
-            await send.send(chunk)
-            self.produced += 1
+    async def _run_fill(self, send: MemoryObjectSendStream[list[Chunk]]) -> None:
+        async def emit(chunks: list[Chunk]) -> None:
+            if chunks:
+                await send.send(chunks)
+                self.produced += len(chunks)
 
         async with send:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -119,15 +141,17 @@ class ChunkSource:
         return self
 
     async def __anext__(self) -> Chunk:
-        recv = self._recv
-        if recv is None:
-            raise RuntimeError(f"{self!r}: iterate inside `async with` (it owns the reader task)")
-        try:
-            chunk = await recv.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
+        local = self._local
+        if not local:
+            recv = self._recv
+            if recv is None:
+                raise RuntimeError(f"{self!r}: iterate inside `async with` (it owns the reader task)")
+            try:
+                local.extend(await recv.receive())
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
         self.consumed += 1
-        return chunk
+        return local.popleft()
 
 
 class Rechunker:
@@ -151,7 +175,8 @@ class Rechunker:
             return []
         data = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
         whole = (data.size // n) * n
-        chunks = [c.copy() for c in data[:whole].reshape(-1, n)]
+        # one copy for the block (never alias the caller's array), then rows of it
+        chunks = list(data[:whole].reshape(-1, n).copy())
         rest = data[whole:]
         self._pending = [rest.copy()] if rest.size else []
         self._count = rest.size
@@ -233,35 +258,49 @@ def wav_chunks(
     path: str | PathLike[str],
     chunk_samples: int,
     *,
-    read_ahead: int = 8,
+    read_ahead: int = 32,
     sample_rate: int | None = None,
     pad_last: bool = True,
 ) -> ChunkSource:
     """Chunks of a PCM WAV file (mono mix, float32 in [-1, 1)), read ahead in a worker thread.
 
     Args:
+        read_ahead: chunks buffered ahead of the consumer (32 x 512 samples: 64 KiB, 1 s at
+            16 kHz); each worker-thread read fetches half of them.
         sample_rate: if given, a file at another rate raises ``ValueError`` (no resampling).
         pad_last: zero-pad the last partial chunk (else drop it).
     """
     file = str(path)
-    per_read = max(1, read_ahead // 2) * chunk_samples
+    chunks_per_read = max(1, read_ahead // 2)
+    per_read = chunks_per_read * chunk_samples
 
     async def fill(emit: Emit) -> None:
         reader = await anyio.to_thread.run_sync(_WavReader, file, sample_rate)
         try:
             cutter = Rechunker(chunk_samples)
+            threaded = 0  # reads left to run in a worker thread after a slow one
+
+            def read_block() -> tuple[list[Chunk], bool]:  # read, decode, cut
+                samples = reader.read(per_read)
+                return cutter.push(samples), samples.size < per_read
+
             while True:
-                samples = await anyio.to_thread.run_sync(reader.read, per_read)
-                for chunk in cutter.push(samples):
-                    await emit(chunk)
-                if samples.size < per_read:
+                if threaded:
+                    threaded -= 1
+                    block, last = await anyio.to_thread.run_sync(read_block)
+                else:  # on the loop: timed, since a slow disk would hold the loop up
+                    t0 = time.perf_counter()
+                    block, last = read_block()
+                    if time.perf_counter() - t0 > INLINE_READ_SECONDS:
+                        threaded = THREADED_READS
+                await emit(block)
+                if last:
                     break
-            for chunk in cutter.flush(pad_last):
-                await emit(chunk)
+            await emit(cutter.flush(pad_last))
         finally:
             reader.close()
 
-    return ChunkSource(f"wav:{file}", fill, read_ahead)
+    return ChunkSource(f"wav:{file}", fill, read_ahead, block=chunks_per_read)
 
 
 def array_chunks(
@@ -282,13 +321,11 @@ def array_chunks(
     async def fill(emit: Emit) -> None:
         if chunk_samples is None:
             async for item in source:
-                await emit(np.asarray(item, dtype=np.float32))
+                await emit([np.asarray(item, dtype=np.float32)])
             return
         cutter = Rechunker(chunk_samples)
         async for item in source:
-            for chunk in cutter.push(item):
-                await emit(chunk)
-        for chunk in cutter.flush(pad_last):
-            await emit(chunk)
+            await emit(cutter.push(item))  # the chunks of one item: one block
+        await emit(cutter.flush(pad_last))
 
     return ChunkSource(name, fill, read_ahead)
