@@ -522,7 +522,7 @@ async def test_cancel_in_the_middle_of_a_batch(client: Client) -> None:
     gate = Gate()
     step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
     ca, cb = chunks_for(1, 3), chunks_for(2, 3)
-    async with StreamMux(step, max_queue_delay=0) as mux:
+    async with StreamMux(step, max_queue_delay=0, pipeline_depth=1) as mux:  # both in one batch
         a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
         await a.step(ca[0])
         await b.step(cb[0])
@@ -547,8 +547,40 @@ async def test_cancel_in_the_middle_of_a_batch(client: Client) -> None:
         rb2 = await b.step(cb[2])
         m = mux.metrics()
     assert m["dropped_results"] == 1 and m["cancelled"] == 0
+    assert m["batch_size_histogram"] == {1: 4, 2: 1}
     assert close_to([ra2], run_unbatched(toy_step, ca, ZERO)[2:])  # ca[1] was applied
     assert close_to([rb1, rb2], run_unbatched(toy_step, cb, ZERO)[1:])
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_task_in_step_while_its_batch_runs(client: Client) -> None:
+    """``await stream.step(chunk)`` cancelled while its batch runs (the same outcome as awaiting
+    the future): the state advances, the result is dropped, the stream steps on."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca = chunks_for(6, 3)
+    async with StreamMux(step, max_queue_delay=0) as mux:
+        a = mux.open_stream_nowait()
+        await a.step(ca[0])
+        gate.armed = True
+        try:
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def stepping() -> None:
+                    with scope:
+                        await a.step(ca[1])
+                    assert scope.cancelled_caught
+
+                tg.start_soon(stepping)
+                await gate.wait_entered()
+                scope.cancel()
+        finally:
+            gate.open()
+        ra2 = await a.step(ca[2])
+        m = mux.metrics()
+    assert m["dropped_results"] == 1 and m["cancelled"] == 0
+    assert close_to([ra2], run_unbatched(toy_step, ca, ZERO)[2:])
 
 
 @pytest.mark.anyio

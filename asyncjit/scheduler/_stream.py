@@ -237,11 +237,17 @@ class MuxStream:
                 never runs and the stream's state stays as before it).
             Exception: the batch's original error.
         """
-        if len(self._queue) < self._mux.queue_depth:
-            fut = self.submit_nowait(chunk)
+        if self._status == OPEN and len(self._queue) < self._mux.queue_depth:
+            fut = self._enqueue(chunk)  # submit_nowait's common case, without its call layers
         else:
             fut = await self.submit(chunk)
-        return await fut
+        if fut._state < DONE:  # StepFuture._wait, inlined: one coroutine less per step
+            try:
+                await fut._signal.wait()
+            except BaseException:
+                fut._abandon()
+                raise
+        return fut.result()
 
     async def submit(self, chunk: npt.ArrayLike) -> StepFuture:
         """Queue ``chunk`` and return its future; waits while ``queue_depth`` steps are queued.
