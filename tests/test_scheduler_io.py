@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,14 +127,37 @@ async def test_fast_reads_stay_on_the_loop_slow_ones_go_to_worker_threads(
             return np.stack([c async for c in src])
 
     np.testing.assert_array_equal(await read_all(), want)
-    assert hops == ["_WavReader"]  # 20 reads, none in a thread
+    assert hops == ["open_and_read"]  # the open and first read; 20 more reads, none in a thread
 
     hops.clear()
     monkeypatch.setattr(_io, "INLINE_READ_SECONDS", -1.0)  # every read on the loop is "slow"
     monkeypatch.setattr(_io, "THREADED_READS", 3)
     np.testing.assert_array_equal(await read_all(), want)
-    # 21 reads (the last one finds the end): loop, 3 threads, loop, 3 threads, ...
-    assert hops.count("read_block") == 15 and hops[0] == "_WavReader"
+    # 20 more reads (the last one finds the end): loop, 3 threads, loop, 3 threads, ...
+    assert hops.count("read_block") == 15 and hops[0] == "open_and_read"
+
+
+@pytest.mark.anyio
+async def test_read_ahead_bounds_chunks_not_items_and_iteration_sees_cancellation() -> None:
+    """An item of 100 chunks is handed over in blocks of read_ahead // 2: the source holds about
+    read_ahead chunks (at most one block more, the one being consumed), not read_ahead items.
+    A consumer in a cancelled scope stops at once, even with chunks of a block still in hand."""
+
+    async def big_items() -> AsyncIterator[np.ndarray]:
+        for _ in range(20):
+            yield np.zeros(100 * 64, np.float32)
+
+    async with contextlib.aclosing(big_items()) as items, array_chunks(items, 64, read_ahead=8) as src:
+        await src.__anext__()
+        await anyio.sleep(0.05)
+        st = src.statistics()
+        assert st.read_ahead == 8 and st.buffered <= 8 + 4 - 1 and st.produced <= 12, st
+        n = 0
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            async for _ in src:
+                n += 1
+        assert n == 0
 
 
 async def _pieces(lengths: list[int]) -> AsyncIterator[np.ndarray]:

@@ -297,6 +297,66 @@ def test_pipelined_batches_hold_at_most_the_open_streams_over_the_depth() -> Non
     assert waits == [0.0, pytest.approx(1.0), 0.0]
 
 
+def test_queue_delay_holds_when_opening_streams_grows_the_cap() -> None:
+    """A batch that was full under a cap of 2 is not full once two more streams open (cap 3): it
+    must still go by ``max_queue_delay`` after its oldest step arrived, not after it was taken."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    class GatedStep:  # pure Python and trio events: virtual time stays exact
+        max_batch_size, num_slots, chunk_shape, chunk_dtype = 8, 8, (4,), np.dtype(np.float32)
+
+        def __init__(self) -> None:
+            self.launches: list[tuple[float, list[int], Any]] = []
+            self.gated = True
+
+        def reset_slot(self, slot: int, state: object | None = None) -> None: ...
+
+        def check_state(self, state: object) -> object:
+            return state
+
+        def launch(self, chunks: Any, slots: Any) -> Any:
+            done = trio.Event()
+            if not self.gated:
+                done.set()
+            self.launches.append((trio.current_time(), [int(i) for i in slots], done))
+            return np.zeros(len(slots), np.float32), done
+
+        async def complete(self, handle: Any) -> Any:
+            out, done = handle
+            await done.wait()
+            return out
+
+        async def run(self, chunks: Any, slots: Any) -> Any:
+            return await self.complete(self.launch(chunks, slots))
+
+    step = GatedStep()
+    x = np.ones(4, np.float32)
+    launched_at: dict[str, float] = {}
+
+    async def main() -> None:
+        async with StreamMux(step, max_queue_delay=10.0, idle_timeout=None, metrics_interval=None) as mux:
+            a, b, c, d = (mux.open_stream_nowait() for _ in range(4))  # cap 2
+            for s in (a, b, c, d):
+                s.submit_nowait(x)
+            second = {s: s.submit_nowait(x) for s in (a, b, c, d)}  # all queued at t=0
+            await trio.sleep(5)
+            step.launches[0][2].set()  # [a, b] done at t=5: [a, b] again
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(1)
+            mux.open_stream_nowait(), mux.open_stream_nowait()  # t=6: cap 3, c and d not full
+            step.gated = False  # from now on every launch completes at once
+            step.launches[1][2].set()
+            step.launches[2][2].set()
+            await second[c]
+            launched_at["c2"] = next(t for t, slots, _ in step.launches[3:] if c.slot in slots)
+            for fut in second.values():
+                await fut
+
+    trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert launched_at["c2"] == pytest.approx(10.0)
+
+
 @pytest.mark.anyio
 async def test_queue_delay_real_clock_bounds(client: Client) -> None:
     """Real clock, lower bounds only: a lone step of three open streams waits for max_queue_delay;
@@ -395,7 +455,9 @@ async def test_non_finite_chunks_are_refused(client: Client) -> None:
         with pytest.raises(AudioFormatError, match="first at index 5"):
             await fb0
         ra1, rb1 = await fa1, await fb1
-        assert mux.metrics()["batch_size_histogram"] == {1: 1, 2: 1}  # [a0 (b0 refused)], [a1, b1]
+        m = mux.metrics()
+        assert m["batch_size_histogram"] == {1: 1, 2: 1}  # [a0 (b0 refused)], [a1, b1]
+        assert m["refused_requests"] == 1 and m["requests"] == 3 and m["failed_requests"] == 0
     assert close_to([ra0, ra1], run_unbatched(toy_step, cs[:2], ZERO))
     assert close_to([rb1], run_unbatched(toy_step, [cs[2]], ZERO))
 

@@ -258,6 +258,19 @@ def test_folded_stft_equals_the_convolution_and_asymmetric_bases_keep_it(rate: i
     got2 = reference.evaluate(sv._stft_magnitude(w2, chunk, 3), {chunk: x})
     np.testing.assert_allclose(got2, want2, rtol=1e-5, atol=1e-5)
 
+    # an input whose padded length is not whole hops (one sample of context more): the
+    # convolution, which drops the remainder
+    w3 = attrs.evolve(w, context_samples=w.context_samples + 1)
+    assert sv._folded_stft_basis(w3) is None
+    chunk3 = Tensor.placeholder([3, w3.input_samples])
+    x3 = rng.normal(0, 0.3, (3, w3.input_samples)).astype(np.float32)
+    xp3 = np.pad(x3.astype(np.float64), [(0, 0), (0, w3.reflect_pad)], mode="reflect")
+    frames3 = np.stack([xp3[:, i : i + k] for i in range(0, xp3.shape[1] - k + 1, hop)], axis=1)
+    spec3 = frames3 @ w.stft_basis[:, 0, :].astype(np.float64).T
+    want3 = np.sqrt(spec3[..., :f] ** 2 + spec3[..., f:] ** 2)
+    got3 = reference.evaluate(sv._stft_magnitude(w3, chunk3, 3), {chunk3: x3})
+    np.testing.assert_allclose(got3, want3, rtol=1e-5, atol=1e-5)
+
 
 @pytest.mark.parametrize("rate", [16000, 8000])
 def test_encoder_per_tap_matmuls_equal_conv1d(rate: int) -> None:
@@ -280,6 +293,58 @@ def test_encoder_per_tap_matmuls_equal_conv1d(rate: int) -> None:
         np.testing.assert_allclose(y, want.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
         x = y
     assert length == 1
+
+
+def test_per_tap_encoder_layers_equal_conv1d_for_any_geometry() -> None:
+    """``_conv_frames`` against ``conv1d`` + ReLU over lengths, kernels, strides and paddings,
+    including outputs that read nothing but padding (``relu(bias)``, the general path), and
+    ``conv1d``'s own errors for a bad stride or padding."""
+    from asyncjit.errors import TensorError
+
+    rng = np.random.default_rng(5)
+    for length, k, stride, pad in itertools.product(range(1, 6), range(1, 5), range(1, 4), range(4)):
+        if (length + 2 * pad - k) // stride + 1 < 1:
+            continue
+        layer = sv.ConvLayer(
+            rng.normal(size=(5, 3, k)).astype(np.float32), rng.normal(size=5).astype(np.float32), stride, pad
+        )
+        x = rng.normal(size=(2, length, 3)).astype(np.float32)
+        frames_in = Tensor.placeholder([2, length, 3])
+        y, length_out = sv._conv_frames(frames_in, length, layer, 2)
+        got = reference.evaluate(y, {frames_in: x})
+        channels_major = Tensor.placeholder([2, 3, length])
+        conv = channels_major.conv1d(
+            Tensor.const(layer.weight), Tensor.const(layer.bias), stride=stride, padding=pad
+        )
+        want = reference.evaluate(conv.relu(), {channels_major: np.ascontiguousarray(x.transpose(0, 2, 1))})
+        assert got.shape == (2, length_out, 5), (length, k, stride, pad)
+        np.testing.assert_allclose(
+            got, want.transpose(0, 2, 1), rtol=1e-5, atol=1e-5, err_msg=str((length, k, stride, pad))
+        )
+    ones = np.ones((5, 3, 3), np.float32)
+    for stride, pad in ((0, 1), (1, -1)):
+        with pytest.raises(TensorError, match=r"stride|padding"):
+            sv._conv_frames(
+                Tensor.placeholder([2, 4, 3]), 4, sv.ConvLayer(ones, ones[:, 0, 0], stride, pad), 2
+            )
+
+
+def test_the_lstm_input_width_follows_the_last_encoder_layer() -> None:
+    """The encoder's last layer may have other than 128 channels (the loader only ties it to
+    ``w_ih``): a 64-channel one builds and steps."""
+    import attrs
+
+    w = sv.load_weights(16000)
+    last = w.encoder[-1]
+    narrow = sv.ConvLayer(last.weight[:64], last.bias[:64], last.stride, last.padding)
+    w64 = attrs.evolve(w, encoder=(*w.encoder[:-1], narrow), w_ih=np.ascontiguousarray(w.w_ih[:, :64]))
+    chunk = Tensor.placeholder([2, w.input_samples])
+    h, c = Tensor.placeholder([2, sv.HIDDEN]), Tensor.placeholder([2, sv.HIDDEN])
+    prob, _, _ = sv.build_step(w64, chunk, h, c)
+    zeros = np.zeros((2, sv.HIDDEN), np.float32)
+    x = np.random.default_rng(6).normal(0, 0.1, (2, w.input_samples)).astype(np.float32)
+    got = reference.evaluate(prob, {chunk: x, h: zeros, c: zeros})
+    assert got.shape == (2, 1) and np.all((got > 0) & (got < 1))
 
 
 def test_slot_pool_step_matches_per_stream_runs(session: Any, speech: dict[int, np.ndarray]) -> None:

@@ -395,6 +395,8 @@ def _folded_stft_basis(w: SileroWeights) -> tuple[np.ndarray, np.ndarray] | None
     half = k // 2
     if k != 2 * w.hop or basis.shape != (2 * f, k) or f != half + 1:
         return None
+    if (w.frames + 1) * w.hop != w.input_samples + w.reflect_pad:  # frames must tile whole hops
+        return None
     n = np.arange(1, half)
     cos, sin = basis[:f], basis[f:]
     if not (
@@ -453,10 +455,18 @@ def _conv_frames(x: Tensor, length: int, layer: ConvLayer, b: Dim) -> tuple[Tens
     """
     cout, cin, k = layer.weight.shape
     stride, pad = layer.stride, layer.padding
-    length_out = (length + 2 * pad - k) // stride + 1
+    length_out, reach = 0, []
+    if stride >= 1 and pad >= 0:
+        length_out = (length + 2 * pad - k) // stride + 1
+        reach = [[t for t in range(length_out) if 0 <= t * stride + tap - pad < length] for tap in range(k)]
+    if length_out < 1 or {t for outs in reach for t in outs} != set(range(length_out)):
+        # bad parameters (conv1d names them), or an output frame that reads nothing but padding
+        # (its value is relu(bias)): the general path
+        y = _conv_channels_major(x, layer)
+        return y, int(y.shape[1])
     acc: Tensor | None = None
     for tap in range(k):
-        outs = [t for t in range(length_out) if 0 <= t * stride + tap - pad < length]
+        outs = reach[tap]
         if not outs:
             continue
         rows = [t * stride + tap - pad for t in outs]  # outs is a contiguous range
@@ -471,9 +481,16 @@ def _conv_frames(x: Tensor, length: int, layer: ConvLayer, b: Dim) -> tuple[Tens
         if len(outs) != length_out:
             y = y.pad([None, (outs[0], length_out - 1 - outs[-1]), None])
         acc = y if acc is None else acc + y
-    if acc is None:
-        raise ModelFormatError(f"an encoder layer of {length} frames reads nothing but padding: {layer!r}")
+    assert acc is not None  # every output frame is reached by some tap (checked above)
     return (acc + Tensor.const(layer.bias)).relu(), length_out
+
+
+def _conv_channels_major(x: Tensor, layer: ConvLayer) -> Tensor:
+    """``conv1d`` + bias + ReLU through the channels-major ``conv1d`` op, for frame-major ``x``."""
+    y = x.permute(0, 2, 1).conv1d(
+        Tensor.const(layer.weight), Tensor.const(layer.bias), stride=layer.stride, padding=layer.padding
+    )
+    return y.relu().permute(0, 2, 1)
 
 
 def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -496,7 +513,7 @@ def build_step(weights: SileroWeights, chunk: Tensor, h: Tensor, c: Tensor) -> t
     x, length = _stft_magnitude(w, chunk, b), w.frames
     for layer in w.encoder:
         x, length = _conv_frames(x, length, layer, b)
-    x = x.reshape(b, HIDDEN)  # [b, 1, 128] -> [b, 128] (the loader checked the lengths)
+    x = x.reshape(b, x.shape[2])  # [b, 1, C] -> [b, C] (the loader checked the length is 1)
 
     # LSTM cell as one matmul over [x | h]: gates = [x | h] @ [W_ih | W_hh]^T + b_ih + b_hh,
     # with the weight stored transposed (see "Batch invariance" in the module docstring).

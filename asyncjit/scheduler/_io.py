@@ -2,15 +2,15 @@
 
 A ``ChunkSource`` is an async iterator of fixed-size float32 chunks, filled by a background task
 into a bounded buffer of about ``read_ahead`` chunks, so a read (a file read in a worker thread,
-or the next item of a network iterator) runs while the consumer computes on earlier chunks. WAV
-files are opened in a worker thread and read ``read_ahead // 2`` chunks at a time, so reads are
-amortised and the next one starts while half the buffer is still there to consume; reads run on
-the loop while they are fast (the page cache) and in worker threads once one was slow
-(``INLINE_READ_SECONDS``). The chunks of one read
-cross to the consumer as one block (one memory-stream item, not one per chunk): with hundreds of
-streams each reading its own file, per-chunk hand-offs and thread hops were what the loop spent
-its time on (200 WAV streams through one ``StreamMux``: 15k chunks/s with reads of 4 chunks
-handed over one by one; see ``examples/many_streams.py``).
+or the next item of a network iterator) runs while the consumer computes on earlier chunks. A
+WAV file is opened (and first read) in a worker thread, then read ``read_ahead // 2`` chunks at a
+time, so reads are amortised and the next one starts while half the buffer is still there to
+consume; reads run on the loop while they are fast (the page cache) and in worker threads once
+one was slow (``INLINE_READ_SECONDS``). The chunks of one read cross to the consumer as one
+block (one memory-stream item of at most ``read_ahead // 2`` chunks, not one per chunk): with
+hundreds of streams each reading its own file, per-chunk hand-offs and thread hops were what the
+loop spent its time on (200 WAV streams through one ``StreamMux``: 15k chunks/s with reads of 4
+chunks handed over one by one; see ``examples/many_streams.py``).
 
 Use it as a context manager, which owns the background task (structured concurrency)::
 
@@ -33,6 +33,7 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import numpy as np
 import numpy.typing as npt
@@ -85,7 +86,8 @@ class ChunkSource:
         self.name = name
         self.read_ahead = read_ahead
         self._fill = fill
-        self._blocks = max(1, read_ahead // max(1, block))  # blocks of ``block`` chunks buffered
+        self._block = max(1, min(block, read_ahead))  # chunks per memory-stream item, at most
+        self._blocks = max(1, read_ahead // self._block)  # items buffered: ~read_ahead chunks
         self._recv: MemoryObjectReceiveStream[list[Chunk]] | None = None
         self._local: deque[Chunk] = deque()  # the rest of the block being consumed
         self._tg: anyio.abc.TaskGroup | None = None
@@ -128,10 +130,15 @@ class ChunkSource:
         raise failure  # outside the handler: the reader's own error, not a group
 
     async def _run_fill(self, send: MemoryObjectSendStream[list[Chunk]]) -> None:
+        block = self._block
+
         async def emit(chunks: list[Chunk]) -> None:
-            if chunks:
-                await send.send(chunks)
-                self.produced += len(chunks)
+            if isinstance(chunks, np.ndarray):  # one chunk, as fillers before blocks passed it
+                chunks = [chunks]
+            for i in range(0, len(chunks), block):  # never more than ``block`` per item
+                part = chunks[i : i + block]
+                await send.send(part)
+                self.produced += len(part)
 
         async with send:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -142,7 +149,9 @@ class ChunkSource:
 
     async def __anext__(self) -> Chunk:
         local = self._local
-        if not local:
+        if local:  # from the block received last: no wait, but cancellation still reaches here
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
             recv = self._recv
             if recv is None:
                 raise RuntimeError(f"{self!r}: iterate inside `async with` (it owns the reader task)")
@@ -275,16 +284,27 @@ def wav_chunks(
     per_read = chunks_per_read * chunk_samples
 
     async def fill(emit: Emit) -> None:
-        reader = await anyio.to_thread.run_sync(_WavReader, file, sample_rate)
+        cutter = Rechunker(chunk_samples)
+
+        def open_and_read() -> tuple[_WavReader, list[Chunk], bool]:  # a cold file: in a worker
+            reader = _WavReader(file, sample_rate)
+            try:
+                samples = reader.read(per_read)
+                return reader, cutter.push(samples), samples.size < per_read
+            except BaseException:
+                reader.close()
+                raise
+
+        reader, block, last = await anyio.to_thread.run_sync(open_and_read)
         try:
-            cutter = Rechunker(chunk_samples)
             threaded = 0  # reads left to run in a worker thread after a slow one
 
             def read_block() -> tuple[list[Chunk], bool]:  # read, decode, cut
                 samples = reader.read(per_read)
                 return cutter.push(samples), samples.size < per_read
 
-            while True:
+            await emit(block)
+            while not last:
                 if threaded:
                     threaded -= 1
                     block, last = await anyio.to_thread.run_sync(read_block)
@@ -294,8 +314,6 @@ def wav_chunks(
                     if time.perf_counter() - t0 > INLINE_READ_SECONDS:
                         threaded = THREADED_READS
                 await emit(block)
-                if last:
-                    break
             await emit(cutter.flush(pad_last))
         finally:
             reader.close()
@@ -328,4 +346,4 @@ def array_chunks(
             await emit(cutter.push(item))  # the chunks of one item: one block
         await emit(cutter.flush(pad_last))
 
-    return ChunkSource(name, fill, read_ahead)
+    return ChunkSource(name, fill, read_ahead, block=max(1, read_ahead // 2))

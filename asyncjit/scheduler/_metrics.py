@@ -62,6 +62,7 @@ class MuxMetrics:
     requests: int = 0
     failed_batches: int = 0
     failed_requests: int = 0
+    refused: int = 0  # steps whose chunk had NaN/inf samples: failed before any batch ran them
     cancelled: int = 0
     dropped: int = 0
     opened: int = 0
@@ -99,6 +100,7 @@ class MuxMetrics:
             "requests": self.requests,
             "failed_batches": self.failed_batches,
             "failed_requests": self.failed_requests,
+            "refused_requests": self.refused,
             "cancelled": self.cancelled,
             "dropped_results": self.dropped,
             "opened": self.opened,

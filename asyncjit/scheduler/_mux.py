@@ -380,6 +380,10 @@ class StreamMux:
         cap = self.max_batch_size
         if depth > 1:
             cap = min(cap, max(1, -(-self._n_open // depth)))
+        if cap > self._cap and self._ready:
+            # a batch that was full is not any more: its deadline counts from its oldest step
+            # again (_take_batch set it to the take time), so max_queue_delay still holds
+            self._first_wait = min(s._queue[0].arrival for s in self._ready)
         self._cap = cap
 
     def _on_ready(self, stream: MuxStream) -> None:
@@ -470,7 +474,7 @@ class StreamMux:
         b = len(batch)
         chunks = self._chunks[:b]
         slots = self._slot_index[:b]
-        if self._chunk_shape:  # one copy into the reused array (faster than np.stack's)
+        if self._chunk_shape and chunks.size:  # one copy into the reused array (np.stack: 2x)
             np.concatenate([fut.chunk for fut in batch], out=chunks.reshape(-1, *self._chunk_shape[1:]))  # type: ignore[misc]
         else:
             np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
@@ -500,6 +504,7 @@ class StreamMux:
             if good[i]:
                 keep.append(i)
                 continue
+            self._metrics.refused += 1
             first = int(np.flatnonzero(~finite[i])[0])
             fut._fail(
                 AudioFormatError(

@@ -252,6 +252,9 @@ class MuxStream:
     async def submit(self, chunk: npt.ArrayLike) -> StepFuture:
         """Queue ``chunk`` and return its future; waits while ``queue_depth`` steps are queued.
 
+        A chunk with NaN or inf samples is found when its batch is packed: its future then fails
+        with ``AudioFormatError`` and the step never runs.
+
         A checkpoint only when it waits for room (so a producer far ahead of the mux is slowed down).
         """
         while True:
