@@ -46,9 +46,9 @@ INLINE_READ_SECONDS = 2e-3
 budget: a worker-thread round trip costs 35-65 us of loop wake-up and, with hundreds of streams,
 GIL contention among the workers, far more than a read from the page cache (12-25 us for 16
 chunks; 200 WAV streams through one ``StreamMux``: 46k chunks/s with every read in a worker
-thread, 60k+ on the loop). The bound is generous because a read on a busy loop also waits for
-the GIL (up to 2.4 ms measured). A slower read (a cold disk, a network file system) sends the
-next ``THREADED_READS`` to worker threads, then one is tried on the loop again."""
+thread, 58-60k with later reads on the loop). The bound is generous because a read on a busy
+loop also waits for the GIL (up to 2.4 ms measured). A slower read (a cold disk, a network file
+system) sends the next ``THREADED_READS`` to worker threads, then one is tried on the loop again."""
 THREADED_READS = 8
 
 __all__ = [
