@@ -796,3 +796,19 @@ async def test_error_in_the_mux_body_propagates_unwrapped(client: Client) -> Non
             await s.step(np.zeros(16, np.float32))
             raise KeyError("from the body")
     assert len(anyio.get_running_tasks()) == before
+
+
+def test_slots_are_handed_out_lowest_first() -> None:
+    """Free slots go lowest first (a growing pool stays packed); a slot the step's pool does not
+    hold yet is reset before use even without an initial state."""
+    from asyncjit.scheduler._slots import SlotPool
+
+    pool = SlotPool(8, backlog=0, notify=lambda: None, needs_reset=lambda slot: slot >= 2)
+    assert [pool.try_acquire(None) for _ in range(3)] == [0, 1, 2]
+    resets: list[tuple[int, object]] = []
+    pool.service(lambda slot, state: resets.append((slot, state)))
+    assert resets == [(2, None)]  # 0 and 1 were held: no reset
+    pool.release(1)
+    pool.release(0)
+    pool.service(lambda slot, state: None)
+    assert pool.try_acquire(None) == 0 and pool.try_acquire("s") == 1 and pool.try_acquire(None) == 3

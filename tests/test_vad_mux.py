@@ -371,3 +371,54 @@ async def test_1000_streams_10000_chunks_nothing_lost_duplicated_or_reordered(
     check(first)
     check(second)
     assert after - before < 32 * 2**20, f"RSS grew by {(after - before) / 2**20:.1f} MiB"
+
+
+@pytest.mark.anyio
+async def test_the_pool_holds_the_rows_in_use_not_max_streams(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """A 4,096-slot mux serving a few streams keeps a 16-row pool (each batch copies the pool);
+    the 17th concurrent stream grows it to 32 between runs, and every stream still equals its
+    own ``SileroVad`` run bit for bit. Slots go lowest first, so reuse does not grow it."""
+    mux = vad_mux(16000, max_streams=4096, client=client, idle_timeout=None)
+    step = mux.step
+    assert isinstance(step, SileroBatchedStep) and step.num_slots == 4096
+    assert step.pool_rows == 16 and step.pool.shape == (16, step.row_width)
+    streams = {i: stream_audio(audio, 11 * i, 5) for i in range(20)}
+    got: dict[int, list[float]] = {}
+    async with mux:
+
+        async def one(i: int) -> None:
+            async with mux.open_stream() as s:
+                assert s.slot is not None and s.slot < 20
+                got[i] = [float(await s.step(c)) for c in streams[i]]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(one, i)
+        assert step.pool_rows == 16
+        async with anyio.create_task_group() as tg:
+            for i in range(3, 20):  # 17 at once
+                tg.start_soon(one, i)
+        assert step.pool_rows == 32 and step.pool.shape == (32, step.row_width)
+    for i, chunks in streams.items():
+        np.testing.assert_array_equal(
+            np.array(got[i], np.float32), expected(reference, chunks), err_msg=str(i)
+        )
+
+
+@pytest.mark.anyio
+async def test_direct_runs_grow_the_pool_and_reject_slots_out_of_range(client: Client) -> None:
+    """Used without a mux, a run on a slot beyond the pool's rows grows it (between runs); a
+    slot outside 0..num_slots-1 is an IndexError, never a clamped read."""
+    step = SileroBatchedStep(16000, max_streams=100, client=client)
+    chunk = np.zeros((1, N), np.float32)
+    await step.run(chunk, np.array([40], np.int32))
+    assert step.pool_rows == 41 and step.read_slot(40).any() and not step.read_slot(90).any()
+    for bad in (-1, 100):
+        with pytest.raises(IndexError, match=r"0\.\.99"):
+            await step.run(chunk, np.array([bad], np.int32))
+    step.launch(chunk, np.array([1], np.int32))  # in flight: the pool cannot grow now
+    with pytest.raises(IndexError, match="in flight"):
+        step.launch(chunk, np.array([60], np.int32))
+    await step.settle()

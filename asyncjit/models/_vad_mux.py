@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SileroBatchedStep", "vad_mux"]
 
+INITIAL_POOL_ROWS = 16
+"""Rows of a new slot pool; it doubles when a stream takes a slot beyond it (between runs)."""
+
 
 class SileroBatchedStep(PooledStep):
     """The Silero VAD slot plan as a ``BatchedStep``: one native call per batch of ready streams.
@@ -84,26 +87,30 @@ class SileroBatchedStep(PooledStep):
         self.row_width = _sv.slot_row_width(w)
 
         b = Var("b", 1, max_batch)
+        rows = Var("p", 1, max_streams)  # the pool grows on demand (see DevicePool)
         samples = Tensor.placeholder([b, w.chunk_samples], name="samples")
         slots = Tensor.placeholder([b], dtypes.int32, name="slots")
-        pool = Tensor.placeholder([max_streams, self.row_width], name="pool")
+        pool = Tensor.placeholder([rows, self.row_width], name="pool")
         prob, new_pool = _sv.build_step_slots(w, samples, slots, pool)
         name = f"silero_vad_slots_{sample_rate}"
-        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b], name=name)
+        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b, rows], name=name)
         self.client = client if client is not None else default_client()
         self.plan = self.client.load(exe, device)
         self.device = self.plan.devices()[0]
-        # a batch bound of 1 is a fixed size, folded out of the plan: then it takes no var
-        batch_var = "b" if any(v.name == "b" for v in exe.signature.vars) else None
-        zeros = np.zeros((max_streams, self.row_width), np.float32)
+        # a bound of 1 is a fixed size, folded out of the plan: then it takes no var
+        names = {v.name for v in exe.signature.vars}
+        row_var = "p" if "p" in names else None
+        initial_rows = min(max_streams, INITIAL_POOL_ROWS) if row_var else max_streams
         self._attach_pool(
             self.client,
             self.plan,
             self.device,
-            zeros,
-            batch_var,
+            np.zeros((initial_rows, self.row_width), np.float32),
+            "b" if "b" in names else None,
             max_batch=max_batch,
             chunk_shape=(w.chunk_samples,),
+            row_var=row_var,
+            num_slots=max_streams,
         )
 
     def __repr__(self) -> str:
@@ -165,11 +172,11 @@ def vad_mux(
     otherwise from zeros, like a fresh ``SileroVad``.
 
     Args:
-        max_streams: slots in the pool (1,280 bytes each at 16 kHz): the most streams open at
-            once; more wait in the backlog. Size it to the streams you serve: the plan writes a
-            new pool each batch (``noalias`` kernels, see ``DevicePool``), so a batch costs a copy
-            of every slot (256 slots: 0.3 us per chunk in batches of 128; 4,096 slots: 18% less
-            throughput at 256 live streams).
+        max_streams: slots (1,280 bytes each at 16 kHz): the most streams open at once; more
+            wait in the backlog. The pool holds only the rows in use so far (it starts at 16
+            and doubles, between runs, when a stream takes a slot beyond it; slots are handed
+            out lowest first), because each batch writes a whole new pool (``noalias`` kernels,
+            see ``DevicePool``): a generous ``max_streams`` costs nothing until streams use it.
         max_batch_size: the most streams per native call (default ``min(max_streams, 256)``).
             With two batches in flight (``StreamMux``'s ``pipeline_depth``) a batch holds at most
             half the open streams, so that one forms while the other computes: 256 streams run

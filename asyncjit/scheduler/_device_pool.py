@@ -4,6 +4,13 @@ new_pool)`` plan, with pipelined launches and failures that change no slot.
 Kernels are compiled ``noalias`` (an output never aliases an input), so the pool is
 double-buffered: each launch reads the pool the previous launch writes (the device queue is in
 order, so several launches may be in flight) and its ``new_pool`` output is the next one's input.
+
+**Rows on demand.** Each run writes a whole new pool, so a pool of ``num_slots`` rows would cost a
+copy of every slot per batch whatever the number of streams. A plan whose pool has a row var
+(``[p, width]``, ``p`` in ``1..num_slots``) gets a pool of ``pool_rows`` rows, grown (doubling,
+zero rows added) by ``reset_slot`` when a slot at or beyond it is first used; the mux hands out
+the lowest free slots and resets such a slot before its first step, between runs. 256 streams
+on a ``max_streams=4096`` Silero VAD mux then cost what 256 slots cost.
 ``complete`` commits a launch's pool only when it succeeded; a failed launch is forgotten, and a
 launch that read its (poisoned) output is run again on the last good pool. Both
 ``SileroBatchedStep`` and ``HostBatchedStep`` keep their state this way.
@@ -50,8 +57,11 @@ class DevicePool:
 
     Args:
         plan: a loaded plan ``(chunks [b, ...], slots [b], pool) -> (out [b, ...], new_pool)``.
-        pool: the initial pool (host array, copied to ``device``).
+        pool: the initial pool (host array, copied to ``device``): all ``num_slots`` rows, or
+            its first rows when the plan has a ``row_var``.
         batch_var: the name of the plan's batch var (None when the batch size is fixed).
+        row_var: the name of the plan's pool-rows var (None: the pool always has every row).
+        num_slots: rows the pool may grow to (default: the initial pool's rows).
     """
 
     def __init__(
@@ -61,11 +71,16 @@ class DevicePool:
         device: Device,
         pool: npt.NDArray[Any],
         batch_var: str | None,
+        row_var: str | None = None,
+        num_slots: int | None = None,
     ) -> None:
         self.client = client
         self.plan = plan
         self.device = device
         self.batch_var = batch_var
+        self.row_var = row_var
+        self.num_slots = int(pool.shape[0]) if num_slots is None else num_slots
+        self.rows = int(pool.shape[0])  # rows the pool holds now (== num_slots without row_var)
         # ``_committed``: the pool after the last successful completed step (what slots hold);
         # ``_head``: what the next launch reads (the output of the latest launch). The same
         # buffer whenever nothing is in flight.
@@ -82,10 +97,32 @@ class DevicePool:
         return self._head is not self._committed
 
     def _vars(self, b: int) -> dict[str, int] | None:
-        return {self.batch_var: b} if self.batch_var is not None else None
+        values = {}
+        if self.batch_var is not None:
+            values[self.batch_var] = b
+        if self.row_var is not None:
+            values[self.row_var] = self.rows
+        return values or None
 
     def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> Launched:
-        """Enqueue one step now (the inputs are copied); ``complete`` it in launch order."""
+        """Enqueue one step now (the inputs are copied); ``complete`` it in launch order.
+
+        Raises:
+            IndexError: a slot outside ``0..num_slots-1``, or beyond the rows a growing pool
+                holds while steps are in flight (``reset_slot`` it between runs first; between
+                runs the pool grows here).
+        """
+        if len(slots):
+            top = int(slots.max())
+            if top >= self.rows or int(slots.min()) < 0:
+                if int(slots.min()) < 0 or top >= self.num_slots:
+                    raise IndexError(f"{self.plan!r}: slots must be in 0..{self.num_slots - 1}, got {slots}")
+                if self.in_flight:
+                    raise IndexError(
+                        f"{self.plan!r}: slot {top} is beyond the pool's {self.rows} rows while steps "
+                        "are in flight; reset_slot() it between runs first"
+                    )
+                self._grow(top + 1)
         client, dev = self.client, self.device
         chunk_buf = client.buffer_from_host(chunks, dev)
         slot_buf = client.buffer_from_host(slots, dev)
@@ -129,8 +166,22 @@ class DevicePool:
             RuntimeError: a step is still running (the mux never does this).
         """
         self._settle()
+        if slot >= self.rows:
+            self._grow(slot + 1)
         view = self._committed.numpy_view(writable=True)
         view[slot] = 0.0 if state is None else state
+
+    def _grow(self, rows: int) -> None:
+        """A pool of at least ``rows`` rows (doubling, at most ``num_slots``), new rows zero;
+        only between runs (``reset_slot``'s caller checked)."""
+        if self.row_var is None or rows > self.num_slots:
+            raise IndexError(f"{self.plan!r}: slot {rows - 1} is beyond the pool's {self.rows} rows")
+        new_rows = min(self.num_slots, max(rows, 2 * self.rows))
+        old = self._committed.numpy_view()
+        grown = np.zeros((new_rows, *old.shape[1:]), old.dtype)
+        grown[: self.rows] = old
+        self._committed = self._head = self.client.buffer_from_host(grown, self.device)
+        self.rows = new_rows
 
     async def settle(self) -> None:
         """Wait until every launch finished, then adopt them (``_settle``)."""
@@ -157,8 +208,12 @@ class DevicePool:
             self._head = self._committed
 
     def read_slot(self, slot: int) -> npt.NDArray[Any]:
-        """A copy of ``slot``'s state after the last successful step."""
-        return np.array(self._committed.numpy_view()[slot])
+        """A copy of ``slot``'s state after the last successful step (zeros for a row the pool
+        does not hold yet)."""
+        view = self._committed.numpy_view()
+        if self.rows <= slot < self.num_slots:
+            return np.zeros(view.shape[1:], view.dtype)
+        return np.array(view[slot])
 
 
 class PooledStep:
@@ -183,11 +238,13 @@ class PooledStep:
         *,
         max_batch: int,
         chunk_shape: tuple[int, ...],
+        row_var: str | None = None,
+        num_slots: int | None = None,
     ) -> None:
         self._max_batch = max_batch
-        self._num_slots = int(initial.shape[0])
+        self._num_slots = int(initial.shape[0]) if num_slots is None else num_slots
         self._chunk_shape = chunk_shape
-        self._pool = DevicePool(client, plan, device, initial, batch_var)
+        self._pool = DevicePool(client, plan, device, initial, batch_var, row_var, self._num_slots)
 
     @property
     def max_batch_size(self) -> int:
@@ -207,8 +264,14 @@ class PooledStep:
 
     @property
     def pool(self) -> Buffer:
-        """The slot pool on the device after the last successful run."""
+        """The slot pool on the device after the last successful run (``pool_rows`` rows)."""
         return self._pool.pool
+
+    @property
+    def pool_rows(self) -> int:
+        """Rows the pool holds now: ``num_slots``, or fewer for a plan whose pool grows on
+        demand (a slot at or beyond it is reset, which grows the pool, before its first step)."""
+        return self._pool.rows
 
     async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
         """Step the streams in ``slots`` on ``chunks``; the new pool replaces the old only on success."""

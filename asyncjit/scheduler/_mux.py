@@ -131,7 +131,9 @@ class StreamMux:
         self._chunk_shape = tuple(step.chunk_shape)
         self._chunk_dtype = np.dtype(step.chunk_dtype)
         backlog = self.max_streams if backlog is None else backlog
-        self._slots = SlotPool(self.max_streams, backlog, self._notify)
+        rows = getattr(step, "pool_rows", None)  # a pool that grows: fresh rows need a reset
+        needs_reset = None if rows is None else (lambda slot: slot >= step.pool_rows)  # type: ignore[attr-defined]
+        self._slots = SlotPool(self.max_streams, backlog, self._notify, needs_reset)
         self._metrics = MuxMetrics(self.max_batch_size)
         # Ready streams (a step queued, not in the running batch), oldest first; ordered sets.
         self._ready: OrderedDict[MuxStream, None] = OrderedDict()
@@ -176,7 +178,8 @@ class StreamMux:
         settle = getattr(self.step, "settle", None)
         if settle is not None:
             await settle()
-        for slot in range(self.max_streams):
+        held = min(self.max_streams, getattr(self.step, "pool_rows", self.max_streams))
+        for slot in range(held):  # rows a growing pool does not hold yet are reset on first use
             self.step.reset_slot(slot)
         if self.metrics_interval is not None:
             self._next_log = self._clock() + self.metrics_interval

@@ -1,7 +1,10 @@
 """``SlotPool``: which rows of the device-side state pool are free, who waits for one, what to reset.
 
 Admission is ordered: a freed slot goes to the oldest backlog waiter, handed over directly, so a
-newcomer can never overtake the backlog. Slots are reset and handed on by ``service``, which the
+newcomer can never overtake the backlog. Free slots are handed out lowest first, so the slots in
+use stay packed at the start of the pool: a ``BatchedStep`` whose pool grows on demand
+(``pool_rows``) then holds about as many rows as streams were ever open at once, not
+``max_streams``. Slots are reset and handed on by ``service``, which the
 mux calls only while no run is in progress: a closing stream's slot may be in the running batch,
 and ``BatchedStep.reset_slot`` may only write the pool between runs.
 """
@@ -9,8 +12,9 @@ and ``BatchedStep.reset_slot`` may only write the pool between runs.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 import anyio
@@ -39,13 +43,22 @@ class SlotPool:
 
     Args:
         notify: wakes the service task when it has work (a released slot).
+        needs_reset: whether a slot handed out without an initial state must still be reset
+            before use (a row the step's pool does not hold yet); default: never.
     """
 
-    def __init__(self, max_streams: int, backlog: int, notify: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        max_streams: int,
+        backlog: int,
+        notify: Callable[[], None],
+        needs_reset: Callable[[int], bool] | None = None,
+    ) -> None:
         self.max_streams = max_streams
         self.backlog_limit = backlog
         self._notify = notify
-        self._free: deque[int] = deque(range(max_streams))
+        self._needs_reset = needs_reset
+        self._free: list[int] = list(range(max_streams))  # a heap: lowest slot first
         self._backlog: OrderedDict[_Admission, None] = OrderedDict()
         self._released: list[int] = []
         self._resets: list[tuple[int, object | None]] = []
@@ -78,8 +91,8 @@ class SlotPool:
             raise MuxClosedError("the StreamMux has exited; no stream can be opened")
         if self._backlog or not self._free:
             return None
-        slot = self._free.popleft()
-        if state is not None:
+        slot = heapq.heappop(self._free)
+        if state is not None or (self._needs_reset is not None and self._needs_reset(slot)):
             self._resets.append((slot, state))
         return slot
 
@@ -156,7 +169,7 @@ class SlotPool:
                         self._resets.append((slot, entry.state))
                     entry.signal.set()
                 else:
-                    self._free.append(slot)
+                    heapq.heappush(self._free, slot)
             self._apply_resets(reset)
 
     def _apply_resets(self, reset: Reset) -> None:
