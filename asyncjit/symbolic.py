@@ -123,9 +123,7 @@ class Var(Expr):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
         if not 1 <= self.min <= self.max:
-            raise ValueError(
-                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}"
-            )
+            raise ValueError(f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}")
 
     def __repr__(self) -> str:
         return f"Var({self.name!r}, {self.min}, {self.max})"
@@ -708,9 +706,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
                     f"var {v.name!r} must be bound to an int, got {type(value).__name__} {value!r}"
                 ) from None
         if not v.min <= value <= v.max:
-            raise VarBoundsError(
-                f"var {v.name!r} = {value} is out of its bounds [{v.min}, {v.max}]"
-            )
+            raise VarBoundsError(f"var {v.name!r} = {value} is out of its bounds [{v.min}, {v.max}]")
 
 
 # ---------------------------------------------------------------------------------------------

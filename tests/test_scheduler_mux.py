@@ -812,3 +812,38 @@ def test_slots_are_handed_out_lowest_first() -> None:
     pool.release(0)
     pool.service(lambda slot, state: None)
     assert pool.try_acquire(None) == 0 and pool.try_acquire("s") == 1 and pool.try_acquire(None) == 3
+
+    # a slot released while runs are in flight (not serviced yet) is lower than every free one:
+    # it is taken, with a reset queued, instead of climbing past it
+    pool.service(lambda slot, state: None)  # the initial state of 1 and the reset of 3
+    pool.release(1)
+    assert pool.try_acquire(None) == 1 and pool.has_pending
+    resets.clear()
+    pool.service(lambda slot, state: resets.append((slot, state)))
+    assert resets == [(1, None)]
+
+
+@pytest.mark.anyio
+async def test_churn_with_runs_in_flight_keeps_the_slots_in_use_packed(client: Client) -> None:
+    """Streams that close and reopen while batches are in flight reuse the lowest slots: the
+    highest slot stays below the most streams ever open at once (a growing pool stays small)."""
+    step = HostBatchedStep(client, max_batch_size=16, num_slots=256)
+    seen: list[int] = []
+    open_now = peak = 0
+    async with StreamMux(step, max_queue_delay=0.0005) as mux:
+
+        async def worker(i: int) -> None:
+            nonlocal open_now, peak
+            for c in chunks_for(i, 12):
+                async with mux.open_stream() as s:
+                    open_now += 1
+                    peak = max(peak, open_now)
+                    assert s.slot is not None
+                    seen.append(s.slot)
+                    await s.step(c)
+                    open_now -= 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(worker, i)
+    assert peak <= 16 and max(seen) < peak, (max(seen), peak)

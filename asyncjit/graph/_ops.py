@@ -295,9 +295,7 @@ def _infer_where(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DT
     if not c.dtype.is_bool:
         raise _fail(f"where: condition must be bool, got {c.dtype.name}")
     if not c.shape == x.shape == y.shape:
-        raise _fail(
-            f"where: shapes differ: {shape_str(c.shape)}, {shape_str(x.shape)}, {shape_str(y.shape)}"
-        )
+        raise _fail(f"where: shapes differ: {shape_str(c.shape)}, {shape_str(x.shape)}, {shape_str(y.shape)}")
     if x.dtype != y.dtype:
         raise _fail(f"where: branch dtypes differ: {x.dtype.name} vs {y.dtype.name}")
     return x.shape, x.dtype
@@ -499,9 +497,7 @@ def _infer_shrink(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
 
 
 def _ref_shrink(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    idx = tuple(
-        slice(evaluate(s, b), evaluate(e, b), step) for s, e, step in node.attrs["slices"]
-    )
+    idx = tuple(slice(evaluate(s, b), evaluate(e, b), step) for s, e, step in node.attrs["slices"])
     return np.asarray(args[0][idx], order="C")
 
 

@@ -39,8 +39,6 @@ _CHUNK = {16000: 512, 8000: 256}
 _CONTEXT = {16000: 64, 8000: 32}
 
 
-
-
 def check_sample_rate(sample_rate: int) -> int:
     """Return ``sample_rate`` if Silero VAD supports it (8000 or 16000).
 

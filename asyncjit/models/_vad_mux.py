@@ -51,7 +51,9 @@ class SileroBatchedStep(PooledStep):
 
     Args:
         sample_rate: 16000 (chunks of 512 samples) or 8000 (256 samples).
-        max_streams: rows in the slot pool (``num_slots``): the most streams open at once.
+        max_streams: slots (``num_slots``): the most streams open at once. The pool holds only
+            the rows in use so far (``pool_rows``: 16 at first, at least doubling between runs
+            when a slot beyond it is used), since every run writes a whole new pool.
         max_batch_size: the bound of the plan's batch var (default ``max_streams``).
         client, device: where the plan and the pool live (default: the default client's first device).
         weights: already loaded weights (default: ``load_weights(sample_rate)``).

@@ -568,7 +568,7 @@ def build_step_slots(
         samples: ``[b, n]`` float32, the new samples only (512 at 16 kHz, 256 at 8 kHz).
         slots: ``[b]`` int32/int64, distinct row indices of ``pool``. Out-of-range indices read
             a clamped row and write nowhere (the reference semantics of gather/scatter).
-        pool: ``[max_streams, slot_row_width]`` float32.
+        pool: ``[rows, slot_row_width]`` float32 (``rows`` may be a bounded var: the rows in use).
 
     Returns:
         ``(prob [b], new_pool [max_streams, slot_row_width])``.

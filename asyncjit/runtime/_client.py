@@ -218,9 +218,7 @@ class Client:
             arr, semantics is S.MUTABLE_ZERO_COPY
         ):
             block = space.wrap(arr)
-            buf = Buffer(
-                shape, dt, space, block, READY, host=arr, donatable=semantics is S.MUTABLE_ZERO_COPY
-            )
+            buf = Buffer(shape, dt, space, block, READY, host=arr, donatable=semantics is S.MUTABLE_ZERO_COPY)
             if on_done_with_host_buffer is not None:
                 import weakref
 

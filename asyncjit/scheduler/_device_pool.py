@@ -5,15 +5,16 @@ Kernels are compiled ``noalias`` (an output never aliases an input), so the pool
 double-buffered: each launch reads the pool the previous launch writes (the device queue is in
 order, so several launches may be in flight) and its ``new_pool`` output is the next one's input.
 
-**Rows on demand.** Each run writes a whole new pool, so a pool of ``num_slots`` rows would cost a
-copy of every slot per batch whatever the number of streams. A plan whose pool has a row var
-(``[p, width]``, ``p`` in ``1..num_slots``) gets a pool of ``pool_rows`` rows, grown (doubling,
-zero rows added) by ``reset_slot`` when a slot at or beyond it is first used; the mux hands out
-the lowest free slots and resets such a slot before its first step, between runs. 256 streams
-on a ``max_streams=4096`` Silero VAD mux then cost what 256 slots cost.
 ``complete`` commits a launch's pool only when it succeeded; a failed launch is forgotten, and a
 launch that read its (poisoned) output is run again on the last good pool. Both
 ``SileroBatchedStep`` and ``HostBatchedStep`` keep their state this way.
+
+**Rows on demand.** Each run writes a whole new pool, so a pool of ``num_slots`` rows would cost
+a copy of every slot per batch whatever the number of streams. A plan whose pool has a row var
+(``[p, width]``, ``p`` in ``1..num_slots``) gets a pool of ``pool_rows`` rows, grown (at least
+doubling, zero rows added) by ``reset_slot`` when a slot at or beyond it is first used; the mux
+hands out the lowest free slots and resets such a slot before its first step, between runs.
+256 streams on a ``max_streams=4096`` Silero VAD mux then cost what 256 slots cost.
 """
 
 from __future__ import annotations
@@ -165,14 +166,19 @@ class DevicePool:
         Raises:
             RuntimeError: a step is still running (the mux never does this).
         """
+        self._check_slot(slot)
         self._settle()
         if slot >= self.rows:
             self._grow(slot + 1)
         view = self._committed.numpy_view(writable=True)
         view[slot] = 0.0 if state is None else state
 
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"{self.plan!r}: slot {slot} is outside 0..{self.num_slots - 1}")
+
     def _grow(self, rows: int) -> None:
-        """A pool of at least ``rows`` rows (doubling, at most ``num_slots``), new rows zero;
+        """A pool of at least ``rows`` rows (at least double, at most ``num_slots``), new rows zero;
         only between runs (``reset_slot``'s caller checked)."""
         if self.row_var is None or rows > self.num_slots:
             raise IndexError(f"{self.plan!r}: slot {rows - 1} is beyond the pool's {self.rows} rows")
@@ -210,8 +216,9 @@ class DevicePool:
     def read_slot(self, slot: int) -> npt.NDArray[Any]:
         """A copy of ``slot``'s state after the last successful step (zeros for a row the pool
         does not hold yet)."""
+        self._check_slot(slot)
         view = self._committed.numpy_view()
-        if self.rows <= slot < self.num_slots:
+        if slot >= self.rows:
             return np.zeros(view.shape[1:], view.dtype)
         return np.array(view[slot])
 

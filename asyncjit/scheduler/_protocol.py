@@ -29,7 +29,13 @@ launches have not finished writing (the device queue is in order); a failed laun
 change no slot and fail only its own batch (``SileroBatchedStep`` re-runs a launch that read the
 output of a failed one). ``run`` stays required (``complete(launch(...))``). An optional
 ``async settle()`` waits for launches left uncompleted by a mux that exited; a mux calls it when
-it starts, then resets every slot it uses (a step may serve one mux after another).
+it starts, then resets every slot the pool holds (a step may serve one mux after another).
+
+**Optional growing pool.** A step may expose ``pool_rows``, the rows its pool holds now (fewer
+than ``num_slots``: each run copies the whole pool, so it should hold only the rows in use). The
+mux hands out the lowest free slots, and for a slot at or beyond ``pool_rows`` it calls
+``reset_slot`` (between runs) before the slot's first step, which lets the step grow the pool
+(``DevicePool`` does).
 """
 
 from __future__ import annotations

@@ -89,7 +89,17 @@ class SlotPool:
         """A slot now, or None when none is free or others wait before us (no barging)."""
         if self.closed:
             raise MuxClosedError("the StreamMux has exited; no stream can be opened")
-        if self._backlog or not self._free:
+        if self._backlog:
+            return None
+        released = min(self._released) if self._released else None
+        if released is not None and (not self._free or released < self._free[0]):
+            # a slot freed since the last service (runs were in flight): lower than any free
+            # one, so take it, reset before use like an initial state; under churn with runs
+            # in flight the slots in use then stay packed instead of climbing past them
+            self._released.remove(released)
+            self._resets.append((released, state))
+            return released
+        if not self._free:
             return None
         slot = heapq.heappop(self._free)
         if state is not None or (self._needs_reset is not None and self._needs_reset(slot)):
