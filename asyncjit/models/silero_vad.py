@@ -389,6 +389,9 @@ def _folded_stft_basis(w: SileroWeights) -> tuple[np.ndarray, np.ndarray] | None
     (``x[n] +- x[K-n]``): half the multiply-adds of the convolution, the same sums up to
     rounding. Both published bases (16 and 8 kHz) are exactly symmetric; a file whose basis is not
     keeps the plain convolution.
+
+    Returns:
+        ``(even, odd)``, each ``[K/2 + 1, F]`` (the matmul's ``[K, N]`` layout), or None.
     """
     basis = w.stft_basis[:, 0, :]
     k, f = w.filter_length, w.n_freq
@@ -406,8 +409,9 @@ def _folded_stft_basis(w: SileroWeights) -> tuple[np.ndarray, np.ndarray] | None
         and not sin[:, half].any()
     ):
         return None
-    even = np.ascontiguousarray(cos[:, : half + 1])
-    odd = np.ascontiguousarray(sin[:, : half + 1])
+    # stored [K, N] (see "Batch invariance" in the module docstring)
+    even = np.ascontiguousarray(cos[:, : half + 1].T)
+    odd = np.ascontiguousarray(sin[:, : half + 1].T)
     return even, odd
 
 
@@ -437,8 +441,8 @@ def _stft_magnitude(w: SileroWeights, chunk: Tensor, b: Dim) -> Tensor:
     e = (first + mirrored).reshape(b * frames, half + 1)
     o = (first - mirrored).reshape(b * frames, half + 1)
     # the bases stored [K, N] (see "Batch invariance" in the module docstring)
-    re = e @ Tensor.const(np.ascontiguousarray(even.T))
-    im = o @ Tensor.const(np.ascontiguousarray(odd.T))
+    re = e @ Tensor.const(even)
+    im = o @ Tensor.const(odd)
     return (re * re + im * im).sqrt().reshape(b, frames, f)
 
 
@@ -571,7 +575,7 @@ def build_step_slots(
         pool: ``[rows, slot_row_width]`` float32 (``rows`` may be a bounded var: the rows in use).
 
     Returns:
-        ``(prob [b], new_pool [max_streams, slot_row_width])``.
+        ``(prob [b], new_pool)``, ``new_pool`` shaped like ``pool``.
     """
     w = weights
     b = samples.shape[0] if isinstance(samples, Tensor) and samples.ndim else 0

@@ -114,16 +114,16 @@ class DevicePool:
                 runs the pool grows here).
         """
         if len(slots):
-            top = int(slots.max())
-            if top >= self.rows or int(slots.min()) < 0:
-                if int(slots.min()) < 0 or top >= self.num_slots:
-                    raise IndexError(f"{self.plan!r}: slots must be in 0..{self.num_slots - 1}, got {slots}")
+            lo, hi = int(slots.min()), int(slots.max())
+            if lo < 0 or hi >= self.num_slots:
+                raise IndexError(f"{self.plan!r}: slots must be in 0..{self.num_slots - 1}, got {slots}")
+            if hi >= self.rows:
                 if self.in_flight:
                     raise IndexError(
-                        f"{self.plan!r}: slot {top} is beyond the pool's {self.rows} rows while steps "
+                        f"{self.plan!r}: slot {hi} is beyond the pool's {self.rows} rows while steps "
                         "are in flight; reset_slot() it between runs first"
                     )
-                self._grow(top + 1)
+                self._grow(hi + 1)
         client, dev = self.client, self.device
         chunk_buf = client.buffer_from_host(chunks, dev)
         slot_buf = client.buffer_from_host(slots, dev)
@@ -180,8 +180,7 @@ class DevicePool:
     def _grow(self, rows: int) -> None:
         """A pool of at least ``rows`` rows (at least double, at most ``num_slots``), new rows zero;
         only between runs (``reset_slot``'s caller checked)."""
-        if self.row_var is None or rows > self.num_slots:
-            raise IndexError(f"{self.plan!r}: slot {rows - 1} is beyond the pool's {self.rows} rows")
+        assert self.row_var is not None and rows <= self.num_slots  # callers checked the slot
         new_rows = min(self.num_slots, max(rows, 2 * self.rows))
         old = self._committed.numpy_view()
         grown = np.zeros((new_rows, *old.shape[1:]), old.dtype)

@@ -131,8 +131,9 @@ class StreamMux:
         self._chunk_shape = tuple(step.chunk_shape)
         self._chunk_dtype = np.dtype(step.chunk_dtype)
         backlog = self.max_streams if backlog is None else backlog
-        rows = getattr(step, "pool_rows", None)  # a pool that grows: fresh rows need a reset
-        needs_reset = None if rows is None else (lambda slot: slot >= step.pool_rows)  # type: ignore[attr-defined]
+        # a pool that grows (``pool_rows``): a slot beyond its rows is reset before first use
+        grows = hasattr(step, "pool_rows")
+        needs_reset = (lambda slot: slot >= step.pool_rows) if grows else None  # type: ignore[attr-defined]
         self._slots = SlotPool(self.max_streams, backlog, self._notify, needs_reset)
         self._metrics = MuxMetrics(self.max_batch_size)
         # Ready streams (a step queued, not in the running batch), oldest first; ordered sets.
@@ -486,12 +487,18 @@ class StreamMux:
             assert slot is not None  # batched streams are open
             slots[i] = slot
             fut.chunk = None
-        if self._chunk_dtype.kind == "f" and not np.isfinite(chunks).all():
-            return self._refuse_non_finite(batch, chunks, slots)
+        if self._chunk_dtype.kind == "f":
+            finite = np.isfinite(chunks)
+            if not finite.all():
+                return self._refuse_non_finite(batch, chunks, slots, finite)
         return batch, chunks, slots
 
     def _refuse_non_finite(
-        self, batch: list[StepFuture], chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]
+        self,
+        batch: list[StepFuture],
+        chunks: npt.NDArray[Any],
+        slots: npt.NDArray[np.int32],
+        finite: npt.NDArray[np.bool_],
     ) -> tuple[list[StepFuture], npt.NDArray[Any], npt.NDArray[np.int32]]:
         """Fail the steps whose chunk has a NaN or inf sample, which would poison the stream's
         recurrent state for good; the batch goes on without them (it may become empty).
@@ -500,8 +507,8 @@ class StreamMux:
         hundredth of one test per chunk. The refused steps never run, so their streams' states
         stay as they were and their later steps go on in order.
         """
-        finite = np.isfinite(chunks.reshape(len(batch), -1))
-        good = finite.all(axis=1)
+        finite = finite.reshape(len(batch), -1)
+        good = np.asarray(finite.all(axis=1))
         keep = []
         for i, fut in enumerate(batch):
             if good[i]:
