@@ -2,31 +2,45 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.stamp-install
+# `make demo` installs only what the demo needs; `make test` every extra, so every test runs.
+DEMO_STAMP := $(VENV)/.stamp-demo
+TEST_STAMP := $(VENV)/.stamp-test
+PIP := $(BIN)/python -m pip install --progress-bar on
 
-.PHONY: demo test lint venv clean bench
+.PHONY: demo test lint venv clean bench fuzz
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,models]'
-	# silero-vad declares torch and imports it in __init__; we only read its data files.
-	$(BIN)/python -m pip install -q --no-deps silero-vad
-	touch $(STAMP)
 
-venv: $(STAMP)
+# silero-vad declares torch and imports it in __init__; asyncjit only reads its ONNX files.
+$(DEMO_STAMP): pyproject.toml $(BIN)/python
+	@echo "installing asyncjit with the demo's extras (onnx, audio, cli) into $(VENV) ..."
+	$(PIP) -e '.[models,audio,cli]'
+	$(PIP) --no-deps silero-vad
+	touch $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(TEST_STAMP): pyproject.toml $(BIN)/python
+	@echo "installing asyncjit with every extra and the test tools into $(VENV) ..."
+	$(PIP) -e '.[test,all]'
+	$(PIP) --no-deps silero-vad
+	touch $(TEST_STAMP) $(DEMO_STAMP)
+
+venv: $(TEST_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/asyncjit demo && $(BIN)/asyncjit demo --streams 64
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-# Benchmarks compare against JAX too, so they install the bench extra first.
-bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[bench]'
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
