@@ -36,6 +36,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``asyncjit serve`` when the ``serve`` extra is installed, else a command that says so."""
+    try:
+        from .serve._cli import add_commands
+    except ImportError as exc:
+        missing = sub.add_parser("serve", help="(needs: pip install 'asyncjit[serve]')")
+        missing.set_defaults(func=lambda _a: _missing_extra("serve", exc))
+        return
+    add_commands(sub)
+
+
+def _missing_extra(extra: str, exc: ImportError) -> int:
+    print(f"asyncjit: error: {exc}; install it with: pip install 'asyncjit[{extra}]'", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``asyncjit`` console script."""
     parser = argparse.ArgumentParser(prog="asyncjit", description="asyncjit command line")
@@ -52,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="multiplex N live streams of the audio through one StreamMux (default: one stream)",
     )
     demo.set_defaults(func=_demo)
+    _add_serve(sub)
     args = parser.parse_args(argv)
     previous = structlog.get_config()
     if not args.verbose:

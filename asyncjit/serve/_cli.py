@@ -1,0 +1,129 @@
+"""``asyncjit serve``: the parser and the handler (registered by ``asyncjit/cli.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+__all__ = ["add_commands"]
+
+EPILOG = """\
+examples:
+  asyncjit serve                                   # Wyoming on tcp://127.0.0.1:10400
+  asyncjit serve --wyoming tcp://0.0.0.0:10400 --websocket ws://0.0.0.0:8765 --metrics :9100
+  asyncjit serve --backend trio --max-streams 2048 --idle-timeout 60
+
+Wyoming clients (Home Assistant) get voice-started/voice-stopped; WebSocket clients send binary
+PCM and get JSON events; http://HOST:PORT/ on the WebSocket port is a microphone page;
+/health and /metrics (Prometheus) on the WebSocket and metrics ports. SIGTERM or Ctrl-C: stop
+accepting, answer the chunks in flight, close every connection with "shutdown", exit 0.
+See docs/serve.md.
+"""
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve`` to the ``asyncjit`` command's subparsers."""
+    p = sub.add_parser(
+        "serve",
+        help="a streaming voice-activity service (Wyoming and WebSocket) on one StreamMux",
+        description="Serve a voice-activity model to many Wyoming and WebSocket clients at once.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="silero-vad", help="the built-in model (default: silero-vad)")
+    p.add_argument(
+        "--model-path",
+        metavar="X.onnx",
+        help="a recurrent ONNX model, served through asyncjit.onnx.recurrent_step (the ONNX importer; "
+        "an error until it is installed)",
+    )
+    p.add_argument("--state", metavar="IN:OUT", help="the ONNX model's state input:output names")
+    p.add_argument("--sample-rate", type=int, default=16000, help="the model's rate, 16000 or 8000")
+    p.add_argument(
+        "--wyoming", default="tcp://127.0.0.1:10400", metavar="tcp://HOST:PORT", help="Wyoming listener ('' off)"
+    )
+    p.add_argument("--websocket", default="", metavar="ws://HOST:PORT", help="WebSocket + HTTP listener")
+    p.add_argument("--metrics", default="", metavar="[HOST]:PORT", help="Prometheus /metrics and /health")
+    p.add_argument("--max-streams", type=int, default=1024, help="connections streaming at once (default 1024)")
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without input before closing")
+    p.add_argument("--write-timeout", type=float, default=10.0, help="seconds a client may not read")
+    p.add_argument("--grace", type=float, default=3.0, help="seconds to drain at shutdown before cancelling")
+    p.add_argument("--max-batch-size", type=int, default=None, help="streams per native call")
+    p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
+    p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import anyio
+    import structlog
+
+    from ._model import load_model
+    from ._server import ServeConfig, VadServer
+
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if args.log_format == "json" else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, args.log_level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    model = load_model(
+        args.model, sample_rate=args.sample_rate, model_path=args.model_path, state=args.state
+    )
+    try:
+        config = ServeConfig(
+            wyoming=args.wyoming or None,
+            websocket=args.websocket or None,
+            metrics=args.metrics or None,
+            max_streams=args.max_streams,
+            idle_timeout=args.idle_timeout,
+            write_timeout=args.write_timeout,
+            grace=args.grace,
+            max_batch_size=args.max_batch_size,
+            max_queue_delay=args.max_queue_delay,
+        )
+    except ValueError as exc:
+        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
+        return 2
+    if not (config.wyoming or config.websocket):
+        print("asyncjit serve: error: no listener; give --wyoming and/or --websocket", file=sys.stderr)
+        return 2
+    server = VadServer(model, config)
+    anyio.run(run_until_signal, server, backend=args.backend)
+    return 0
+
+
+async def run_until_signal(server: Any) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully; prints the bound addresses."""
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    server.log.info("serve.signal", signal=signal.Signals(signum).name)
+                    server.shutdown()
+                    return
+
+        async def serve(*, task_status: Any) -> None:
+            await server.serve(task_status=task_status)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch_signals)
+        addresses = await tg.start(serve)
+        scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
+        shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in addresses.items())
+        print(f"asyncjit serve: {server.model.name} listening {shown}", flush=True)
