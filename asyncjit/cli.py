@@ -41,14 +41,15 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     try:
         from .serve._cli import add_commands
     except ImportError as exc:
+        why = str(exc)
         missing = sub.add_parser("serve", help="(needs: pip install 'asyncjit[serve]')")
-        missing.set_defaults(func=lambda _a: _missing_extra("serve", exc))
+        missing.set_defaults(func=lambda _a: _missing_extra("serve", why))
         return
     add_commands(sub)
 
 
-def _missing_extra(extra: str, exc: ImportError) -> int:
-    print(f"asyncjit: error: {exc}; install it with: pip install 'asyncjit[{extra}]'", file=sys.stderr)
+def _missing_extra(extra: str, why: str) -> int:
+    print(f"asyncjit: error: {why}; install it with: pip install 'asyncjit[{extra}]'", file=sys.stderr)
     return 2
 
 

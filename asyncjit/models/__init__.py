@@ -14,6 +14,11 @@ from ._audio import chunk_samples as chunk_samples
 from ._audio import context_samples as context_samples
 from ._audio import read_wav as read_wav
 from ._ort import OnnxRuntimeVad as OnnxRuntimeVad
+from ._pcm import PCM_ENCODINGS as PCM_ENCODINGS
+from ._pcm import PcmConverter as PcmConverter
+from ._pcm import PcmFormat as PcmFormat
+from ._speech_tracker import SpeechEdge as SpeechEdge
+from ._speech_tracker import SpeechTracker as SpeechTracker
 from ._timestamps import SpeechSegment as SpeechSegment
 from ._timestamps import speech_timestamps as speech_timestamps
 
@@ -21,6 +26,11 @@ __all__ = [
     "SAMPLE_RATES",
     "AudioFormatError",
     "OnnxRuntimeVad",
+    "PCM_ENCODINGS",
+    "PcmConverter",
+    "PcmFormat",
+    "SpeechEdge",
+    "SpeechTracker",
     "SpeechSegment",
     "check_chunk",
     "check_sample_rate",

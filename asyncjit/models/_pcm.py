@@ -25,7 +25,12 @@ PCM_ENCODINGS = ("s8", "s16le", "s32le", "f32le")
 MIN_RATE, MAX_RATE = 4000, 384000
 MAX_CHANNELS = 32
 
-_DTYPES = {"s8": np.dtype("i1"), "s16le": np.dtype("<i2"), "s32le": np.dtype("<i4"), "f32le": np.dtype("<f4")}
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "s8": np.dtype("i1"),
+    "s16le": np.dtype("<i2"),
+    "s32le": np.dtype("<i4"),
+    "f32le": np.dtype("<f4"),
+}
 _WIDTH_ENCODING = {1: "s8", 2: "s16le", 4: "s32le"}
 
 
@@ -50,7 +55,7 @@ class PcmFormat:
 
     @property
     def frame_bytes(self) -> int:
-        return _DTYPES[self.encoding].itemsize * self.channels
+        return int(_DTYPES[self.encoding].itemsize) * self.channels
 
     def checked(self) -> PcmFormat:
         """This format if it is one a converter can take.
@@ -88,7 +93,7 @@ class PcmConverter:
         self._rest = b""
         self._resampler: Any = None
         if source.rate != rate:
-            import soxr
+            import soxr  # type: ignore[import-untyped]
 
             self._resampler = soxr.ResampleStream(source.rate, rate, 1, dtype="float32")
 
@@ -101,6 +106,7 @@ class PcmConverter:
         if not whole:
             return np.zeros(0, np.float32)
         pcm = np.frombuffer(data, self._dtype, count=whole // self._dtype.itemsize)
+        samples: npt.NDArray[np.float32]
         if self.source.channels > 1:
             samples = pcm.reshape(-1, self.source.channels).mean(axis=1, dtype=np.float32)
         else:
@@ -111,11 +117,15 @@ class PcmConverter:
             raise AudioFormatError("float32 PCM holds NaN or inf samples")
         if self._resampler is None:
             return samples
-        return np.asarray(self._resampler.resample_chunk(samples), np.float32)
+        out: npt.NDArray[np.float32] = np.asarray(self._resampler.resample_chunk(samples), np.float32)
+        return out
 
     def flush(self) -> npt.NDArray[np.float32]:
         """The resampler's last samples at the end of the stream (a partial frame is dropped)."""
         self._rest = b""
         if self._resampler is None:
             return np.zeros(0, np.float32)
-        return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32)
+        tail: npt.NDArray[np.float32] = np.asarray(
+            self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32
+        )
+        return tail

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from ._speech_tracker import SpeechEdge, SpeechTracker
+from ._speech_tracker import SpeechTracker
 
-__all__ = ["SpeechEdge", "SpeechSegment", "SpeechTracker", "speech_timestamps"]
+__all__ = ["SpeechSegment", "speech_timestamps"]
 
 
 @attrs.frozen

@@ -43,11 +43,16 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--state", metavar="IN:OUT", help="the ONNX model's state input:output names")
     p.add_argument("--sample-rate", type=int, default=16000, help="the model's rate, 16000 or 8000")
     p.add_argument(
-        "--wyoming", default="tcp://127.0.0.1:10400", metavar="tcp://HOST:PORT", help="Wyoming listener ('' off)"
+        "--wyoming",
+        default="tcp://127.0.0.1:10400",
+        metavar="tcp://HOST:PORT",
+        help="Wyoming listener ('' off)",
     )
     p.add_argument("--websocket", default="", metavar="ws://HOST:PORT", help="WebSocket + HTTP listener")
     p.add_argument("--metrics", default="", metavar="[HOST]:PORT", help="Prometheus /metrics and /health")
-    p.add_argument("--max-streams", type=int, default=1024, help="connections streaming at once (default 1024)")
+    p.add_argument(
+        "--max-streams", type=int, default=1024, help="connections streaming at once (default 1024)"
+    )
     p.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without input before closing")
     p.add_argument("--write-timeout", type=float, default=10.0, help="seconds a client may not read")
     p.add_argument("--grace", type=float, default=3.0, help="seconds to drain at shutdown before cancelling")
@@ -79,9 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, args.log_level.upper())),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
-    model = load_model(
-        args.model, sample_rate=args.sample_rate, model_path=args.model_path, state=args.state
-    )
+    model = load_model(args.model, sample_rate=args.sample_rate, model_path=args.model_path, state=args.state)
     try:
         config = ServeConfig(
             wyoming=args.wyoming or None,

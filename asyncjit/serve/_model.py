@@ -56,7 +56,7 @@ def load_model(
         return _onnx_model(model_path, state, sample_rate)
     if name != "silero-vad":
         raise ModelFormatError(f"unknown model {name!r}; built in: 'silero-vad' (or --model-path X.onnx)")
-    from ..models import chunk_samples, check_sample_rate
+    from ..models import check_sample_rate, chunk_samples
     from ..models.silero_vad import load_weights, vad_mux
 
     rate = check_sample_rate(sample_rate)

@@ -138,18 +138,20 @@ class VadServer:
                 self._mux = mux
                 async with anyio.create_task_group() as conns:
                     async with anyio.create_task_group() as accepting:
-                        for listener, cls in listeners:
-                            accepting.start_soon(listener.serve, partial(self._handle, cls), conns)
+                        for bound_listener, conn_cls in listeners:
+                            accepting.start_soon(bound_listener.serve, partial(self._handle, conn_cls), conns)
                         accepting.start_soon(self._sweep)
-                        self.log.info("serve.listening", **{k: f"{h}:{p}" for k, (h, p) in self.addresses.items()})
+                        self.log.info(
+                            "serve.listening", **{k: f"{h}:{p}" for k, (h, p) in self.addresses.items()}
+                        )
                         task_status.started(dict(self.addresses))
                         await self._stop.wait()
                         accepting.cancel_scope.cancel()
                     await self._drain(conns)
         finally:
-            for listener, _ in listeners:
+            for opened, _ in listeners:
                 with anyio.CancelScope(shield=True):
-                    await listener.aclose()
+                    await opened.aclose()
             self._mux = None
             self.log.info("serve.stopped")
 
@@ -175,8 +177,8 @@ class VadServer:
     # -- connections -----------------------------------------------------------------------
     async def _handle(self, cls: type[Connection], stream: anyio.abc.SocketStream) -> None:
         try:
-            host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
-            peer = f"{host}:{port}"
+            address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+            peer = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
         except (OSError, anyio.TypedAttributeLookupError, ValueError):
             peer = "?"
         conn = cls(self, stream, peer)
@@ -262,4 +264,3 @@ def _version() -> str:
         return version("asyncjit")
     except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
         return "0"
-

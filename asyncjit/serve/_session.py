@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import structlog
 
 from ..errors import AudioFormatError, JitError
 from ..models._pcm import PcmConverter, PcmFormat
@@ -38,6 +37,9 @@ OUTBOX_ITEMS = 16
 """Messages (each up to one client message's chunks) a connection holds between reader and responder."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
+
+LINGER = 0.5
+"""Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
 
@@ -106,7 +108,8 @@ class Connection:
         raise NotImplementedError
 
     async def opening(self) -> None:
-        """Anything the protocol sends or reads before the read loop (a handshake)."""
+        """Anything the protocol sends or reads before the read loop (a handshake, admission);
+        it sends through the outbox (``put((RAW, data))``), as the responder already runs."""
 
     # -- the reader's side -----------------------------------------------------------------
     def end(self, code: str, message: str) -> None:
@@ -244,6 +247,8 @@ class Connection:
             with self.scope:
                 await self._run()
         finally:
+            self._send.close()
+            self._recv.close()
             for stream in list(self._streams):
                 self._close_stream(stream)
             code, message = self.reason or ("internal_error", "cancelled")
@@ -255,22 +260,40 @@ class Connection:
                 seconds=round(time.monotonic() - self._t0, 3),
                 messages=self.received,
             )
+            with anyio.CancelScope(shield=True), anyio.move_on_after(LINGER):
+                await self._linger()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await self.stream.aclose()
+
+    async def _linger(self) -> None:
+        """Half-close, then read and drop what the client still sends until it closes too: closing
+        a socket with unread input makes the kernel reset it, and the client could lose the close
+        reason we just sent."""
+        try:
+            await self.stream.send_eof()
+            while await self.stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
 
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
             try:
                 with self.read_scope:
-                    await self.opening()
                     tg.start_soon(self._respond)
+                    await self.opening()
                     await self.read_loop()
                     self.end("done", "the client closed the connection")
                 if self.reason is None:  # cancelled from outside: shutdown, idle or slow reader set it
                     self.reason = ("internal_error", "the reader was cancelled")
             except ClientError as exc:
                 self.end(exc.code, exc.message)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except (
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
                 self.end("done", "the client went away")
             except JitError as exc:
                 self.log.warning("connection.failed", error=str(exc))

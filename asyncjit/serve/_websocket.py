@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.datastructures import Headers
 from websockets.exceptions import PayloadTooBig
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
@@ -87,39 +87,45 @@ class WebSocketConnection(Connection):
                 pending = b"".join(proto.data_to_send())
                 if not pending:
                     pending = self._plain(proto, 400, b"not an HTTP request\n")
-                await self.stream.send(pending)
+                await self.put((RAW, pending))
                 raise ClientError("bad_frame", f"not an HTTP request ({proto.handshake_exc})")
         assert request is not None
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if self.http_only or not upgrade:
             proto.send_response(HttpConnection.answer(self.server, request))
-            await self.stream.send(b"".join(proto.data_to_send()))
+            await self.put((RAW, b"".join(proto.data_to_send())))
             self.quiet = True
             raise ClientError("done", f"HTTP {request.path}")
         response = proto.accept(request)
         proto.send_response(response)
         handshake = b"".join(proto.data_to_send())
         if response.status_code != 101:
-            await self.stream.send(handshake)
+            await self.put((RAW, handshake))
             raise ClientError("bad_frame", f"WebSocket handshake refused ({response.status_code})")
-        self.write(handshake)
+        await self.put((RAW, handshake))
         self.server.admit(self)  # after the handshake, so a refusal can say why in a close frame
         query = parse_qs(urlsplit(request.path).query)
         self.probabilities = query.get("probabilities", ["0"])[0] in ("1", "true", "yes")
         model = self.server.model
-        self.send_json(hello_message(model.name, model.sample_rate, model.chunk_samples))
         self.default_format = PcmFormat(model.sample_rate)
+        await self.put(
+            (RAW, self._json_bytes(hello_message(model.name, model.sample_rate, model.chunk_samples)))
+        )
 
     @staticmethod
     def _plain(proto: ServerProtocol, status: int, body: bytes) -> bytes:
         return b"".join(proto.data_to_send()) or _serialize(_response(status, "text/plain", body))
 
     def send_json(self, message: dict[str, Any]) -> None:
+        self.write(self._json_bytes(message))
+
+    def _json_bytes(self, message: dict[str, Any]) -> bytes:
+        """``message`` as a text frame (nothing once the WebSocket is closing)."""
         proto = self.proto
-        if proto.state is State.OPEN:
-            proto.send_text(json.dumps(message).encode())
-            for data in proto.data_to_send():
-                self.write(data)
+        if proto.state is not State.OPEN:
+            return b""
+        proto.send_text(json.dumps(message).encode())
+        return b"".join(proto.data_to_send())
 
     async def read_loop(self) -> None:
         proto, stream = self.proto, self.stream
@@ -128,6 +134,8 @@ class WebSocketConnection(Connection):
             data = await stream.receive()
             proto.receive_data(data)
             for frame in proto.events_received():
+                if not isinstance(frame, Frame):
+                    continue
                 self.received += 1
                 op = frame.opcode
                 if op is Opcode.BINARY or (op is Opcode.CONT and text is None):

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from typing import Any
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+
+with (
+    warnings.catch_warnings()
+):  # wyoming.audio imports the stdlib's deprecated audioop (for its own converter)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, write_event
 from wyoming.info import Attribution, Describe, Info
@@ -38,7 +44,7 @@ __all__ = ["WyomingConnection", "encode_event", "info_event"]
 def encode_event(event: Event) -> bytes:
     """An event in Wyoming's wire format, written by the ``wyoming`` package itself."""
     buf = io.BytesIO()
-    write_event(event, buf)  # type: ignore[arg-type]
+    write_event(event, buf)
     return buf.getvalue()
 
 
@@ -134,7 +140,9 @@ class WyomingConnection(Connection):
             kind = event.type
             if AudioChunk.is_type(kind):
                 if fmt is None:
-                    raise ClientError("no_audio_start", "audio-chunk before audio-start; send audio-start first")
+                    raise ClientError(
+                        "no_audio_start", "audio-chunk before audio-start; send audio-start first"
+                    )
                 data = event.data
                 if (data.get("rate"), data.get("width"), data.get("channels")) != self._wire:
                     raise ClientError(
@@ -162,7 +170,9 @@ class WyomingConnection(Connection):
                 await self.finish()
                 fmt = None
             elif Describe.is_type(kind):
-                info = info_event(server.model.name, server.model.description, server.model.languages, server.version)
+                info = info_event(
+                    server.model.name, server.model.description, server.model.languages, server.version
+                )
                 await self.put((RAW, encode_event(info)))
             else:
                 self.log.debug("event.ignored", type=kind)
