@@ -140,10 +140,12 @@ class ModelFormatError(JitError, ValueError):
 
 
 class AudioFormatError(JitError, ValueError):
-    """Audio a model cannot take: an unreadable, empty, truncated, stereo or non-16-bit WAV file,
-    an unsupported sample rate, or samples that are NaN or infinite.
+    """Audio a model cannot take: a file that is empty, not audio, truncated or ends in a partial
+    frame, an unsupported sample rate, a chunk of the wrong size, or samples that are NaN or
+    infinite. The message names the file (or chunk) and says how to fix it.
 
-    The message says how to convert the input (usually a ``sox`` command).
+    A path that cannot be opened at all raises the builtin ``OSError`` subclass instead
+    (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``), as ``open()`` does.
     """
 
 
