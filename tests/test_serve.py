@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from serve_helpers import (
+    ThreadServer,
     close_writer,
     model,
     read_wyoming,
@@ -37,7 +38,8 @@ from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 from wyoming.ping import Ping
 
-from asyncjit.models import PcmConverter, PcmFormat, read_wav, speech_sample_path
+from asyncjit.audio import PcmConverter, PcmFormat
+from asyncjit.models import read_wav, speech_sample_path
 from asyncjit.models.silero_vad import SileroVad
 
 pytestmark = pytest.mark.timeout(120)
@@ -346,19 +348,50 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
         assert all(e["type"] in ("pong", "voice-started", "voice-stopped", "error") for e in events)
 
 
-def test_cli_model_path_is_a_clear_error_until_the_onnx_importer_exists() -> None:
-    """``--model-path`` without ``asyncjit.onnx.recurrent_step`` fails with a message, exit 2."""
-    import importlib.util
-
-    if importlib.util.find_spec("asyncjit.onnx") is not None:
-        import asyncjit.onnx as onnx_pkg
-
-        if hasattr(onnx_pkg, "recurrent_step"):
-            pytest.skip("the ONNX importer is installed; --model-path is served (tested elsewhere)")
-    proc = _cli("--model-path", "x.onnx", "--state", "state:stateN")
+def test_cli_model_path_errors_are_clear() -> None:
+    """``--model-path`` to a missing file, or without ``in:out`` state pairs: a message, exit 2."""
+    proc = _cli("--model-path", "missing.onnx", "--state", "state:stateN")
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert "asyncjit.onnx.recurrent_step" in err
+    assert proc.returncode == 2 and "no such file" in err
+    path = silero_onnx_path()
+    proc = _cli("--model-path", str(path), "--state", "state")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "input:output pairs" in err
+
+
+def silero_onnx_path() -> str:
+    from asyncjit.models._onnx_weights import package_data_file
+
+    return str(
+        package_data_file("silero_vad", "data/silero_vad_16k_op15.onnx", "pip install --no-deps silero-vad")
+    )
+
+
+def test_model_path_serves_a_recurrent_onnx_model() -> None:
+    """``--model-path`` + ``--state``: the Silero ONNX file, imported by ``asyncjit.onnx`` and
+    stepped through ``recurrent_step``, gives the same edges as the built-in model."""
+    from asyncjit.serve import ServeConfig, VadServer, load_model
+
+    pytest.importorskip("onnx")
+    onnx_model = load_model(
+        model_path=silero_onnx_path(),
+        state="state:stateN",
+        context=64,
+        dims={"sequence": 576},
+        values={"sr": 16000},
+        max_streams=4,
+    )
+    assert onnx_model.chunk_samples == 512
+    srv = ThreadServer.__new__(ThreadServer)
+    ThreadServer.__init__(srv, "asyncio", max_streams=4)
+    srv.server = VadServer(onnx_model, ServeConfig(wyoming="tcp://127.0.0.1:0", max_streams=4))
+    srv.start()
+    try:
+        events = asyncio.run(wyoming_stream(srv.port("wyoming"), speech_pcm()))
+        wait_until_clean(srv)
+    finally:
+        srv.stop()
+    assert_edges_match(edges_of(events), reference_edges())
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -15,9 +15,6 @@ from ._audio import context_samples as context_samples
 from ._audio import read_audio as read_audio
 from ._audio import read_wav as read_wav
 from ._ort import OnnxRuntimeVad as OnnxRuntimeVad
-from ._pcm import PCM_ENCODINGS as PCM_ENCODINGS
-from ._pcm import PcmConverter as PcmConverter
-from ._pcm import PcmFormat as PcmFormat
 from ._speech_tracker import SpeechEdge as SpeechEdge
 from ._speech_tracker import SpeechTracker as SpeechTracker
 from ._timestamps import SpeechSegment as SpeechSegment
@@ -27,9 +24,6 @@ __all__ = [
     "SAMPLE_RATES",
     "AudioFormatError",
     "OnnxRuntimeVad",
-    "PCM_ENCODINGS",
-    "PcmConverter",
-    "PcmFormat",
     "SpeechEdge",
     "SpeechTracker",
     "SpeechSegment",

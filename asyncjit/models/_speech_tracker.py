@@ -86,6 +86,7 @@ class SpeechTracker:
         self._prev_end = self._next_start = 0  # split points for segments that reach the maximum length
         self._possible_ends: list[tuple[int, int]] = []
         self._announced = False  # a start edge was reported for the open segment
+        self._reported_start = 0
         self._last_end = 0  # the padded end of the last reported segment (starts never go before it)
         self._edges: list[SpeechEdge] = []
 
@@ -114,8 +115,12 @@ class SpeechTracker:
         if cur and length - cur["start"] > self.min_speech_samples:
             cur["end"] = length
             self._close(cur, length)
-        elif self._announced:  # cannot happen with a consistent length; never leave a start open
-            self._close({"start": cur.get("start", 0), "end": length}, length)
+        elif self._announced:
+            # The start was reported assuming the audio fills its last chunk; it ended inside
+            # it, leaving the segment just too short for ``speeches``. Never leave a start open.
+            end = min(int(length + self.speech_pad_samples), length)
+            self._edges.append(SpeechEdge("end", max(end, self._reported_start), self.sample_rate))
+            self._announced = False
         self._current = {}
         self._triggered = False
         return self._edges
@@ -124,6 +129,7 @@ class SpeechTracker:
         padded = max(0, int(start - self.speech_pad_samples), self._last_end)
         self._edges.append(SpeechEdge("start", padded, self.sample_rate))
         self._announced = True
+        self._reported_start = padded
 
     def _close(self, segment: dict[str, int], limit: int | None = None) -> None:
         """Append a finished segment and report its end (and its start, if not yet reported)."""
@@ -133,6 +139,7 @@ class SpeechTracker:
         end = int(segment["end"] + self.speech_pad_samples)
         if limit is not None:
             end = min(end, limit)
+        end = max(end, self._reported_start)  # a start pushed past its neighbour's padded end
         self._edges.append(SpeechEdge("end", end, self.sample_rate))
         self._last_end = end
         self._announced = False

@@ -37,10 +37,24 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--model-path",
         metavar="X.onnx",
-        help="a recurrent ONNX model, served through asyncjit.onnx.recurrent_step (the ONNX importer; "
-        "an error until it is installed)",
+        help="a recurrent ONNX model, served through asyncjit.onnx.recurrent_step (with --state, "
+        "--context, --dim, --value; its output's first element is the speech probability)",
     )
-    p.add_argument("--state", metavar="IN:OUT", help="the ONNX model's state input:output names")
+    p.add_argument(
+        "--state",
+        metavar="IN:OUT[,IN:OUT]",
+        help="the ONNX model's state inputs and the outputs feeding them",
+    )
+    p.add_argument("--context", type=int, default=0, help="ONNX: samples of the last chunk put before each")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N|LO:HI",
+        help="ONNX: a symbolic dim's size/bounds",
+    )
+    p.add_argument("--value", action="append", default=[], metavar="NAME=V", help="ONNX: an input fixed to V")
+    p.add_argument("--batch-dim", default="batch", help="ONNX: the chunk input's batch dim (default: batch)")
     p.add_argument("--sample-rate", type=int, default=16000, help="the model's rate, 16000 or 8000")
     p.add_argument(
         "--wyoming",
@@ -68,6 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
     import structlog
 
+    from ..errors import JitError
     from ._model import load_model
     from ._server import ServeConfig, VadServer
 
@@ -84,7 +99,24 @@ def _serve(args: argparse.Namespace) -> int:
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, args.log_level.upper())),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
-    model = load_model(args.model, sample_rate=args.sample_rate, model_path=args.model_path, state=args.state)
+    try:
+        model = load_model(
+            args.model,
+            sample_rate=args.sample_rate,
+            model_path=args.model_path,
+            state=args.state,
+            context=args.context,
+            dims=dict(_assignment(d, "--dim", _dim) for d in args.dim),
+            values=dict(_assignment(v, "--value", _number) for v in args.value),
+            batch_dim=args.batch_dim,
+            max_streams=args.max_streams,
+            max_batch_size=args.max_batch_size,
+        )
+    except ValueError as exc:
+        if isinstance(exc, JitError):
+            raise
+        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
+        return 2
     try:
         config = ServeConfig(
             wyoming=args.wyoming or None,
@@ -106,6 +138,25 @@ def _serve(args: argparse.Namespace) -> int:
     server = VadServer(model, config)
     anyio.run(run_until_signal, server, backend=args.backend)
     return 0
+
+
+def _assignment(text: str, flag: str, parse: Any) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not (sep and name and value):
+        raise ValueError(f"{flag} takes NAME=VALUE, got {text!r}")
+    return name, parse(value)
+
+
+def _dim(text: str) -> int | tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    return (int(lo), int(hi)) if sep else int(text)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 async def run_until_signal(server: Any) -> None:

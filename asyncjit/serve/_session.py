@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from ..audio import PcmConverter, PcmFormat
 from ..errors import AudioFormatError, JitError
-from ..models._pcm import PcmConverter, PcmFormat
 from ..models._speech_tracker import SpeechEdge, SpeechTracker
 from ..scheduler import MuxStream, Rechunker
 from ._errors import ClientError

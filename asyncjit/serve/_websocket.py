@@ -24,8 +24,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from ..audio import PCM_ENCODINGS, PcmFormat
 from ..errors import AudioFormatError
-from ..models._pcm import PCM_ENCODINGS, PcmFormat
 from ..models._speech_tracker import SpeechEdge
 from ._errors import CLOSE_CODES, ClientError
 from ._session import MAX_MESSAGE_BYTES, PING, RAW, Connection, Utterance

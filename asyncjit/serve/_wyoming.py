@@ -32,8 +32,8 @@ from wyoming.info import Attribution, Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.vad import VoiceStarted, VoiceStopped
 
+from ..audio import PcmFormat
 from ..errors import AudioFormatError
-from ..models._pcm import PcmFormat
 from ..models._speech_tracker import SpeechEdge
 from ._errors import ClientError
 from ._session import MAX_MESSAGE_BYTES, PING, RAW, Connection, Utterance

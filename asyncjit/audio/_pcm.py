@@ -2,9 +2,8 @@
 
 Network clients send interleaved integer PCM in pieces that need not end on a frame (Wyoming
 says "rate, width, channels"; a browser sends float32 at 44.1 or 48 kHz). The converter keeps the
-odd bytes between pieces, mixes the channels down by their mean, and resamples with ``soxr``'s
-streaming resampler (the ``audio`` extra), so a stream cut into pieces gives the same samples as
-the whole. No resampler runs when the rates already match.
+odd bytes between pieces and hands whole frames to ``AudioConverter`` (downmix by the mean,
+``soxr``'s streaming resampler), so a stream cut into pieces gives the same samples as the whole.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import AudioFormatError
+from ._convert import AudioConverter
 
 __all__ = ["PCM_ENCODINGS", "PcmConverter", "PcmFormat"]
 
@@ -79,23 +79,22 @@ class PcmFormat:
 class PcmConverter:
     """Bytes of ``source`` PCM in, float32 mono samples at ``rate`` out, piece by piece.
 
+    The bytes layer of ``AudioConverter`` (which does the conversion and the resampling): a piece
+    may end inside a frame; that partial frame waits for the next piece.
+
     Raises:
         AudioFormatError: a bad ``source`` (see ``PcmFormat.checked``), or NaN/inf float samples.
-        ModuleNotFoundError: resampling is needed and ``soxr`` is not installed (the ``audio`` extra).
+        ImportError: resampling is needed and ``soxr`` is not installed (the ``audio`` extra).
     """
 
     def __init__(self, source: PcmFormat, rate: int) -> None:
         self.source = source.checked()
         self.rate = rate
         self._dtype = _DTYPES[source.encoding]
-        self._scale = 1.0 if source.encoding == "f32le" else float(2 ** (8 * self._dtype.itemsize - 1))
+        self._float = source.encoding == "f32le"
         self._frame = source.frame_bytes
         self._rest = b""
-        self._resampler: Any = None
-        if source.rate != rate:
-            import soxr  # type: ignore[import-untyped]
-
-            self._resampler = soxr.ResampleStream(source.rate, rate, 1, dtype="float32")
+        self._converter = AudioConverter(source.rate, rate, source.channels, source.encoding)
 
     def push(self, data: bytes) -> npt.NDArray[np.float32]:
         """Convert the next piece (any length; a partial frame waits for the next piece)."""
@@ -106,26 +105,12 @@ class PcmConverter:
         if not whole:
             return np.zeros(0, np.float32)
         pcm = np.frombuffer(data, self._dtype, count=whole // self._dtype.itemsize)
-        samples: npt.NDArray[np.float32]
-        if self.source.channels > 1:
-            samples = pcm.reshape(-1, self.source.channels).mean(axis=1, dtype=np.float32)
-        else:
-            samples = pcm.astype(np.float32)
-        if self._scale != 1.0:
-            samples *= np.float32(1.0 / self._scale)
-        elif not np.isfinite(samples).all():
+        if self._float and not np.isfinite(pcm).all():
             raise AudioFormatError("float32 PCM holds NaN or inf samples")
-        if self._resampler is None:
-            return samples
-        out: npt.NDArray[np.float32] = np.asarray(self._resampler.resample_chunk(samples), np.float32)
-        return out
+        channels = self.source.channels
+        return self._converter.push(pcm.reshape(-1, channels) if channels > 1 else pcm)
 
     def flush(self) -> npt.NDArray[np.float32]:
         """The resampler's last samples at the end of the stream (a partial frame is dropped)."""
         self._rest = b""
-        if self._resampler is None:
-            return np.zeros(0, np.float32)
-        tail: npt.NDArray[np.float32] = np.asarray(
-            self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32
-        )
-        return tail
+        return self._converter.flush()
