@@ -26,7 +26,7 @@ def _no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_ort(
-    op: str, inputs: list[np.ndarray], attrs: dict[str, Any], outs: list[np.dtype[Any]], opset: int = 19
+    op: str, inputs: list[np.ndarray], attrs: dict[str, Any], outs: list[Any], opset: int = 19
 ) -> list[np.ndarray]:
     """One ONNX node run by ONNX Runtime on one thread."""
     names = [f"i{k}" for k in range(len(inputs))]
@@ -246,7 +246,7 @@ def test_topk_and_take_along_axis(largest: bool) -> None:
     check_compiled(ti.topk(4, -1, largest), [ti], [xi])
     idx = RNG.integers(-2, 9, (3, 4)).astype(np.int64)  # out of range clamps, like gather
     it = Tensor.placeholder(idx.shape, np.int64, "idx")
-    got = check_compiled(xt.take_along_axis(it, 1), [xt, it], [x, idx])[0]
-    np.testing.assert_array_equal(got, np.take_along_axis(x, np.clip(idx, 0, 6), 1))
+    taken = check_compiled(xt.take_along_axis(it, 1), [xt, it], [x, idx])[0]
+    np.testing.assert_array_equal(taken, np.take_along_axis(x, np.clip(idx, 0, 6), 1))
     with pytest.raises(TensorError, match="exceed"):
         Tensor.placeholder((3, Var("s", 1, 9)), np.float32).topk(2)
