@@ -103,6 +103,8 @@ class WyomingConnection(Connection):
             if reader.buffer:
                 raise ClientError("bad_frame", "the connection ended in the middle of a header") from None
             return None
+        if len(line) > MAX_MESSAGE_BYTES:  # found in the read that crossed the limit
+            raise ClientError("too_large", f"a header line is over {MAX_MESSAGE_BYTES} bytes")
         try:
             header = json.loads(line)
         except ValueError:
