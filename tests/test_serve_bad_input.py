@@ -26,7 +26,7 @@ from serve_helpers import (
 pytest.importorskip("wyoming")
 pytest.importorskip("websockets")
 
-from test_serve import assert_edges_match, edges_of, reference_edges, wyoming_stream  # noqa: E402
+from test_serve import assert_edges_match, edges_of, reference_edges, wyoming_stream
 
 pytestmark = pytest.mark.timeout(120)
 START = {"rate": 16000, "width": 2, "channels": 1}
@@ -87,7 +87,10 @@ WYOMING_CASES: dict[str, tuple[list[bytes], str]] = {
     ),
     "audio-stop before audio-start": ([wyoming_frame("audio-stop")], "no_audio_start"),
     "chunk format differs from audio-start": (
-        [wyoming_frame("audio-start", START), wyoming_frame("audio-chunk", {**START, "rate": 8000}, b"\0\0" * 64)],
+        [
+            wyoming_frame("audio-start", START),
+            wyoming_frame("audio-chunk", {**START, "rate": 8000}, b"\0\0" * 64),
+        ],
         "bad_audio",
     ),
 }
@@ -116,7 +119,12 @@ def test_wyoming_disconnect_mid_chunk_leaks_nothing(server: ThreadServer) -> Non
 
     before = closes()
     header = b'{"type": "audio-chunk", "data": {"rate": 16000, "width": 2, "channels": 1}, "payload_length": 4096}\n'
-    parts = [wyoming_frame("audio-start", START), wyoming_frame("audio-chunk", START, b"\1\0" * 3000), header, b"\0" * 100]
+    parts = [
+        wyoming_frame("audio-start", START),
+        wyoming_frame("audio-chunk", START, b"\1\0" * 3000),
+        header,
+        b"\0" * 100,
+    ]
     run_beside_a_good_stream(server, lambda: wyoming_raw(server, *parts, close_after=True))
     assert closes() == before + 1
 

@@ -38,7 +38,7 @@ OUTBOX_ITEMS = 16
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
-LINGER = 0.5
+LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
@@ -260,7 +260,7 @@ class Connection:
                 seconds=round(time.monotonic() - self._t0, 3),
                 messages=self.received,
             )
-            with anyio.CancelScope(shield=True), anyio.move_on_after(LINGER):
+            with anyio.move_on_after(LINGER):  # not shielded: a shutdown's grace period cuts it
                 await self._linger()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await self.stream.aclose()
