@@ -41,9 +41,9 @@ from typing import Any
 
 import attrs
 import numpy as np
-import structlog
 
 from . import dtypes as dt
+from ._log import get_logger
 from .dtypes import DType
 from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError, WouldBlock
 from .runtime import Buffer
@@ -62,7 +62,7 @@ from .tree import (
 
 __all__ = ["Jitted", "device_put", "jit"]
 
-_log = structlog.get_logger("asyncjit.jit")
+_log = get_logger("asyncjit.jit")
 
 DynamicSpec = Mapping[str, Mapping[int, tuple[str, int, int] | Var]]
 

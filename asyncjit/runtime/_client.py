@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from .._log import get_logger
 from ..compiler._executable import Executable
 from ..devices import Compiler, Deserializer, get_deserializer, get_device_kind
 from ..dtypes import DType, from_numpy
@@ -33,7 +33,7 @@ from ._memory import ALIGNMENT, MemorySpace
 
 __all__ = ["Client", "ClientStatistics", "default_client", "parse_devices"]
 
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 
 @attrs.frozen
