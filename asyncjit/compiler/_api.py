@@ -56,6 +56,12 @@ def _flops(lowered: Lowered) -> int:
         elif k.kind == "conv1d":
             w = n.inputs[1]
             total += 2 * numel * int(w.shape[1]) * int(w.shape[2])
+        elif k.kind == "conv":
+            w = n.inputs[1]
+            per = 1
+            for d in w.shape[1:]:
+                per *= int(d)
+            total += 2 * numel * per
         else:
             total += numel * (1 + len(k.fused))
     return total
