@@ -118,7 +118,7 @@ def test_wyoming_disconnect_mid_chunk_leaks_nothing(server: ThreadServer) -> Non
         )
 
     before = closes()
-    header = b'{"type": "audio-chunk", "data": {"rate": 16000, "width": 2, "channels": 1}, "payload_length": 4096}\n'
+    header = json.dumps({"type": "audio-chunk", "data": START, "payload_length": 4096}).encode() + b"\n"
     parts = [
         wyoming_frame("audio-start", START),
         wyoming_frame("audio-chunk", START, b"\1\0" * 3000),

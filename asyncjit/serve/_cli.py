@@ -73,32 +73,26 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-batch-size", type=int, default=None, help="streams per native call")
     p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
     p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")
-    p.add_argument("--log-format", choices=("console", "json"), default="console")
-    p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning"),
+        default=None,
+        help="asyncjit's log level on stderr (default info: a line per connection; -v/--log-json apply)",
+    )
     p.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import anyio
-    import structlog
 
     from ..errors import JitError
     from ._model import load_model
     from ._server import ServeConfig, VadServer
 
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if args.log_format == "json" else structlog.dev.ConsoleRenderer()
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, args.log_level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    if args.log_level is not None:  # a server logs its connections at info level unless told otherwise
+        logging.getLogger("asyncjit").setLevel(getattr(logging, args.log_level.upper()))
+    elif not args.verbose:
+        logging.getLogger("asyncjit").setLevel(logging.INFO)
     try:
         model = load_model(
             args.model,

@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 import attrs
-import structlog
 
+from .._log import get_logger
 from ..scheduler import StreamMux
 from ._errors import ConnectionRefused
 from ._metrics import CONTENT_TYPE, ServeMetrics
@@ -82,7 +82,7 @@ class VadServer:
         self.model = model
         self.config = config if config is not None else ServeConfig()
         self.metrics = ServeMetrics()
-        self.log = structlog.get_logger("asyncjit.serve")
+        self.log = get_logger("asyncjit.serve")
         self.conn_ids = itertools.count(1)
         self.conns: set[Connection] = set()
         self.admitted: set[Connection] = set()
