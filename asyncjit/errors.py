@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionTimeoutError",
+    "ArgumentCountError",
+    "ArgumentTypeError",
     "AudioFormatError",
     "BacklogFullError",
     "BufferDeletedError",
@@ -18,6 +20,7 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
     "JitError",
@@ -25,6 +28,7 @@ __all__ = [
     "ModelFormatError",
     "MuxClosedError",
     "NotPreparedError",
+    "ObjectCodeError",
     "OutputLayoutMismatchError",
     "ShapeMismatchError",
     "StaticArgumentError",
@@ -77,12 +81,24 @@ class VarBoundsError(TensorError):
     """A symbolic var was bound to a value outside its declared ``[min, max]``, or not bound."""
 
 
+class ArgumentCountError(ShapeMismatchError, TypeError):
+    """Your call passed more or fewer arguments (inputs, buffers, outputs) than the plan takes."""
+
+
+class ArgumentTypeError(JitError, TypeError):
+    """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
+
+
 class DeviceError(JitError):
     """A device or buffer operation failed (bad device, wrong memory space, closed client)."""
 
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DonateIndexError(DeviceError, IndexError):
+    """``donate=`` named an input that does not exist (out of range, or not an int)."""
 
 
 class ClosedError(DeviceError):
@@ -104,6 +120,13 @@ class CompileError(JitError):
     """Lowering or native compilation of a graph failed; this is asyncjit's bug or a limit."""
 
 
+class ObjectCodeError(CompileError):
+    """Object code (from the disk cache or a serialized executable) is malformed or for another host.
+
+    It is refused before LLVM's loader sees it; the cache treats it as a miss and recompiles.
+    """
+
+
 class CacheError(JitError):
     """The compile cache directory is unusable (for example writable by other users)."""
 
@@ -117,10 +140,12 @@ class ModelFormatError(JitError, ValueError):
 
 
 class AudioFormatError(JitError, ValueError):
-    """Audio a model cannot take: an unreadable, empty, truncated, stereo or non-16-bit WAV file,
-    an unsupported sample rate, or samples that are NaN or infinite.
+    """Audio a model cannot take: a file that is empty, not audio, truncated or ends in a partial
+    frame, an unsupported sample rate, a chunk of the wrong size, or samples that are NaN or
+    infinite. The message names the file (or chunk) and says how to fix it.
 
-    The message says how to convert the input (usually a ``sox`` command).
+    A path that cannot be opened at all raises the builtin ``OSError`` subclass instead
+    (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``), as ``open()`` does.
     """
 
 
