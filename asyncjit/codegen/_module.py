@@ -5,8 +5,8 @@ arena address, then the var values (``ArgLayout``). The entry point loads each s
 every kernel in order (invariant 4: one foreign call per replay).
 
 A plan with partitions run by a plugin's dispatch runtime is a sequence of segments: every run of
-CPU kernels between two dispatch calls gets its own entry point ``plan_seg<i>`` (one foreign call
-per CPU segment); the launcher calls the segments and the dispatch runtime in plan order.
+CPU kernels between two dispatch calls gets its own entry point (``plan``, then ``plan_seg<i>``; one
+foreign call per CPU segment); the launcher calls the segments and the dispatch runtime in plan order.
 """
 
 from __future__ import annotations
@@ -97,7 +97,10 @@ def segment_entries(n_segments: int, dispatched: bool) -> list[tuple[str, str]]:
     """(entry, profiled entry) symbol names of each CPU segment."""
     if not dispatched:
         return [(ENTRY, ENTRY_PROFILED)]
-    return [(f"{ENTRY}_seg{i}", f"{ENTRY}_seg{i}_profiled") for i in range(n_segments)]
+    return [
+        (ENTRY, ENTRY_PROFILED) if i == 0 else (f"{ENTRY}_seg{i}", f"{ENTRY}_seg{i}_profiled")
+        for i in range(n_segments)
+    ]
 
 
 def build_module(
@@ -129,6 +132,8 @@ def build_module(
     counter = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
     segments = cpu_segments(plan, plugins)
     names = segment_entries(len(segments), len(segments) != 1 or segments[0] != (0, len(plan.kernels)))
+    if not segments:  # every kernel dispatched: the (empty) entry still names the object's plan
+        segments, names = [(0, 0)], [(ENTRY, ENTRY_PROFILED)]
     for (start, stop), (entry, profiled) in zip(segments, names, strict=True):
         _emit_entry(module, entry, plan, memory, layout, vars, kernel_fns, None, start, stop)
         _emit_entry(module, profiled, plan, memory, layout, vars, kernel_fns, counter, start, stop)

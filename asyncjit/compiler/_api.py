@@ -19,7 +19,7 @@ from ._cost import kernel_infos
 from ._cpu import CpuExecutable
 from ._dispatch import BufferRef, DispatchCall, Payload
 from ._lower import Lowered, lower
-from ._partition import CompilerPlugin, plugin_identity, registered_plugins
+from ._partition import CompilerPlugin, plugin_identity, plugin_options, registered_plugins
 
 __all__ = ["as_node", "compile"]
 
@@ -61,7 +61,13 @@ def _dispatch_program(
     plugins: dict[str, CompilerPlugin] = {}
     for p, d in enumerate(lowered.dispatched):
         payloads.append(
-            Payload(d.plugin.name, plugin_identity(d.plugin), d.result.bytecode, d.result.entries)
+            Payload(
+                d.plugin.name,
+                plugin_identity(d.plugin),
+                d.result.bytecode,
+                d.result.entries,
+                plugin_options(d.plugin),
+            )
         )
         plugins[d.plugin.name] = d.plugin
         for part, entry in zip(d.partitions, d.result.entries, strict=True):

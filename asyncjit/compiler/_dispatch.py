@@ -66,6 +66,7 @@ class Payload:
     identity: tuple[Any, ...]
     bytecode: bytes
     entries: tuple[str, ...]
+    options: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
 
 class _Step:

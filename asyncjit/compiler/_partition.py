@@ -17,7 +17,7 @@ merged without a cycle, which is the maximality the property tests check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -76,6 +76,10 @@ class PluginKernel:
     ir_text: str
 
 
+def _names(entries: Iterable[str]) -> tuple[str, ...]:
+    return tuple(entries)
+
+
 @attrs.frozen
 class CompiledResult:
     """A plugin's compile output: one opaque ``bytecode`` blob and one entry name per partition.
@@ -85,7 +89,7 @@ class CompiledResult:
     """
 
     bytecode: bytes = attrs.field(converter=bytes)
-    entries: tuple[str, ...] = attrs.field(converter=tuple)
+    entries: tuple[str, ...] = attrs.field(converter=_names)
 
 
 @attrs.frozen
@@ -323,3 +327,17 @@ def plugin_identity(plugin: CompilerPlugin) -> tuple[Any, ...]:
         str(getattr(plugin, "version", "")),
         tuple(sorted((str(k), repr(v)) for k, v in options.items())),
     )
+
+
+def plugin_options(plugin: CompilerPlugin) -> dict[str, Any]:
+    """The plugin's JSON-representable options (what a serialized executable can recreate it with)."""
+    import json
+
+    out = {}
+    for k, v in (getattr(plugin, "options", None) or {}).items():
+        try:
+            json.dumps(v)
+        except TypeError:
+            continue
+        out[str(k)] = v
+    return out
