@@ -173,6 +173,7 @@ class CpuExecutable(Executable):
             raise ValueError(f"{len(self.kernels)} kernel records for {len(self.kernel_names)} kernels")
         self._flops = flops
         self._local = threading.local()
+        self.chosen_payload = ""  # the CPU payload a bundle load picked ("on-device": compiled here)
 
     def __repr__(self) -> str:
         return (

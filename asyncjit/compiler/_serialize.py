@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen._module import ArgLayout
-from ..codegen._target import host_target_key
+from ..codegen._target import LoadedObject, host_target_key
 from ..dtypes import from_numpy
 from ..errors import CompileError
 from ..symbolic import Var, from_json, to_json
@@ -30,7 +30,7 @@ from ._dispatch import BufferRef, DispatchCall, Payload
 from ._executable import ArgSpec, Signature
 from ._partition import CompilerPlugin, plugin_identity, registered_plugins
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "deserialize", "serialize_cpu"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "build_executable", "deserialize", "plan_metadata", "serialize_cpu"]
 
 MAGIC = b"AJITEXE\n"
 FORMAT_VERSION = 2  # 2: plans with dispatched plugin partitions (segments, calls, payloads)
@@ -106,6 +106,17 @@ def _plugin_for(p: Payload, given: Mapping[str, CompilerPlugin]) -> CompilerPlug
 
 
 def serialize_cpu(exe: CpuExecutable) -> bytes:
+    meta, consts = plan_metadata(exe)
+    mb = json.dumps(meta, sort_keys=True).encode()
+    cb = b"".join(c.tobytes() for c in consts)
+    body = (
+        MAGIC + _HEAD.pack(FORMAT_VERSION, len(mb), len(exe.object_code), len(cb)) + mb + exe.object_code + cb
+    )
+    return body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+
+
+def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Everything about a plan but its object code, as JSON, and its constants in order."""
     sig = exe.signature
     consts = [np.ascontiguousarray(c) for c in exe.consts]
     meta = {
@@ -146,12 +157,7 @@ def serialize_cpu(exe: CpuExecutable) -> bytes:
             }
             for p in exe.payloads
         ]
-    mb = json.dumps(meta, sort_keys=True).encode()
-    cb = b"".join(c.tobytes() for c in consts)
-    body = (
-        MAGIC + _HEAD.pack(FORMAT_VERSION, len(mb), len(exe.object_code), len(cb)) + mb + exe.object_code + cb
-    )
-    return body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+    return meta, consts
 
 
 def deserialize(data: bytes, plugins: Sequence[CompilerPlugin] = ()) -> CpuExecutable:
@@ -186,6 +192,14 @@ def deserialize(data: bytes, plugins: Sequence[CompilerPlugin] = ()) -> CpuExecu
         )
     obj = body[pre + mlen : pre + mlen + olen]
     raw = body[pre + mlen + olen :]
+    return build_executable(meta, obj, raw, plugins, load_code(meta["code_key"], obj))
+
+
+def build_executable(
+    meta: dict[str, Any], obj: bytes, raw: bytes, plugins: Sequence[CompilerPlugin], loaded: LoadedObject
+) -> CpuExecutable:
+    """A ``CpuExecutable`` from serialized metadata, its constants' bytes and loaded object code
+    (shared by ``deserialize`` and AOT bundles, which choose among several objects)."""
     consts = []
     pos = 0
     for c in meta["consts"]:
@@ -238,7 +252,7 @@ def deserialize(data: bytes, plugins: Sequence[CompilerPlugin] = ()) -> CpuExecu
         ir_text=meta["ir_text"],
         code_key=meta["code_key"],
         object_code=obj,
-        loaded=load_code(meta["code_key"], obj),
+        loaded=loaded,
         fixed={str(k): int(v) for k, v in meta["fixed"].items()},
         flops=int(meta["flops"]),
         kernels=[
