@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import structlog
 
 from .errors import JitError
+from .plugins._cli import add_commands as plugin_commands
 
 __all__ = ["main"]
 
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="multiplex N live streams of the audio through one StreamMux (default: one stream)",
     )
     demo.set_defaults(func=_demo)
-    __import__("asyncjit.plugins._cli", fromlist=["add_commands"]).add_commands(sub)
+    plugin_commands(sub)
     args = parser.parse_args(argv)
     previous = structlog.get_config()
     if not args.verbose:

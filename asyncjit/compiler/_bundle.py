@@ -33,7 +33,15 @@ from ._cpu import CpuExecutable
 from ._partition import CompilerPlugin
 from ._serialize import build_executable, plan_metadata
 
-__all__ = ["BundleError", "BundleInfo", "PSABI", "build_bundle", "bundle_info", "load_bundle", "object_for_cpu"]
+__all__ = [
+    "BundleError",
+    "BundleInfo",
+    "PSABI",
+    "build_bundle",
+    "bundle_info",
+    "load_bundle",
+    "object_for_cpu",
+]
 
 log = structlog.get_logger("asyncjit.bundle")
 
@@ -244,4 +252,3 @@ def load_bundle(source: bytes | str | Path, plugins: Sequence[CompilerPlugin] = 
     exe = build_executable(meta, obj, consts, plugins, loaded)
     exe.chosen_payload = "on-device"
     return exe
-

@@ -57,7 +57,9 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
         if not eq:
             raise CompileError(f"--option takes KEY=VALUE, got {p!r}")
         low = value.lower()
-        out[key] = True if low == "true" else False if low == "false" else int(value) if value.isdigit() else value
+        out[key] = (
+            True if low == "true" else False if low == "false" else int(value) if value.isdigit() else value
+        )
     return out
 
 
@@ -115,12 +117,15 @@ def _partition_cmd(args: argparse.Namespace) -> int:
         if shutil.which("dot") is None or path.suffix == ".dot":
             target = path if path.suffix == ".dot" else path.with_suffix(".dot")
             target.write_text(dot)
-            print(f"graphviz `dot` not installed: wrote {target} (text)" if target != path else f"wrote {path}")
+            print(
+                f"graphviz `dot` not installed: wrote {target} (text)" if target != path else f"wrote {path}"
+            )
         else:
-            with tempfile.NamedTemporaryFile("w", suffix=".dot", delete=False) as f:
-                f.write(dot)
+            with tempfile.NamedTemporaryFile("w", suffix=".dot", delete=False) as tmp:
+                tmp.write(dot)
             fmt = path.suffix.lstrip(".") or "svg"
-            subprocess.run(["dot", f"-T{fmt}", f.name, "-o", str(path)], check=True)
+            subprocess.run(["dot", f"-T{fmt}", tmp.name, "-o", str(path)], check=True)
+            Path(tmp.name).unlink()
             print(f"wrote {path}")
     return 0
 
@@ -162,7 +167,9 @@ def add_commands(sub: Any) -> None:
 
     q = sub.add_parser("partition", help="show how plugins partition a model, and why ops fall back")
     model_args(q)
-    q.add_argument("--out", metavar="FILE", help="draw the graph coloured by owner (.svg/.png via graphviz, .dot)")
+    q.add_argument(
+        "--out", metavar="FILE", help="draw the graph coloured by owner (.svg/.png via graphviz, .dot)"
+    )
     q.set_defaults(func=_partition_cmd)
 
     c = sub.add_parser("compile", help="compile a model ahead of time into a bundle (.ajx)")
@@ -171,4 +178,3 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--soc", help="the SoC/hardware model passed to the plugins")
     c.add_argument("--cpu", help="CPU targets, best first, e.g. native,x86-64-v3,x86-64-v2 (default: native)")
     c.set_defaults(func=_compile_cmd)
-
