@@ -168,7 +168,7 @@ class SegmentedLauncher:
         self._calls: list[Callable[[], None]] = [
             functools.partial(s[1][0], args) if s[0] == "cpu" else s[1] for s in steps
         ]
-        self._bound: tuple[Sequence[int], Sequence[int]] | None = None
+        self._bound: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     @property
     def _arena_addr(self) -> int:
@@ -182,12 +182,13 @@ class SegmentedLauncher:
         if values != base._last_values:
             base._args[base._var_slot : base._var_slot + len(values)] = values  # type: ignore[call-overload]
             base._last_values = values
-        if self._bound is None or self._bound[0] != addrs or self._bound[1] != values:
+        key = (tuple(addrs), tuple(values))
+        if key != self._bound:
             arena = self._arena_addr
             for kind, step in self._steps:
                 if kind == "dispatch":
                     step.bind(addrs, self._n_in, arena, values, self._names, self._exe.fixed)
-            self._bound = (list(addrs), list(values))
+            self._bound = key
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         self._prepare(addrs, values)
