@@ -24,8 +24,8 @@ from typing import Any
 
 import attrs
 import llvmlite.binding as llvm
-import structlog
 
+from .._log import get_logger
 from ..codegen._target import _initialize, host_target_key, optimize, parse_and_verify
 from ..errors import CompileError
 from ._cache import load_code
@@ -43,7 +43,7 @@ __all__ = [
     "object_for_cpu",
 ]
 
-log = structlog.get_logger("asyncjit.bundle")
+log = get_logger("asyncjit.bundle")
 
 MAGIC = b"AJBUNDL\n"
 BUNDLE_VERSION = 1

@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
-import structlog
-
+from .._log import get_logger
 from ..compiler._partition import CompilerPlugin
 from ..errors import CompileError
 
@@ -21,7 +20,7 @@ __all__ = ["GROUP", "PluginNotFoundError", "available_plugins", "get_plugin"]
 
 GROUP = "asyncjit.plugins"
 
-log = structlog.get_logger("asyncjit.plugins")
+log = get_logger("asyncjit.plugins")
 
 _BUILTIN = {
     "onnxruntime": "asyncjit.plugins._onnxruntime:OrtPlugin",
