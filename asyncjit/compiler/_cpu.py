@@ -163,7 +163,7 @@ class CpuExecutable(Executable):
         self.segment_addresses = tuple((loaded.address(e), _address_or_zero(loaded, p)) for e, p in names)
         self.entry_address = 0 if self.dispatch else loaded.address(ENTRY)
         try:
-            self.profiled_address = 0 if self.dispatch else loaded.address(ENTRY_PROFILED)
+            self.profiled_address = loaded.address(ENTRY_PROFILED)  # segmented: profile() handles it
             self._ticks_address = loaded.address(TICKS)
         except KeyError:  # object code from before the profiled entry existed
             self.profiled_address = self._ticks_address = 0

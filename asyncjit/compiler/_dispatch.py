@@ -143,7 +143,7 @@ class SegmentedLauncher:
         from ._cpu import CpuLauncher
 
         self._base = CpuLauncher(exe)
-        self._exe = exe
+        self._exe = self.exe = exe
         self._names = exe.signature.var_names
         self._n_in = exe.layout.n_inputs
         steps: list[tuple[str, Any]] = []
