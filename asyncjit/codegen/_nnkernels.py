@@ -21,7 +21,7 @@ from ._expr import linearize
 from ._index import i64
 from ._scalar import intrinsic
 from ._target import for_range
-from ._types import F16, F32, I1, I64, compute_type
+from ._types import F16, F32, I1, I64, compute_type, const
 
 if TYPE_CHECKING:
     from ..passes import Kernel
@@ -72,12 +72,13 @@ def _is_float(ty: ir.Type) -> bool:
     return isinstance(ty, ir.FloatType | ir.DoubleType | ir.HalfType)
 
 
-def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = False) -> ir.Value:
     """NaN-propagating float max/min (``llvm.maximum``), signed or unsigned int max/min."""
     if _is_float(x.type):
         sfx = "f64" if isinstance(x.type, ir.DoubleType) else "f32"
         return intrinsic(b, f"llvm.{'maximum' if op == 'max' else 'minimum'}.{sfx}", x.type, [x, y])
-    return b.select(b.icmp_signed(">" if op == "max" else "<", x, y), x, y)
+    cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+    return b.select(cmp(">" if op == "max" else "<", x, y), x, y)
 
 
 def emit_conv_loop(ctx: _Ctx, kernel: Kernel) -> None:
@@ -146,7 +147,7 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
     acc = ctx.alloca(acc_ty)
     cnt = ctx.alloca(I64)
     ident = reduce_identity("max", node.dtype) if mode == "max" else 0
-    ident_c = ir.Constant(acc_ty, float(ident) if _is_float(acc_ty) else int(ident))
+    ident_c = ir.Constant(acc_ty, float(ident)) if _is_float(acc_ty) else const(node.dtype, ident)
 
     def cell(idx: tuple[Dim, ...]) -> None:
         b.store(ident_c, acc)
@@ -168,7 +169,7 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
             v = _widen(b, em.load(x, (idx[0], idx[1], *atoms)), acc_ty)
             cur = b.load(acc, typ=acc_ty)
             if mode == "max":
-                b.store(b.select(valid, _max(b, "max", cur, v), cur), acc)
+                b.store(b.select(valid, _max(b, "max", cur, v, x.dtype.is_unsigned), cur), acc)
                 return
             b.store(b.fadd(cur, b.select(valid, v, ir.Constant(acc_ty, 0.0))), acc)
             hit = counted if include else valid
@@ -322,12 +323,12 @@ def emit_cumsum(ctx: _Ctx, kernel: Kernel) -> None:
     ctx.nest(_outer(node, axis), row)
 
 
-def _better(b: ir.IRBuilder, op: str, v: ir.Value, best: ir.Value, ties: bool) -> ir.Value:
+def _better(b: ir.IRBuilder, op: str, v: ir.Value, best: ir.Value, ties: bool, unsigned: bool) -> ir.Value:
     """Whether ``v`` displaces ``best``: strictly more extreme (or equal, with ``ties``); NaN is
     the most extreme float and the first NaN stays unless ``ties``."""
     if not _is_float(v.type):
         sym = (">" if op == "max" else "<") + ("=" if ties else "")
-        return b.icmp_signed(sym, v, best)
+        return (b.icmp_unsigned if unsigned else b.icmp_signed)(sym, v, best)
     sym = (">" if op == "max" else "<") + ("=" if ties else "")
     v_nan = b.fcmp_unordered("uno", v, v)
     best_ok = b.fcmp_ordered("ord", best, best)
@@ -353,7 +354,7 @@ def emit_argext(ctx: _Ctx, kernel: Kernel) -> None:
         def step(i: Index) -> None:
             v = _widen(b, em.value(x, _with(rest, axis, i)), vty)
             cur = b.load(best, typ=vty)
-            take = _better(b, op, v, cur, last)
+            take = _better(b, op, v, cur, last, x.dtype.is_unsigned)
             b.store(b.select(take, v, cur), best)
             b.store(b.select(take, em.dim(i), b.load(at, typ=I64)), at)
 
@@ -385,7 +386,7 @@ def emit_topk(ctx: _Ctx, kernel: Kernel) -> None:
     def worse(v: ir.Value, u: ir.Value) -> ir.Value:
         """``u`` ranks strictly below ``v`` (so ``v`` moves ahead of it)."""
         if not _is_float(vty):
-            return b.icmp_signed(">" if largest else "<", v, u)
+            return (b.icmp_unsigned if x.dtype.is_unsigned else b.icmp_signed)(">" if largest else "<", v, u)
         v_nan, u_nan = b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", u, u)
         if largest:
             return b.or_(b.and_(v_nan, b.not_(u_nan)), b.fcmp_ordered(">", v, u))
