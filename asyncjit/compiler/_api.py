@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
+from .._log import get_logger
 from ..errors import CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
@@ -22,7 +21,7 @@ from ._partition import registered_plugins
 
 __all__ = ["as_node", "compile"]
 
-log = structlog.get_logger("asyncjit.compiler")
+log = get_logger("asyncjit.compiler")
 
 _PLANS: collections.OrderedDict[Hashable, CpuExecutable] = collections.OrderedDict()
 _PLANS_MAX = 256
