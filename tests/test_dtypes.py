@@ -107,7 +107,8 @@ class TestPromotion:
             s, u = (a, b) if a.is_signed else (b, a)
             assert r.is_signed and r.itemsize >= s.itemsize
             if u != uint64:
-                assert np.iinfo(r.np).max >= np.iinfo(u.np).max and r.itemsize == max(s.itemsize, 2 * u.itemsize)
+                assert np.iinfo(r.np).max >= np.iinfo(u.np).max
+                assert r.itemsize == max(s.itemsize, 2 * u.itemsize)
 
     def test_mixed_signedness(self) -> None:
         """uint8 + int8 -> int16; uint32 + int32 -> int64; uint8 + int32 -> int32; uint64 + int8 -> int64."""
