@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -20,13 +21,23 @@ def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo, run_streams_demo
     from .runtime import default_client
 
-    try:
-        if args.streams:
-            run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
-        else:
-            run_demo(args.audio, compare=not args.no_compare)
-    finally:
-        default_client().close()  # drain now, under the demo's log level, not at interpreter exit
+    with contextlib.ExitStack() as stack:
+        if args.trace:
+            from .profiler import trace
+
+            recording = stack.enter_context(trace(args.trace))
+        try:
+            if args.streams:
+                run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
+            else:
+                run_demo(args.audio, compare=not args.no_compare)
+        finally:
+            default_client().close()  # drain now, under the demo's log level, not at interpreter exit
+    if args.trace:
+        kernels = recording.kernel_summary()
+        print(f"trace: {len(recording.events)} events in {args.trace} (open it in https://ui.perfetto.dev)")
+        for k in kernels[:5]:
+            print(f"  {k.plan}/{k.kernel}: {k.calls} calls, {k.mean_s * 1e6:.1f} us each")
     return 0
 
 
@@ -98,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         metavar="N",
         help="multiplex N live streams of the audio through one StreamMux (default: one stream)",
+    )
+    demo.add_argument(
+        "--trace",
+        metavar="OUT.json",
+        help="record a Chrome/Perfetto trace (device queues, kernels, mux batches, loop wake-ups)",
     )
     demo.set_defaults(func=_demo)
     for command in sub.choices.values():  # every subcommand, whoever registered it
