@@ -12,6 +12,7 @@ from typing import Any
 from . import __version__
 from ._log import JsonFormatter
 from .errors import JitError
+from .onnx import _cli as onnx_cli
 
 __all__ = ["main"]
 
@@ -116,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="record a Chrome/Perfetto trace (device queues, kernels, mux batches, loop wake-ups)",
     )
     demo.set_defaults(func=_demo)
+    onnx_cli.add_commands(sub)
     for command in sub.choices.values():  # every subcommand, whoever registered it
         _add_logging_options(command, top=False)
     args = parser.parse_args(argv)
