@@ -23,6 +23,7 @@ from asyncjit.compiler._bundle import (
     load_bundle,
     without_cpu,
 )
+from asyncjit.models import silero_vad as sv
 
 pytest.importorskip("onnxruntime", reason="the bundle holds onnxruntime-plugin bytecode")
 
@@ -143,5 +144,20 @@ def test_partition_and_plugins_commands(tmp_path: Path) -> None:
         "-> onnxruntime" in done.stdout and "gelu: onnxruntime: gelu has no ONNX translation" in done.stdout
     )
     assert "digraph" in (tmp_path / "g.dot").read_text()
+    onnx_file = Path(sv.default_model_path()).with_name("silero_vad_16k_op15.onnx")
+    done = _cli(
+        "partition",
+        str(onnx_file),
+        "--plugin",
+        "onnxruntime",
+        "--option",
+        "claim_all=true",
+        "--dims",
+        "batch=1:4",
+        "sequence=512:512",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "conv1d: onnxruntime: conv1d has no ONNX translation" in done.stdout
     bad = _cli("partition", "plugin_models:nope", cwd=tmp_path)
     assert bad.returncode == 2 and "cannot load" in bad.stderr

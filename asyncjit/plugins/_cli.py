@@ -23,17 +23,19 @@ __all__ = ["add_commands", "load_model"]
 _COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5")
 
 
-def load_model(spec: str) -> tuple[list[Any], list[Any], Any]:
-    """``(outputs, inputs, vars or None)`` for a MODEL argument.
+def load_model(spec: str, dims: Sequence[str] = ()) -> tuple[list[Any], list[Any], Any]:
+    """``(outputs, inputs, vars or None)`` for a MODEL argument (``dims``: an ONNX file's dim
+    bounds as ``asyncjit onnx``'s ``--dims`` takes them).
 
     Raises:
         CompileError: the spec names nothing loadable.
     """
     if spec.endswith(".onnx") or (":" not in spec and Path(spec).exists()):
         from .. import onnx as aj_onnx
+        from ..onnx._cli import parse_dims
         from ..tensor import Tensor
 
-        model = aj_onnx.load(spec)
+        model = aj_onnx.load(spec, parse_dims(list(dims)))
         outs = [v if isinstance(v, Tensor) else Tensor.const(v) for v in model.outputs_traced.values()]
         return outs, list(model.placeholders.values()), list(model.vars)
     module, _, func = spec.partition(":")
@@ -95,7 +97,7 @@ def _partition_cmd(args: argparse.Namespace) -> int:
     from ..graph import as_node
     from ..passes import Graph, optimize_graph
 
-    outs, ins, variables = load_model(args.model)
+    outs, ins, variables = load_model(args.model, args.dims or ())
     graph = optimize_graph(Graph.of([as_node(o) for o in outs], [as_node(i) for i in ins], variables))
     result = partition(graph, _chosen(args))
     print(f"{len(graph.nodes)} nodes, {len(result.partitions)} partitions")
@@ -146,7 +148,7 @@ def _compile_cmd(args: argparse.Namespace) -> int:
     from ..compiler import compile
     from ..compiler._bundle import build_bundle
 
-    outs, ins, variables = load_model(args.model)
+    outs, ins, variables = load_model(args.model, args.dims or ())
     exe = compile(outs, ins, variables, name=Path(args.model.split(":")[-1]).stem, plugins=_chosen(args))
     cpus = [c.strip() for c in args.cpu.split(",") if c.strip()] if args.cpu else ["native"]
     data = build_bundle(exe, cpus)
@@ -164,6 +166,9 @@ def add_commands(sub: Any) -> None:
         q.add_argument("model", help="an .onnx file or module:function returning (outputs, inputs)")
         q.add_argument("--plugin", action="append", help="a plugin to partition for (repeatable, in order)")
         q.add_argument("--option", action="append", metavar="KEY=VALUE", help="a plugin option (repeatable)")
+        q.add_argument(
+            "--dims", nargs="+", metavar="NAME=MIN:MAX", help="bounds of an ONNX model's symbolic dims"
+        )
 
     q = sub.add_parser("partition", help="show how plugins partition a model, and why ops fall back")
     model_args(q)
