@@ -31,6 +31,7 @@ __all__ = [
     "MuxClosedError",
     "NotPreparedError",
     "ObjectCodeError",
+    "OnnxImportError",
     "OutputLayoutMismatchError",
     "ShapeMismatchError",
     "StaticArgumentError",
@@ -39,6 +40,7 @@ __all__ = [
     "StreamClosedError",
     "StreamIdleError",
     "TensorError",
+    "UnsupportedOpError",
     "VarBoundsError",
     "WouldBlock",
 ]
@@ -193,3 +195,20 @@ class StepCancelledError(JitError):
 
 class WouldBlock(JitError):
     """Raised by ``X_nowait`` functions when ``X`` would have to wait."""
+
+
+class OnnxImportError(ModelFormatError):
+    """An ONNX file could not be imported: unreadable or truncated, an input dim without bounds,
+    a shape that depends on data, or a construct the importer cannot lower. The message names
+    the file and, where there is one, the node."""
+
+
+class UnsupportedOpError(OnnxImportError):
+    """An ONNX model uses ops (or op versions, or attributes) asyncjit has no lowering for.
+
+    ``nodes`` lists every offending ``(node name, op type, reason)``, all found at load time.
+    """
+
+    def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes

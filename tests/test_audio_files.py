@@ -247,3 +247,18 @@ def test_cli_demo_runs_every_common_format(tmp_path: Path) -> None:
             assert "2 channels mixed down to mono; resampled 44100 Hz to 16000 Hz" in run.stdout
         if name == "narrow_8k.wav":
             assert "8000 Hz" in run.stdout and "resampled" not in run.stdout
+
+
+def test_many_streams_example_takes_files(tmp_path: Path) -> None:
+    """``examples/many_streams.py a b`` serves one stream per file, in any format and rate."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "many_streams.py"
+    files = [_write_good(tmp_path, "stereo_44k.wav"), _write_good(tmp_path, "pcm24.flac")]
+    run = subprocess.run(
+        [sys.executable, str(example), *map(str, files), "--backend", "trio"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "\n2 streams, 32 chunks" in "\n" + run.stdout  # 0.5 s at 16 kHz: 16 chunks each
+    assert "stereo_44k.wav): 16 chunks" in run.stdout and "pcm24.flac): 16 chunks" in run.stdout

@@ -717,7 +717,7 @@ VAD = [
         "silero/batch_chunk",
         lambda e: e.vad()(np.zeros((2, 512), np.float32)),
         ShapeMismatchError,
-        "one chunk",
+        "one stream",
     ),
     Case(
         "silero/waveform_2d",

@@ -18,7 +18,6 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 import pytest
-import structlog
 
 import asyncjit.scheduler as sched
 from asyncjit.errors import DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
@@ -36,6 +35,7 @@ from asyncjit.scheduler import (
     run_unbatched,
     toy_step,
 )
+from asyncjit.testing import capture_events
 
 ZERO = np.zeros(4, np.float32)
 
@@ -556,7 +556,7 @@ def test_idle_timeout_raises_logs_and_frees_slot() -> None:
                 out.append(await fresh.step(chunks[2]))
 
     try:
-        with structlog.testing.capture_logs() as logs:
+        with capture_events() as logs:
             trio.run(main, clock=MockClock(autojump_threshold=0))
     finally:
         client.close()

@@ -8,6 +8,7 @@ reads; callers must not alias outputs with inputs). Loop trip counts are the run
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -17,12 +18,14 @@ from ..graph import Node, reduce_identity
 from ..passes import Kernel
 from ..passes._fusion import transposed_source
 from ..symbolic import Dim, Index, Var, prod, upper
+from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
+from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._scalar import intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
-from ._types import F16, F32, I64, PTR, VOID, compute_type, const, storage_type
+from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
 __all__ = ["emit_kernel", "scratch_bytes"]
 
@@ -37,6 +40,20 @@ def scratch_bytes(kernel: Kernel) -> int:
     if kernel.kind == "matmul" and (lib := matmul_library()) is not None:
         a, b = node.inputs
         return int(lib.matmul_scratch_bytes(upper(a.shape[-2]), upper(b.shape[-1]), upper(a.shape[-1])))
+    if kernel.kind == "conv" and _fast_conv(node):
+        x, w = node.inputs[0], node.inputs[1]
+        groups = node.attrs["groups"]
+        return int(
+            convnd_scratch_bytes(
+                cin=int(w.shape[1]) * groups,
+                cout=int(w.shape[0]),
+                ks=[int(d) for d in w.shape[2:]],
+                strides=node.attrs["strides"],
+                pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+                groups=groups,
+                p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
+            )
+        )
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
         x, w = node.inputs
         cout, cin_g, k = (int(d) for d in w.shape)
@@ -60,6 +77,11 @@ def scratch_bytes(kernel: Kernel) -> int:
 
 def _static_pads(node: Node) -> bool:
     return all(isinstance(p, int) for p in node.attrs["padding"])
+
+
+def _fast_conv(node: Node) -> bool:
+    """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
+    return node.dtype == float32 and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
 
 
 class _Ctx:
@@ -132,6 +154,11 @@ def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Se
         "reduce": _reduce,
         "matmul": _matmul,
         "conv1d": _conv1d,
+        "conv": _conv,
+        "pool": emit_pool,
+        "cumsum": emit_cumsum,
+        "argext": emit_argext,
+        "topk": emit_topk,
         "scatter": _scatter,
         "nonzero": _nonzero,
     }[kernel.kind]
@@ -166,21 +193,30 @@ def _copy(ctx: _Ctx, kernel: Kernel) -> None:
     _store_all(ctx, node, lambda idx: ctx.em.value(node, idx))
 
 
-def _combine(ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool) -> ir.Value:
+def _combine(
+    ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool, unsigned: bool = False
+) -> ir.Value:
     b = ctx.b
     if is_float:
         if op == "sum":
             return b.fadd(acc, v, flags=_REDUCE_FLAGS)
         if op == "prod":
             return b.fmul(acc, v, flags=_REDUCE_FLAGS)
-        name = "llvm.maximum.f32" if op == "max" else "llvm.minimum.f32"
-        return intrinsic(b, name, F32, [acc, v])
+        sfx = "f64" if acc.type == F64 else "f32"
+        name = f"llvm.maximum.{sfx}" if op == "max" else f"llvm.minimum.{sfx}"
+        return intrinsic(b, name, acc.type, [acc, v])
     if op == "sum":
         return b.add(acc, v)
     if op == "prod":
         return b.mul(acc, v)
     pick = ">" if op == "max" else "<"
-    return b.select(b.icmp_signed(pick, acc, v), acc, v)
+    cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+    return b.select(cmp(pick, acc, v), acc, v)
+
+
+def _float_acc(node: Node) -> ir.Type:
+    """Float sums run in float32 (float16 rounds once at the end) or float64 for float64."""
+    return F64 if node.dtype.itemsize == 8 else F32
 
 
 def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
@@ -188,12 +224,13 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
     x = node.inputs[0]
     op, axes = node.attrs["op"], tuple(node.attrs["axes"])
     is_float = node.dtype.is_float
-    acc_ty = F32 if is_float else compute_type(node.dtype)
+    acc_ty = _float_acc(node) if is_float else compute_type(node.dtype)
     init = reduce_identity(op, node.dtype)
     acc = ctx.alloca(acc_ty)
+    unsigned = node.dtype.is_unsigned
 
     def outer(idx: tuple[Dim, ...]) -> None:
-        ctx.b.store(ir.Constant(acc_ty, float(init) if is_float else int(init)), acc)
+        ctx.b.store(ir.Constant(acc_ty, float(init)) if is_float else const(node.dtype, init), acc)
 
         def inner(red: tuple[Dim, ...]) -> None:
             full = list(idx)
@@ -202,7 +239,7 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
             v = ctx.em.value(x, tuple(full))
             if v.type == F16:
                 v = ctx.b.fpext(v, F32)
-            ctx.b.store(_combine(ctx, op, ctx.b.load(acc, typ=acc_ty), v, is_float), acc)
+            ctx.b.store(_combine(ctx, op, ctx.b.load(acc, typ=acc_ty), v, is_float, unsigned), acc)
 
         ctx.nest([x.shape[a] for a in axes], inner)
         result = ctx.b.load(acc, typ=acc_ty)
@@ -228,7 +265,7 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
         ctx.b.call(fn, [a_ptr, b_ptr, ctx.out, ctx.scratch, *dims])
         return
     is_float = node.dtype.is_float
-    acc_ty = F32 if is_float else compute_type(node.dtype)
+    acc_ty = _float_acc(node) if is_float else compute_type(node.dtype)
     acc = ctx.alloca(acc_ty)
     b_ = ctx.b
 
@@ -313,12 +350,13 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
         ctx.b.call(fn, args)
         return
     og = cout // groups
-    acc = ctx.alloca(F32)
+    acc_ty = _float_acc(node)
+    acc = ctx.alloca(acc_ty)
     b = ctx.b
 
     def cell(idx: tuple[Dim, ...]) -> None:
         nn, o, ll = idx
-        b.store(ir.Constant(F32, 0.0), acc)
+        b.store(ir.Constant(acc_ty, 0.0), acc)
         ov = em.dim(o)
         g = b.udiv(ov, i64(og))
         for kk in range(k):
@@ -336,12 +374,12 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
                 wv = em.load(w, (o, c, kk))
                 if xv.type == F16:
                     xv, wv = b.fpext(xv, F32), b.fpext(wv, F32)
-                xv = b.select(valid, xv, ir.Constant(F32, 0.0))
-                cur = b.load(acc, typ=F32)
+                xv = b.select(valid, xv, ir.Constant(acc_ty, 0.0))
+                cur = b.load(acc, typ=acc_ty)
                 b.store(b.fadd(cur, b.fmul(xv, wv, flags=("contract",)), flags=_REDUCE_FLAGS), acc)
 
             ctx.loop(cin_g, chan)
-        out = b.load(acc, typ=F32)
+        out = b.load(acc, typ=acc_ty)
         if node.dtype.name == "float16":
             out = b.fptrunc(out, F16)
         em.store(ctx.out, node, linearize(idx, node.shape), out)
@@ -358,8 +396,7 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
     extent = x.shape[axis]
 
     def each(i: Index) -> None:
-        raw = em.value(ind, (i,))
-        j = raw if raw.type == I64 else b.sext(raw, I64)
+        j = em.index_value(ind, (i,))
         ok = b.and_(b.icmp_signed(">=", j, i64(0)), b.icmp_signed("<", j, em.dim(extent)))
         with b.if_then(ok):
             em._memo.append({})
@@ -401,3 +438,28 @@ def _nonzero(ctx: _Ctx, kernel: Kernel) -> None:
             b.store(b.add(c, i64(1)), count)
 
     ctx.nest(x.shape, visit)
+
+
+def _conv(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    if not _fast_conv(node):
+        emit_conv_loop(ctx, kernel)
+        return
+    x, w = node.inputs[0], node.inputs[1]
+    has_bias = len(node.inputs) == 3
+    groups = node.attrs["groups"]
+    fn = emit_convnd(
+        ctx.fn.module,
+        f"{kernel.name}.conv",
+        cin=int(w.shape[1]) * groups,
+        cout=int(w.shape[0]),
+        ks=[int(d) for d in w.shape[2:]],
+        strides=node.attrs["strides"],
+        dilations=node.attrs["dilations"],
+        pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+        groups=groups,
+        has_bias=has_bias,
+    )
+    bias = ctx.buffers[node.inputs[2].id] if has_bias else ctx.buffers[w.id]
+    dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]
+    ctx.b.call(fn, [ctx.buffers[x.id], ctx.buffers[w.id], bias, ctx.out, ctx.scratch, *dims])
