@@ -201,7 +201,13 @@ class CpuExecutable(Executable):
     def _checked_call(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None
     ) -> tuple[tuple[int, ...], list[np.ndarray], list[np.ndarray]]:
-        """Validate inputs and vars; return (var values, input arrays, fresh output arrays)."""
+        """Validate inputs and vars; return (var values, input arrays, fresh output arrays).
+
+        Vars not given are read from the inputs' shapes where a dim is the var itself (as ``jit``
+        binds them); the others take their upper bound."""
+        sig = self.signature
+        if var_values is None or len(var_values) < len(sig.vars):
+            var_values = {**sig.infer_vars([np.shape(x) for x in inputs]), **(var_values or {})}
         values = self.check_vars(var_values)
         if len(inputs) != len(self.signature.inputs):
             raise ShapeMismatchError(

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 import numpy as np
-import structlog
 
+from .._log import get_logger
 from ..errors import ClosedError
 from ._commands import Command, ExecuteCommand, Noop
 from ._events import READY, Event
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Device", "DeviceStatistics", "InlinePolicy"]
 
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 InlinePolicy = Literal["auto", "always", "never"]
 

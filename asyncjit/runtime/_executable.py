@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
-import structlog
 
+from .._log import get_logger
 from ..errors import DeviceError, WouldBlock
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, launch_error
@@ -46,7 +46,7 @@ _MAGIC = b"ASYNCJIT-EXE\x00"
 _VERSION = 1
 _CACHE_MAX = 512
 _perf_ns = time.perf_counter_ns
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 # var values, output shapes, output sizes in bytes
 _Validated = tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]
