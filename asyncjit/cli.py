@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -11,6 +12,8 @@ from typing import Any
 from . import __version__
 from ._log import JsonFormatter
 from .errors import JitError
+from .onnx import _cli as onnx_cli
+from .plugins._cli import add_commands as plugin_commands
 
 __all__ = ["main"]
 
@@ -20,13 +23,23 @@ def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo, run_streams_demo
     from .runtime import default_client
 
-    try:
-        if args.streams:
-            run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
-        else:
-            run_demo(args.audio, compare=not args.no_compare)
-    finally:
-        default_client().close()  # drain now, under the demo's log level, not at interpreter exit
+    with contextlib.ExitStack() as stack:
+        if args.trace:
+            from .profiler import trace
+
+            recording = stack.enter_context(trace(args.trace))
+        try:
+            if args.streams:
+                run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
+            else:
+                run_demo(args.audio, compare=not args.no_compare)
+        finally:
+            default_client().close()  # drain now, under the demo's log level, not at interpreter exit
+    if args.trace:
+        kernels = recording.kernel_summary()
+        print(f"trace: {len(recording.events)} events in {args.trace} (open it in https://ui.perfetto.dev)")
+        for k in kernels[:5]:
+            print(f"  {k.plan}/{k.kernel}: {k.calls} calls, {k.mean_s * 1e6:.1f} us each")
     return 0
 
 
@@ -99,7 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="multiplex N live streams of the audio through one StreamMux (default: one stream)",
     )
+    demo.add_argument(
+        "--trace",
+        metavar="OUT.json",
+        help="record a Chrome/Perfetto trace (device queues, kernels, mux batches, loop wake-ups)",
+    )
     demo.set_defaults(func=_demo)
+    plugin_commands(sub)
+    onnx_cli.add_commands(sub)
     for command in sub.choices.values():  # every subcommand, whoever registered it
         _add_logging_options(command, top=False)
     args = parser.parse_args(argv)

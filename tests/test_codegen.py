@@ -265,7 +265,9 @@ def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
         ((64, 16), (0,), "sum"),
     ],
 )
-def test_reductions_keeping_the_last_axis_read_rows(shape: tuple[int, ...], axes: tuple[int, ...], op: str) -> None:
+def test_reductions_keeping_the_last_axis_read_rows(
+    shape: tuple[int, ...], axes: tuple[int, ...], op: str
+) -> None:
     """A reduction over leading axes accumulates row blocks (``_reduce_rows``): equal to numpy,
     with the same per-element order as the plain loop, for static and bounded shapes and ints."""
     rng = np.random.default_rng(len(shape) + sum(shape))

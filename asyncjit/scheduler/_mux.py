@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from .._log import get_logger
 from ..errors import AudioFormatError, DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from ..profiler import _state as _trace
 from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
@@ -532,6 +533,8 @@ class StreamMux:
         """Take the next batch and pack its chunks and slot indices into the reused arrays."""
         batch = self._take_batch(now)
         b = len(batch)
+        if _trace.active is not None:
+            _trace.active.instant("mux.batch", "mux", mux=self.name, size=b, waiting=len(self._ready))
         chunks = self._chunks[:b]
         slots = self._slot_index[:b]
         if self._chunk_shape and chunks.size:  # one copy into the reused array (np.stack: 2x)
