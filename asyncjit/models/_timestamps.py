@@ -117,7 +117,8 @@ def speech_timestamps(
         sampling_rate: the package's name for ``sample_rate``; given, it wins.
 
     Raises:
-        InvalidArgumentError (a ValueError): ``probs`` is not 1-D or holds NaN, or a parameter is out of range.
+        InvalidArgumentError (a ValueError): ``probs`` is not 1-D or holds NaN, or a parameter is
+            out of range.
     """
     if sampling_rate is not None:
         sample_rate = sampling_rate
