@@ -189,11 +189,11 @@ def _resize_op(n: NodeCtx, ins: list[Value | None]) -> Value:
         roi_v = ins[1] if len(ins) > 1 else None
         scales_v = ins[2] if len(ins) > 2 else None
         sizes_v = ins[3] if len(ins) > 3 else None
-        roi = n.const(roi_v, "roi").astype(np.float64) if roi_v is not None and np.size(roi_v) else None  # type: ignore[arg-type]
+        roi = n.const(roi_v, "roi").astype(np.float64) if roi_v is not None else None  # type: ignore[arg-type]
     axes = [axis_of(a, x.ndim, n) for a in n.attr("axes", list(range(x.ndim)))]
     scales = None
     sizes = None
-    if sizes_v is not None and np.size(sizes_v):  # type: ignore[arg-type]
+    if sizes_v is not None and not (isinstance(sizes_v, np.ndarray) and sizes_v.size == 0):
         sizes = [int(v) for v in n.const(sizes_v, "sizes")]
     elif scales_v is not None:
         scales = [float(v) for v in n.const(scales_v, "scales")]
