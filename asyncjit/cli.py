@@ -13,6 +13,7 @@ from . import __version__
 from ._log import JsonFormatter
 from .errors import JitError
 from .onnx import _cli as onnx_cli
+from .plugins._cli import add_commands as plugin_commands
 
 __all__ = ["main"]
 
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="record a Chrome/Perfetto trace (device queues, kernels, mux batches, loop wake-ups)",
     )
     demo.set_defaults(func=_demo)
+    plugin_commands(sub)
     onnx_cli.add_commands(sub)
     for command in sub.choices.values():  # every subcommand, whoever registered it
         _add_logging_options(command, top=False)

@@ -198,7 +198,7 @@ class Client:
                 ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
 
         Raises:
-            TypeError: a dtype asyncjit does not compute with (float64: pass ``dtype=``).
+            TypeError: a dtype asyncjit does not compute with (complex, strings...).
             ClosedError: the device is closed.
         """
         space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space
