@@ -52,7 +52,7 @@ def _coefficients(
     if mode == "nearest":
         if ratio == 1.0:
             return np.array([0.0, 1.0]), 0
-        nm = n.attr("nearest_mode", "round_prefer_floor")
+        nm = n.attr("nearest_mode", "floor" if n.op_type == "Upsample" else "round_prefer_floor")
         if nm == "round_prefer_floor":
             pick = ratio > 0.5
         elif nm == "round_prefer_ceil":
@@ -189,7 +189,7 @@ def _resize_op(n: NodeCtx, ins: list[Value | None]) -> Value:
         roi_v = ins[1] if len(ins) > 1 else None
         scales_v = ins[2] if len(ins) > 2 else None
         sizes_v = ins[3] if len(ins) > 3 else None
-        roi = n.const(roi_v, "roi").astype(np.float64) if roi_v is not None else None  # type: ignore[arg-type]
+        roi = n.const(roi_v, "roi").astype(np.float64) if roi_v is not None else None
     axes = [axis_of(a, x.ndim, n) for a in n.attr("axes", list(range(x.ndim)))]
     scales = None
     sizes = None
