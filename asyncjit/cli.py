@@ -50,6 +50,23 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``asyncjit serve`` when the ``serve`` extra is installed, else a command that says so."""
+    try:
+        from .serve._cli import add_commands
+    except ImportError as exc:
+        why = str(exc)
+        missing = sub.add_parser("serve", help="(needs: pip install 'asyncjit[serve]')")
+        missing.set_defaults(func=lambda _a: _missing_extra("serve", why))
+        return
+    add_commands(sub)
+
+
+def _missing_extra(extra: str, why: str) -> int:
+    print(f"asyncjit: error: {why}; install it with: pip install 'asyncjit[{extra}]'", file=sys.stderr)
+    return 2
+
+
 def _add_logging_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """``-v`` and ``--log-json``, on the top parser and on every subcommand (so either order works;
     a subcommand's value is only set when given there)."""
@@ -120,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.set_defaults(func=_demo)
     plugin_commands(sub)
     onnx_cli.add_commands(sub)
+    _add_serve(sub)
     for command in sub.choices.values():  # every subcommand, whoever registered it
         _add_logging_options(command, top=False)
     args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
+from ._reduce_rows import emit_reduce_rows, rows_worthwhile
 from ._scalar import intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
 from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
@@ -226,26 +227,37 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
     is_float = node.dtype.is_float
     acc_ty = _float_acc(node) if is_float else compute_type(node.dtype)
     init = reduce_identity(op, node.dtype)
-    acc = ctx.alloca(acc_ty)
+    init_value = ir.Constant(acc_ty, float(init)) if is_float else const(node.dtype, init)
     unsigned = node.dtype.is_unsigned
 
+    def value_at(full: tuple[Dim, ...]) -> ir.Value:
+        v = ctx.em.value(x, full)
+        return ctx.b.fpext(v, F32) if v.type == F16 else v
+
+    def combine(acc_v: ir.Value, v: ir.Value) -> ir.Value:
+        return _combine(ctx, op, acc_v, v, is_float, unsigned)
+
+    def finish(idx: tuple[Dim, ...], result: ir.Value) -> None:
+        if node.dtype.name == "float16":
+            result = ctx.b.fptrunc(result, F16)
+        ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
+
+    if rows_worthwhile(x.shape, axes):  # the last axis kept: read rows, not columns
+        emit_reduce_rows(ctx, node.shape, x.shape, axes, acc_ty, init_value, value_at, combine, finish)
+        return
+    acc = ctx.alloca(acc_ty)
+
     def outer(idx: tuple[Dim, ...]) -> None:
-        ctx.b.store(ir.Constant(acc_ty, float(init)) if is_float else const(node.dtype, init), acc)
+        ctx.b.store(init_value, acc)
 
         def inner(red: tuple[Dim, ...]) -> None:
             full = list(idx)
             for ax, r in zip(axes, red, strict=True):
                 full[ax] = r
-            v = ctx.em.value(x, tuple(full))
-            if v.type == F16:
-                v = ctx.b.fpext(v, F32)
-            ctx.b.store(_combine(ctx, op, ctx.b.load(acc, typ=acc_ty), v, is_float, unsigned), acc)
+            ctx.b.store(combine(ctx.b.load(acc, typ=acc_ty), value_at(tuple(full))), acc)
 
         ctx.nest([x.shape[a] for a in axes], inner)
-        result = ctx.b.load(acc, typ=acc_ty)
-        if node.dtype.name == "float16":
-            result = ctx.b.fptrunc(result, F16)
-        ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
+        finish(idx, ctx.b.load(acc, typ=acc_ty))
 
     ctx.nest(node.shape, outer)
 
