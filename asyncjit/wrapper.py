@@ -43,10 +43,14 @@ from . import dtypes as dt
 from ._log import get_logger
 from .dtypes import DType
 from .errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    BufferDeletedError,
     BuildError,
     DeviceError,
     DuplicateInputBufferError,
     InputBufferNotFoundError,
+    InvalidArgumentError,
     JitError,
     NotPreparedError,
     ShapeMismatchError,
@@ -105,7 +109,13 @@ class VarSpec:
 
 
 def _int_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape)
+    """Dims as ints >= 0: ``2.5`` or ``-2`` is an ``InvalidArgumentError``, never truncated."""
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not hasattr(d, "__index__") or d.__index__() < 0:
+            raise InvalidArgumentError(f"InputSpec dims must be ints >= 0, got {d!r} in {tuple(shape)!r}")
+        out.append(d.__index__())
+    return tuple(out)
 
 
 @attrs.frozen
@@ -265,7 +275,9 @@ class JitWrapper(Generic[M]):
 
     def _set_var(self, name: str, lo: int, hi: int, setter: str) -> None:
         if self._prepared is not None:
-            raise ValueError(f"{setter}() must be called before prepare(): the plan is already compiled")
+            raise InvalidArgumentError(
+                f"{setter}() must be called before prepare(): the plan is already compiled"
+            )
         self._vars[name] = Var(name, lo, hi)
 
     # -- prepare -----------------------------------------------------------------------------------
@@ -282,13 +294,13 @@ class JitWrapper(Generic[M]):
             DeviceError: the device could not be reached or allocation failed.
         """
         if len(specs) != len(self._inputs):
-            raise TypeError(
+            raise ArgumentCountError(
                 f"{type(self).__qualname__}.prepare takes one InputSpec per input "
                 f"({', '.join(self._inputs)}), got {len(specs)}"
             )
         for spec in specs:
             if not isinstance(spec, InputSpec):
-                raise TypeError(f"prepare takes InputSpec values, got {type(spec).__qualname__}")
+                raise ArgumentTypeError(f"prepare takes InputSpec values, got {type(spec).__qualname__}")
         started = time.perf_counter()
         placeholders = {
             name: Tensor.placeholder(spec.shape, spec.dtype, name=name)
@@ -359,7 +371,14 @@ class JitWrapper(Generic[M]):
         values = dict(p.prepared_values)  # unlisted vars: their prepare-time value, never a leftover
         if given is not None:
             pairs = given.items() if isinstance(given, Mapping) else given
-            for name, value in pairs:
+            if isinstance(pairs, str | bytes) or not isinstance(pairs, Iterable):
+                raise ArgumentTypeError(
+                    f"var values must be a mapping or (name, value) pairs, got {type(given).__name__}"
+                )
+            for pair in pairs:
+                if not isinstance(pair, tuple | list) or len(pair) != 2:
+                    raise ArgumentTypeError(f"var values must be (name, value) pairs, got {pair!r}")
+                name, value = pair
                 if name not in self._vars:
                     raise VarBoundsError(
                         f"{type(self).__qualname__} has no var {name!r} (vars: {', '.join(self._vars)})"
@@ -368,6 +387,8 @@ class JitWrapper(Generic[M]):
                     values[name] = value
                 else:  # fixed (or unused) vars are constants of the plan: only their value is accepted
                     var = self._vars[name]
+                    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                        raise VarBoundsError(f"var {name!r} must be bound to an int, got {value!r}")
                     if not var.min <= value <= var.max:
                         raise VarBoundsError(
                             f"var {name!r} = {value} is out of its bounds [{var.min}, {var.max}]"
@@ -518,8 +539,18 @@ class JitWrapper(Generic[M]):
             buffer does not match the input's prepared spec. DuplicateInputBufferError: the buffer
             already backs another input.
         """
+        from .runtime import Buffer
+
         p = self._ready()
         current = self.input_buffer(name)
+        if not isinstance(buffer, Buffer):
+            raise ArgumentTypeError(
+                f"input {name!r} binds a Buffer (client.buffer_from_host(array)), got {type(buffer).__name__}"
+            )
+        if buffer.is_deleted():
+            raise BufferDeletedError(f"cannot bind {buffer!r} to input {name!r}: it was deleted or donated")
+        if buffer.client is not current.client:
+            raise DeviceError(f"cannot bind {buffer!r} to input {name!r}: it belongs to another client")
         for other, buf in p.inputs.items():
             if other != name and buf is buffer:
                 raise DuplicateInputBufferError(
@@ -560,35 +591,38 @@ def _resolve_device(device: Any) -> Any:
 def _with_bound(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
     v = self._vars[name]
     if value < v.min:
-        raise ValueError(f"{setter}({value}): max < min ({v.min}) for var {name!r}")
+        raise VarBoundsError(f"{setter}({value}): max < min ({v.min}) for var {name!r}")
     self._set_var(name, v.min, value, setter)
 
 
 def _with_min_bound(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
     v = self._vars[name]
     if value > v.max:
-        raise ValueError(f"{setter}({value}): min > max ({v.max}) for var {name!r}")
+        raise VarBoundsError(f"{setter}({value}): min > max ({v.max}) for var {name!r}")
     if value < 1:
-        raise ValueError(f"{setter}({value}): vars need min >= 1")
+        raise VarBoundsError(f"{setter}({value}): vars need min >= 1")
     self._set_var(name, value, v.max, setter)
 
 
 def _with_fixed(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
     if value == 0:
-        raise ValueError(f"{setter}(0): a var cannot be fixed at 0")
+        raise VarBoundsError(f"{setter}(0): a var cannot be fixed at 0")
     if value < 1:
-        raise ValueError(f"{setter}({value}): vars need values >= 1")
+        raise VarBoundsError(f"{setter}({value}): vars need values >= 1")
     self._set_var(name, value, value, setter)
 
 
 def _bind_var_setter(method: Callable[..., None], name: str, attr: str) -> Callable[..., Any]:
     def setter(self: JitWrapper[Any], value: int) -> JitWrapper[Any]:
-        method(self, name, int(value), attr)
+        if isinstance(value, bool) or not hasattr(value, "__index__"):  # 2.5 must not become 2
+            raise VarBoundsError(f"{attr}({value!r}): var {name!r} takes an int")
+        method(self, name, value.__index__(), attr)
         return self
 
     setter.__name__ = attr
     setter.__doc__ = (
-        f"Builder: narrow var ``{name}`` before ``prepare`` (ValueError after it, or if invalid)."
+        f"Builder: narrow var ``{name}`` before ``prepare`` "
+        "(InvalidArgumentError after it, VarBoundsError if invalid)."
     )
     return setter
 
