@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -13,7 +14,15 @@ from ..errors import CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
-from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
+from ._cache import (
+    count_memory_hit,
+    get_code,
+    get_code_by_key,
+    lookup_plan,
+    plan_hash,
+    record_plan,
+    using_cache_dir,
+)
 from ._cost import kernel_infos
 from ._cpu import CpuExecutable
 from ._lower import Lowered, lower
@@ -74,6 +83,8 @@ def compile(
     *,
     name: str | None = None,
     fixed: Mapping[str, int] | None = None,
+    opt_level: int = 3,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> CpuExecutable:
     """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
 
@@ -83,11 +94,29 @@ def compile(
         vars: the plan's vars in the order var values travel (default: every var used, by name).
         name: a label for logs and ``repr`` (does not change the code).
         fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
+        opt_level: LLVM optimisation level, 0-3 (part of every cache key).
+        cache_dir: the on-disk compile cache for this compile (``"off"``: none); None: the
+            default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
 
     Raises:
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
-        CompileError: lowering failed; VarBoundsError: a bad ``fixed`` value.
+        CompileError: lowering failed, or ``opt_level`` is not 0-3; VarBoundsError: a bad
+            ``fixed`` value.
     """
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise CompileError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    with using_cache_dir(cache_dir):
+        return _compile(outputs, inputs, vars, name, fixed, opt_level)
+
+
+def _compile(
+    outputs: Sequence[Any] | Any,
+    inputs: Sequence[Any],
+    vars: Sequence[Var] | None,
+    name: str | None,
+    fixed: Mapping[str, int] | None,
+    opt_level: int,
+) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
     ins = [as_node(i) for i in inputs]
     for i in ins:
@@ -99,7 +128,7 @@ def compile(
         raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
     graph = Graph.of(outs, ins, vars)
     label = name or "plan"
-    key = _plan_key(graph, label, fixed)
+    key = (*_plan_key(graph, label, fixed), opt_level)
     with _LOCK:
         hit = _PLANS.get(key)
         if hit is not None:
@@ -120,7 +149,7 @@ def compile(
         code_key, (obj, loaded) = recorded, found
     else:
         ir_text = lowered.emit_ir()
-        code_key, obj, loaded = get_code(ir_text, label)
+        code_key, obj, loaded = get_code(ir_text, label, opt_level)
         if phash is not None:
             record_plan(phash, code_key)
     exe = CpuExecutable(

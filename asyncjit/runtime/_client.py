@@ -42,12 +42,19 @@ class ClientStatistics:
     closed: bool
 
 
-def parse_devices(spec: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"`` or a list of those -> [(kind, count)].
+def parse_devices(spec: str | int | Sequence[str]) -> list[tuple[str, int]]:
+    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"``, a list of those, or ``N`` (N cpu devices)
+    -> [(kind, count)].
 
     Raises:
-        ValueError: a malformed entry or a count below 1.
+        ValueError: a malformed entry or a count below 1. TypeError: not a str, int or list.
     """
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = f"cpu:{spec}"
+    if not isinstance(spec, str | list | tuple) or not all(isinstance(p, str) for p in spec):
+        raise TypeError(
+            f"devices must be 'kind[:N]', a list of those, or a number of cpu devices; got {spec!r}"
+        )
     parts = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[tuple[str, int]] = []
     for part in parts:
@@ -68,7 +75,8 @@ class Client:
     """The entry point: devices, memory spaces, loading, host transfers.
 
     Args:
-        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"`` or a list of such.
+        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"``, a list of such, or
+            an int N (``Client(2)`` is ``Client("cpu:2")``).
         max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
         inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
             device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
@@ -76,7 +84,7 @@ class Client:
 
     def __init__(
         self,
-        devices: str | Sequence[str] = "cpu",
+        devices: str | int | Sequence[str] = "cpu",
         *,
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
