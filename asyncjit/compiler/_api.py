@@ -25,8 +25,9 @@ from ._cache import (
 )
 from ._cost import kernel_infos
 from ._cpu import CpuExecutable
+from ._dispatch import BufferRef, DispatchCall, Payload
 from ._lower import Lowered, lower
-from ._partition import registered_plugins
+from ._partition import CompilerPlugin, plugin_identity, plugin_options, registered_plugins
 
 __all__ = ["as_node", "compile"]
 
@@ -37,7 +38,9 @@ _PLANS_MAX = 256
 _LOCK = threading.Lock()
 
 
-def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple[Hashable, ...]:
+def _plan_key(
+    graph: Graph, name: str, fixed: Mapping[str, int] | None, plugins: Sequence[CompilerPlugin]
+) -> tuple[Hashable, ...]:
     """An exact, shallow key: each node's structural key over interned input keys."""
     interned: dict[Hashable, int] = {}
     ids: dict[int, int] = {}
@@ -48,9 +51,76 @@ def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple
         else:
             key = structural_key(n, (ids[i.id] for i in n.inputs))
         ids[n.id] = interned.setdefault(key, len(interned))
-    plugins = tuple(p.name for p in registered_plugins())
+    chosen = tuple(plugin_identity(p) for p in plugins)
     fixed_key = tuple(sorted((fixed or {}).items()))
-    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, plugins)
+    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, chosen)
+
+
+def _dispatch_program(
+    lowered: Lowered,
+) -> tuple[list[tuple[int, int]], list[DispatchCall], list[Payload], dict[str, CompilerPlugin]]:
+    """The CPU segments, dispatch calls and payloads of a lowered plan with dispatched partitions."""
+    from ..codegen._module import cpu_segments
+
+    if not lowered.dispatched:
+        return [], [], [], {}
+    entry_of: dict[int, tuple[int, str]] = {}
+    payloads = []
+    plugins: dict[str, CompilerPlugin] = {}
+    for p, d in enumerate(lowered.dispatched):
+        payloads.append(
+            Payload(
+                d.plugin.name,
+                plugin_identity(d.plugin),
+                d.result.bytecode,
+                d.result.entries,
+                plugin_options(d.plugin),
+            )
+        )
+        plugins[d.plugin.name] = d.plugin
+        for part, entry in zip(d.partitions, d.result.entries, strict=True):
+            entry_of[part] = (p, entry)
+    slots = lowered.memory.slots
+
+    def ref(node_id: int, shape: Any, dtype: Any) -> BufferRef:
+        s = slots[node_id]
+        return BufferRef(s.kind, s.index, s.offset, tuple(shape), dtype)
+
+    calls = []
+    for k, kern in enumerate(lowered.fusion.kernels):
+        if kern.kind == "plugin" and kern.partition in entry_of:
+            payload, entry = entry_of[kern.partition]
+            calls.append(
+                DispatchCall(
+                    k,
+                    payload,
+                    entry,
+                    tuple(ref(n.id, n.shape, n.dtype) for n in kern.reads),
+                    tuple(ref(n.id, n.shape, n.dtype) for n in kern.outputs),
+                )
+            )
+    return cpu_segments(lowered.fusion, lowered.linked), calls, payloads, plugins
+
+
+def resolve_plugins(plugins: Sequence[CompilerPlugin | str] | None) -> tuple[CompilerPlugin, ...]:
+    """Plugin objects for a compile: names are looked up among installed plugins.
+
+    Raises:
+        CompileError: a name no installed plugin has.
+    """
+    if plugins is None:
+        return registered_plugins()
+    if isinstance(plugins, str):
+        plugins = [plugins]
+    out = []
+    for p in plugins:
+        if isinstance(p, str):
+            from ..plugins import get_plugin
+
+            out.append(get_plugin(p))
+        else:
+            out.append(p)
+    return tuple(out)
 
 
 def _flops(lowered: Lowered) -> int:
@@ -83,6 +153,7 @@ def compile(
     *,
     name: str | None = None,
     fixed: Mapping[str, int] | None = None,
+    plugins: Sequence[CompilerPlugin | str] | None = None,
     opt_level: int = 3,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> CpuExecutable:
@@ -94,6 +165,8 @@ def compile(
         vars: the plan's vars in the order var values travel (default: every var used, by name).
         name: a label for logs and ``repr`` (does not change the code).
         fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
+        plugins: compiler plugins for this compile, in order of preference (objects, or names of
+            installed plugins); ``None`` means those registered with ``register_plugin``.
         opt_level: LLVM optimisation level, 0-3 (part of every cache key).
         cache_dir: the on-disk compile cache for this compile (``"off"``: none); None: the
             default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
@@ -106,7 +179,7 @@ def compile(
     if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
         raise CompileError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
     with using_cache_dir(cache_dir):
-        return _compile(outputs, inputs, vars, name, fixed, opt_level)
+        return _compile(outputs, inputs, vars, name, fixed, plugins, opt_level)
 
 
 def _compile(
@@ -115,6 +188,7 @@ def _compile(
     vars: Sequence[Var] | None,
     name: str | None,
     fixed: Mapping[str, int] | None,
+    plugins: Sequence[CompilerPlugin | str] | None,
     opt_level: int,
 ) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
@@ -128,7 +202,8 @@ def _compile(
         raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
     graph = Graph.of(outs, ins, vars)
     label = name or "plan"
-    key = (*_plan_key(graph, label, fixed), opt_level)
+    chosen = resolve_plugins(plugins)
+    key = (*_plan_key(graph, label, fixed, chosen), opt_level)
     with _LOCK:
         hit = _PLANS.get(key)
         if hit is not None:
@@ -137,7 +212,7 @@ def _compile(
         count_memory_hit()
         return hit
     t0 = time.perf_counter()
-    lowered = lower(graph, label, fixed)
+    lowered = lower(graph, label, fixed, chosen)
     ir_text: str | Callable[[], str] = lowered.emit_ir
     found = None
     phash = None
@@ -152,6 +227,7 @@ def _compile(
         code_key, obj, loaded = get_code(ir_text, label, opt_level)
         if phash is not None:
             record_plan(phash, code_key)
+    segments, calls, payloads, by_name = _dispatch_program(lowered)
     exe = CpuExecutable(
         name=label,
         signature=lowered.signature,
@@ -166,6 +242,10 @@ def _compile(
         fixed=lowered.fixed,
         flops=_flops(lowered),
         kernels=kernel_infos(lowered.fusion),
+        segments=segments,
+        dispatch=calls,
+        payloads=payloads,
+        plugins=by_name,
     )
     log.info(
         "plan_compiled",
