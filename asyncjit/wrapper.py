@@ -31,7 +31,6 @@ variation flows only through input buffers and var values (DESIGN invariant 1).
 from __future__ import annotations
 
 import inspect
-import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,10 +43,14 @@ from . import dtypes as dt
 from ._log import get_logger
 from .dtypes import DType
 from .errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    BufferDeletedError,
     BuildError,
     DeviceError,
     DuplicateInputBufferError,
     InputBufferNotFoundError,
+    InvalidArgumentError,
     JitError,
     NotPreparedError,
     ShapeMismatchError,
@@ -106,7 +109,13 @@ class VarSpec:
 
 
 def _int_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape)
+    """Dims as ints >= 0: ``2.5`` or ``-2`` is an ``InvalidArgumentError``, never truncated."""
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not hasattr(d, "__index__") or d.__index__() < 0:
+            raise InvalidArgumentError(f"InputSpec dims must be ints >= 0, got {d!r} in {tuple(shape)!r}")
+        out.append(d.__index__())
+    return tuple(out)
 
 
 @attrs.frozen
@@ -272,7 +281,9 @@ class JitWrapper(Generic[M]):
 
     def _set_var(self, name: str, lo: int, hi: int, setter: str) -> None:
         if self._prepared is not None:
-            raise ValueError(f"{setter}() must be called before prepare(): the plan is already compiled")
+            raise InvalidArgumentError(
+                f"{setter}() must be called before prepare(): the plan is already compiled"
+            )
         self._vars[name] = Var(name, lo, hi)
 
     # -- prepare -----------------------------------------------------------------------------------
@@ -289,13 +300,13 @@ class JitWrapper(Generic[M]):
             DeviceError: the device could not be reached or allocation failed.
         """
         if len(specs) != len(self._inputs):
-            raise TypeError(
+            raise ArgumentCountError(
                 f"{type(self).__qualname__}.prepare takes one InputSpec per input "
                 f"({', '.join(self._inputs)}), got {len(specs)}"
             )
         for spec in specs:
             if not isinstance(spec, InputSpec):
-                raise TypeError(f"prepare takes InputSpec values, got {type(spec).__qualname__}")
+                raise ArgumentTypeError(f"prepare takes InputSpec values, got {type(spec).__qualname__}")
         started = time.perf_counter()
         placeholders = {
             name: Tensor.placeholder(spec.shape, spec.dtype, name=name)
@@ -371,7 +382,14 @@ class JitWrapper(Generic[M]):
         values = dict(p.prepared_values)  # unlisted vars: their prepare-time value, never a leftover
         if given is not None:
             pairs = given.items() if isinstance(given, Mapping) else given
-            for name, value in pairs:
+            if isinstance(pairs, str | bytes) or not isinstance(pairs, Iterable):
+                raise ArgumentTypeError(
+                    f"var values must be a mapping or (name, value) pairs, got {type(given).__name__}"
+                )
+            for pair in pairs:
+                if not isinstance(pair, tuple | list) or len(pair) != 2:
+                    raise ArgumentTypeError(f"var values must be (name, value) pairs, got {pair!r}")
+                name, value = pair
                 if name not in self._vars:
                     raise VarBoundsError(
                         f"{type(self).__qualname__} has no var {name!r} (vars: {', '.join(self._vars)})"
@@ -380,6 +398,8 @@ class JitWrapper(Generic[M]):
                     values[name] = value
                 else:  # fixed (or unused) vars are constants of the plan: only their value is accepted
                     var = self._vars[name]
+                    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                        raise VarBoundsError(f"var {name!r} must be bound to an int, got {value!r}")
                     if not var.min <= value <= var.max:
                         raise VarBoundsError(
                             f"var {name!r} = {value} is out of its bounds [{var.min}, {var.max}]"
@@ -535,8 +555,18 @@ class JitWrapper(Generic[M]):
             buffer does not match the input's prepared spec. DuplicateInputBufferError: the buffer
             already backs another input.
         """
+        from .runtime import Buffer
+
         p = self._ready()
         current = self.input_buffer(name)
+        if not isinstance(buffer, Buffer):
+            raise ArgumentTypeError(
+                f"input {name!r} binds a Buffer (client.buffer_from_host(array)), got {type(buffer).__name__}"
+            )
+        if buffer.is_deleted():
+            raise BufferDeletedError(f"cannot bind {buffer!r} to input {name!r}: it was deleted or donated")
+        if buffer.client is not current.client:
+            raise DeviceError(f"cannot bind {buffer!r} to input {name!r}: it belongs to another client")
         for other, buf in p.inputs.items():
             if other != name and buf is buffer:
                 raise DuplicateInputBufferError(
@@ -612,14 +642,15 @@ def _with_fixed(self: JitWrapper[Any], name: str, value: int, setter: str) -> No
 
 def _bind_var_setter(method: Callable[..., None], name: str, attr: str) -> Callable[..., Any]:
     def setter(self: JitWrapper[Any], value: int) -> JitWrapper[Any]:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):  # 2.5 must not become 2
             raise VarBoundsError(f"{attr}({value!r}): var bounds are ints, got {type(value).__name__}")
-        method(self, name, int(value), attr)
+        method(self, name, value.__index__(), attr)
         return self
 
     setter.__name__ = attr
     setter.__doc__ = (
-        f"Builder: narrow var ``{name}`` before ``prepare`` (ValueError after it, or if invalid)."
+        f"Builder: narrow var ``{name}`` before ``prepare`` "
+        "(InvalidArgumentError after it, VarBoundsError if invalid)."
     )
     return setter
 

@@ -190,25 +190,36 @@ def test_11_var_out_of_range_is_a_typed_error(doubler: Doubler) -> None:
 @pytest.mark.anyio
 async def test_12_input_view_is_refused_while_an_async_execute_reads_it(doubler: Doubler) -> None:
     """Asking for an input view while execute_async is in flight raises DeviceError instead of
-    letting the write race the kernel."""
+    letting the write race the kernel.
+
+    The execution is really in flight: its input is the output of a plan held on the device by a
+    ``Gate``, so the replay waits on the device queue until the test opens it.
+    """
     import anyio
 
-    errors: list[BaseException] = []
+    from asyncjit.compiler import ArgSpec
+    from asyncjit.devices import HostExecutable
+    from asyncjit.testing import Gate
 
-    async def writer() -> None:
-        try:
-            doubler.x_mut()[:] = 3
-        except DeviceError as exc:
-            errors.append(exc)
-
-    p = doubler._ready()
-    p.in_flight += 1  # what execute_async holds while the plan runs
+    original = doubler.input_buffer("x")
+    dev = original.device
+    gate = Gate()
+    spec = [ArgSpec("x", (8,), asyncjit.float32)]
+    held = dev.client.load(HostExecutable.build("held_x", gate, spec, spec, []), dev)
+    (pending,) = held.execute_nowait([dev.client.buffer_from_host(np.ones(8, np.float32), dev)], inline=False)
+    doubler.bind_input_buffer("x", pending)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(writer)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(doubler.execute_async)
+                await anyio.wait_all_tasks_blocked()  # execute_async awaits its (held) replay
+                with pytest.raises(DeviceError, match="in-flight"):
+                    doubler.x_mut()
+                gate.open()
     finally:
-        p.in_flight -= 1
-    assert errors and "in-flight" in str(errors[0])
+        gate.open()
+        doubler.bind_input_buffer("x", original)
+    np.testing.assert_array_equal(doubler.output().to_numpy_blocking(), np.full(8, 2.0, np.float32))
     doubler.x_mut()[:] = 3  # allowed again once nothing is in flight
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .._log import get_logger
-from ..errors import CompileError, InputBufferNotFoundError
+from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
@@ -172,6 +172,7 @@ def compile(
             default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
 
     Raises:
+        ArgumentTypeError: ``outputs`` or ``inputs`` are not tensors / a sequence of placeholders.
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
         CompileError: lowering failed, or ``opt_level`` is not 0-3; VarBoundsError: a bad
             ``fixed`` value.
@@ -192,10 +193,15 @@ def _compile(
     opt_level: int,
 ) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
+    if not isinstance(inputs, Sequence) or hasattr(inputs, "node"):
+        raise ArgumentTypeError(f"inputs must be a sequence of placeholders, got {type(inputs).__name__}")
     ins = [as_node(i) for i in inputs]
     for i in ins:
         if i.op != "placeholder":
             raise CompileError(f"inputs must be placeholders, got {i!r}")
+    if len({i.id for i in ins}) != len(ins):
+        names = [i.attrs["name"] for i in ins]
+        raise CompileError(f"a placeholder is listed twice in inputs {names}; list each once")
     listed = {i.id for i in ins}
     missing = [n.attrs["name"] for n in toposort(outs) if n.op == "placeholder" and n.id not in listed]
     if missing:

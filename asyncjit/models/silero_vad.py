@@ -49,7 +49,7 @@ import attrs
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
+from ..errors import ArgumentTypeError, DTypeMismatchError, ModelFormatError, ShapeMismatchError
 from ..graph import shape_str
 from ..recurrent import LstmState, StepTiming
 from ..symbolic import Dim, Var
@@ -372,7 +372,7 @@ def _check_shapes(g: OnnxGraph, w: SileroWeights) -> None:
 
 def _check_input(t: Tensor, name: str, batch: Dim, width: int) -> None:
     if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
+        raise ArgumentTypeError(f"{name} must be a Tensor, got {type(t).__name__}")
     if t.ndim != 2 or t.shape[0] != batch or t.shape[1] != width:
         raise ShapeMismatchError(f"{name} must have shape [{batch}, {width}], got {shape_str(t.shape)}")
     if t.dtype != dt.float32:

@@ -365,7 +365,15 @@ def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0]).cast(dt.float32)
     scale = _per_axis(n, n.t(ins[1]).cast(dt.float32), x.ndim)
     zp = ins[2] if len(ins) > 2 else None
-    target = dt.from_numpy(zp.dtype) if isinstance(zp, np.ndarray) else dt.from_numpy(np.uint8)
+    if isinstance(zp, np.ndarray):
+        target = dt.from_numpy(zp.dtype)
+    elif zp is not None:
+        target = n.t(zp).dtype
+    else:
+        from ._values import np_dtype
+
+        out_dt = n.attr("output_dtype", 0)
+        target = dt.from_numpy(np_dtype(out_dt) if out_dt else np.uint8)
     q = _round_even(x / scale)
     if zp is not None:
         q = q + _per_axis(n, n.t(zp).cast(dt.float32), x.ndim)

@@ -441,5 +441,8 @@ def _space_to_depth(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     b = n.attr("blocksize")
     N, C, H, W = x.shape
-    y = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
+    if n.attr("mode", "DCR") == "CRD":
+        y = x.reshape(N, C, H // b, b, W // b, b).permute(0, 1, 3, 5, 2, 4)
+    else:
+        y = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
     return y.reshape(N, C * b * b, H // b, W // b)

@@ -23,9 +23,9 @@ import anyio
 import anyio.abc
 
 from ..audio import PcmConverter, PcmFormat
-from ..errors import AudioFormatError, JitError
+from ..errors import AudioFormatError, JitError, WouldBlock
 from ..models._speech_tracker import SpeechEdge, SpeechTracker
-from ..scheduler import MuxStream, Rechunker
+from ..scheduler import MuxStream, Rechunker, StepFuture
 from ._errors import ClientError
 
 if TYPE_CHECKING:
@@ -42,6 +42,18 @@ LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
+
+
+async def _submit(stream: MuxStream, chunks: list[Any]) -> list[StepFuture]:
+    """Queue the chunks; wait for room only when ``queue_depth`` steps are queued (one coroutine
+    per chunk only then)."""
+    futures = []
+    for chunk in chunks:
+        try:
+            futures.append(stream.submit_nowait(chunk))
+        except WouldBlock:
+            futures.append(await stream.submit(chunk))
+    return futures
 
 
 class Utterance:
@@ -150,9 +162,7 @@ class Connection:
         utt.samples += samples.size
         chunks = utt.rechunker.push(samples)
         if chunks:
-            stream = utt.stream
-            futures = [await stream.submit(chunk) for chunk in chunks]
-            await self.put((AUDIO, utt, futures, time.perf_counter()))
+            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
 
     async def finish(self) -> None:
         """End the utterance: the converter's and chunker's last samples (zero-padded), then STOP."""
@@ -164,8 +174,7 @@ class Connection:
         utt.samples += tail.size
         chunks = utt.rechunker.push(tail) + utt.rechunker.flush(pad=True)
         if chunks:
-            futures = [await utt.stream.submit(chunk) for chunk in chunks]
-            await self.put((AUDIO, utt, futures, time.perf_counter()))
+            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
         await self.put((STOP, utt))
 
     # -- the responder's side --------------------------------------------------------------
@@ -190,7 +199,7 @@ class Connection:
                 tracker = utt.tracker
                 for fut in item[2]:
                     try:
-                        p = model.probability(await fut)
+                        p = model.probability(fut.result() if fut.done() else await fut)
                     except JitError as exc:
                         code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
                         self.log.warning("step.failed", error=str(exc))
