@@ -210,10 +210,13 @@ def _compile(
     label = name or "plan"
     chosen = resolve_plugins(plugins)
     key = (*_plan_key(graph, label, fixed, chosen), opt_level)
+    # in memory, a plan is reused only with the very plugin objects it was compiled with: its
+    # dispatch calls run through them (their identity alone keys the plan index on disk)
+    memory_key = (key, tuple(id(p) for p in chosen))
     with _LOCK:
-        hit = _PLANS.get(key)
+        hit = _PLANS.get(memory_key)
         if hit is not None:
-            _PLANS.move_to_end(key)
+            _PLANS.move_to_end(memory_key)
     if hit is not None:
         count_memory_hit()
         return hit
@@ -261,7 +264,7 @@ def _compile(
         arena_bytes=lowered.memory.arena_bytes,
     )
     with _LOCK:
-        _PLANS[key] = exe
+        _PLANS[memory_key] = exe
         while len(_PLANS) > _PLANS_MAX:
             _PLANS.popitem(last=False)
     return exe
