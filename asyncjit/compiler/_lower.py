@@ -71,10 +71,10 @@ class Lowered:
         return str(ref)
 
 
-def signature_of(graph: Graph) -> Signature:
+def signature_of(graph: Graph, fixed: Mapping[str, int] | None = None) -> Signature:
     ins = tuple(ArgSpec(str(n.attrs["name"]), n.shape, n.dtype) for n in graph.inputs)
     outs = tuple(ArgSpec(f"output{j}", n.shape, n.dtype) for j, n in enumerate(graph.outputs))
-    return Signature(ins, outs, graph.vars)
+    return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}))
 
 
 def lower(graph: Graph, name: str, fixed: Mapping[str, int] | None = None) -> Lowered:
@@ -94,4 +94,4 @@ def lower(graph: Graph, name: str, fixed: Mapping[str, int] | None = None) -> Lo
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
     memory = plan_memory(fusion, scratch)
     layout = ArgLayout(len(graph.inputs), len(graph.outputs), len(memory.consts), len(graph.vars))
-    return Lowered(name, graph, fusion, memory, layout, signature_of(graph), fixed_map, claims)
+    return Lowered(name, graph, fusion, memory, layout, signature_of(graph, fixed_map), fixed_map, claims)

@@ -44,7 +44,7 @@ def _unspec(d: dict[str, Any]) -> ArgSpec:
 
 def serialize_cpu(exe: CpuExecutable) -> bytes:
     sig = exe.signature
-    consts = [np.ascontiguousarray(c) for c in exe.consts]
+    consts = [np.asarray(c, order="C") for c in exe.consts]  # 0-d stays 0-d
     meta = {
         "name": exe.name,
         "inputs": [_spec(a) for a in sig.inputs],
@@ -110,6 +110,7 @@ def deserialize(data: bytes) -> CpuExecutable:
         tuple(_unspec(a) for a in meta["inputs"]),
         tuple(_unspec(a) for a in meta["outputs"]),
         tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),
+        fixed={str(k): int(v) for k, v in meta["fixed"].items()},
     )
     return CpuExecutable(
         name=meta["name"],

@@ -142,8 +142,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        y = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    # the formula is -inf * 0 = NaN at -inf; the limit (and what finite x -> -inf approach) is -0.0
+    out: np.ndarray = np.where(np.isneginf(x), -0.0, y)
+    return out
 
 
 UNARY_FLOAT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -326,6 +330,21 @@ def cast_array(x: np.ndarray, to: DType) -> np.ndarray:
 
 
 _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args[0], n.dtype))
+
+
+def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
+    """A Python scalar converted to ``to`` as ``cast`` converts an element (NaN -> 0 in an int,
+    1e10 -> int32 max, 1e10 -> float16 inf); a Python int too wide for any dtype wraps."""
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        src = np.array(bool(value))
+    elif isinstance(value, (int, np.integer)):
+        bits = 64
+        v = (int(value) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # wrap into int64
+        src = np.array(v, np.int64)
+    else:
+        src = np.array(float(value), np.float64)
+    out: bool | int | float = cast_array(src, to).reshape(()).item()
+    return out
 
 # ---------------------------------------------------------------------------------------------
 # reductions (keepdims: reduced axes stay with size 1; Tensor reshapes them away)
@@ -532,7 +551,7 @@ def _ref_pad(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nda
     widths = [(evaluate(lo, b), evaluate(hi, b)) for lo, hi in node.attrs["pads"]]
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
-        value = cast_array(np.array(node.attrs.get("value", 0)), node.dtype)  # as a cast op would
+        value = cast_scalar(node.attrs.get("value", 0), node.dtype)  # as a cast op would
         return np.pad(args[0], widths, mode="constant", constant_values=value)
     return np.pad(args[0], widths, mode=mode)
 

@@ -224,7 +224,7 @@ class Client:
 
                 weakref.finalize(buf, on_done_with_host_buffer)
             return buf
-        src = np.ascontiguousarray(arr)
+        src = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         block = space.allocate(src.nbytes)
         if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
             ev = Event()
