@@ -190,6 +190,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _at_neg_inf(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """gelu's limit at -inf is -0.0 (the formula gives -inf * 0 = NaN)."""
+    return np.where(x == -np.inf, -0.0, y)
+
+
 FLOAT_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp,
     "log": np.log,
@@ -203,8 +208,10 @@ FLOAT_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "erf": _erf,
     "floor": np.floor,
     "ceil": np.ceil,
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "gelu": lambda x: _at_neg_inf(x, 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))),
+    "gelu_tanh": lambda x: _at_neg_inf(
+        x, 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
 }
 ANY_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative,
@@ -446,6 +453,55 @@ def oracle_nonzero(x: np.ndarray, size: int, fill: int) -> tuple[np.ndarray, np.
 
 
 # ---------------------------------------------------------------------------------------------
+# input values
+
+VALUE_PROFILES = ("quarter", "wide", "extreme", "big")
+"""How inputs are drawn: ``quarter`` steps in [-4, 4] (exact in every dtype); ``wide``: random
+bit patterns over the dtype's whole range (denormals, inf and NaN included); ``extreme``: mostly
+special values (+-0, +-inf, NaN, +-max, +-min normal, denormals, huge trig arguments, int
+min/max); ``big``: magnitudes near the dtype's max (overflow-edge sums and products)."""
+
+_F_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e18, -1e18, 3.6e17, 1e30, 2.0**21, 1e-40, -1e-45]
+
+
+def _float_values(
+    rng: np.random.Generator, dtype: np.dtype[Any], shape: tuple[int, ...], profile: str
+) -> np.ndarray:
+    info = np.finfo(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    quarter = rng.integers(-16, 17, size=n) / 4
+    if profile == "quarter":
+        return quarter.astype(dtype).reshape(shape)
+    if profile == "wide":
+        bits = rng.integers(0, 2 ** (8 * dtype.itemsize), size=n, dtype=np.uint64)
+        return bits.astype(np.dtype(f"u{dtype.itemsize}")).view(dtype).reshape(shape)
+    if profile == "big":
+        mags = float(info.max) * rng.uniform(0.25, 1.0, size=n)
+        return (rng.choice([-1.0, 1.0], size=n) * mags).astype(dtype).reshape(shape)
+    specials = [*_F_SPECIALS, float(info.max), -float(info.max), float(info.tiny), -float(info.tiny)]
+    pick = rng.integers(0, len(specials), size=n)
+    with np.errstate(over="ignore"):
+        vals = np.where(rng.random(n) < 0.6, np.array(specials)[pick], quarter)
+        return vals.astype(dtype).reshape(shape)
+
+
+def input_values(
+    rng: np.random.Generator, spec: _PlaceholderSpec, shape: tuple[int, ...], profile: str
+) -> np.ndarray:
+    """One placeholder's array under a value profile (int index placeholders keep their range)."""
+    if spec.dtype.kind == "f":
+        return _float_values(rng, spec.dtype, shape, profile)
+    if spec.dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    arr = rng.integers(spec.low, spec.high + 1, size=shape).astype(spec.dtype)
+    if profile in ("quarter", "wide") or spec.indices:
+        return arr
+    info = np.iinfo(spec.dtype)
+    edge = np.array([info.min, info.max, info.min + 1, info.max - 1, 0, -1, 1], spec.dtype)
+    return np.where(rng.random(shape) < 0.5, edge[rng.integers(0, len(edge), size=shape)], arr)
+
+
+# ---------------------------------------------------------------------------------------------
 # random graphs
 
 DimValue = Callable[[Mapping[str, int]], int]
@@ -461,13 +517,22 @@ class DimChoice:
 
 def _dim_choices(variables: Sequence[Var], allow_zero: bool) -> list[DimChoice]:
     out = [DimChoice(n, lambda b, n=n: n) for n in (1, 2, 3, 4)]
+    if allow_zero:
+        out.append(DimChoice(0, lambda b: 0))
     for v in variables:
         name = v.name
         out.append(DimChoice(v, lambda b, name=name: b[name]))
         out.append(DimChoice(v + 1, lambda b, name=name: b[name] + 1))
         out.append(DimChoice(2 * v, lambda b, name=name: 2 * b[name]))
-        if allow_zero:
+        if allow_zero or v.min >= 2:
             out.append(DimChoice(v - 1, lambda b, name=name: b[name] - 1))
+        if allow_zero or v.min >= 2:
+            out.append(DimChoice(v // 2, lambda b, name=name: b[name] // 2))
+        if allow_zero:
+            out.append(DimChoice(v % 3, lambda b, name=name: b[name] % 3))
+    if len(variables) == 2:
+        a, c = variables
+        out.append(DimChoice(a * c, lambda b, x=a.name, y=c.name: b[x] * b[y]))
     return out
 
 
@@ -490,6 +555,7 @@ class _PlaceholderSpec:
     dtype: np.dtype[Any]
     low: int
     high: int  # int data is drawn from [low, high]; may depend on nothing else
+    indices: bool = False  # an index tensor: its range matters more than its extremes
 
 
 @attrs.define(eq=False)
@@ -509,6 +575,7 @@ class GraphCase:
     program: list[_Step]
     output_ids: list[int]
     specs: list[_PlaceholderSpec]
+    profile: str = "quarter"
 
     @property
     def var_bounds(self) -> dict[str, tuple[int, int]]:
@@ -529,19 +596,16 @@ class GraphCase:
             f"v{i}={s.what}({','.join(f'v{a}' for a in s.args)})" for i, s in enumerate(self.program)
         )
 
-    def make_inputs(self, bindings: Mapping[str, int], seed: int | None = None) -> dict[Tensor, np.ndarray]:
-        """Arrays for every placeholder at ``bindings`` (deterministic for a seed)."""
+    def make_inputs(
+        self, bindings: Mapping[str, int], seed: int | None = None, profile: str | None = None
+    ) -> dict[Tensor, np.ndarray]:
+        """Arrays for every placeholder at ``bindings`` (deterministic for a seed), with values
+        drawn by ``profile`` (default: the case's; see ``VALUE_PROFILES``)."""
         rng = np.random.default_rng(self.seed if seed is None else seed)
         feed: dict[Tensor, np.ndarray] = {}
         for spec in self.specs:
             shape = tuple(d.value(bindings) for d in spec.shape)
-            if spec.dtype.kind == "f":
-                arr = (rng.integers(-16, 17, size=shape) / 4).astype(spec.dtype)
-            elif spec.dtype == np.bool_:
-                arr = rng.integers(0, 2, size=shape).astype(np.bool_)
-            else:
-                arr = rng.integers(spec.low, spec.high + 1, size=shape).astype(spec.dtype)
-            feed[spec.tensor] = arr
+            feed[spec.tensor] = input_values(rng, spec, shape, profile or self.profile)
         return feed
 
     def expected(
@@ -564,6 +628,7 @@ class GraphCase:
 ALL_KINDS = (
     "unary", "binary", "scalar_binary", "where", "cast", "reduce", "matmul", "conv1d", "reshape",
     "permute", "expand", "slice", "shrink", "pad", "cat", "gather", "scatter", "nonzero", "arange",
+    "const",
 )  # fmt: skip
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -600,10 +665,15 @@ class _Builder:
         return len(self.tensors) - 1
 
     def placeholder(
-        self, shape: Sequence[DimChoice], dtype: np.dtype[Any], low: int = -6, high: int = 6
+        self,
+        shape: Sequence[DimChoice],
+        dtype: np.dtype[Any],
+        low: int = -6,
+        high: int = 6,
+        indices: bool = False,
     ) -> int:
         t = Tensor.placeholder(tuple(d.dim for d in shape), dt.from_numpy(dtype), name=f"p{len(self.specs)}")
-        self.specs.append(_PlaceholderSpec(t, tuple(shape), np.dtype(dtype), low, high))
+        self.specs.append(_PlaceholderSpec(t, tuple(shape), np.dtype(dtype), low, high, indices))
         for d in shape:
             self._dim_value.setdefault(repr(d.dim), d.value)
         self.tensors.append(t)
@@ -699,9 +769,25 @@ def _k_scalar_binary(b: _Builder) -> None:
     i = b.pick(lambda t: not t.dtype.is_bool)
     if i is None:
         return
-    scalar = b.draw(st.sampled_from([2, 3, -1, 0, 0.5, -1.5, 2.0]))
     reverse = b.draw(st.booleans())
     x = b.tensors[i]
+    if b.draw(st.integers(0, 3)) == 0:  # a symbolic dim used as a value, on either side
+        d = b.draw(st.sampled_from([c for c in b.choices if not isinstance(c.dim, int)] or b.choices))
+        out = binary_tensor(name, d.dim, x) if reverse else binary_tensor(name, x, d.dim)  # type: ignore[arg-type]
+
+        def dim_oracle(
+            a: list[np.ndarray],
+            bb: Mapping[str, int],
+            n: str = name,
+            f: DimValue = d.value,
+            r: bool = reverse,
+        ) -> np.ndarray:
+            v = np.array(f(bb)).astype(a[0].dtype)  # a dim takes the tensor's dtype (weak)
+            return oracle_binary(n, v, a[0]) if r else oracle_binary(n, a[0], v)
+
+        b.add(out, f"{name}{'_r' if reverse else ''}[{d.dim}]", (i,), dim_oracle)
+        return
+    scalar = b.draw(st.sampled_from([2, 3, -1, 0, 0.5, -1.5, 2.0, 1e10, -3e38, math.inf, math.nan]))
     out = binary_tensor(name, scalar, x) if reverse else binary_tensor(name, x, scalar)
 
     def oracle(
@@ -710,6 +796,42 @@ def _k_scalar_binary(b: _Builder) -> None:
         return oracle_binary(n, s, a[0]) if r else oracle_binary(n, a[0], s)
 
     b.add(out, f"{name}{'_r' if reverse else ''}[{scalar}]", (i,), oracle)
+
+
+_CONST_VALUES = [0, 1, -1, 3, 2.5, -0.0, 1e10, 65504.0, 3e38, -3e38, math.inf, -math.inf, math.nan, 1e-40]
+
+
+def _k_const(b: _Builder) -> None:
+    """A rank-0 (or tiny) constant of any dtype, combined with a value or another constant (so
+    constant folding sees rank-0 operands)."""
+    dtype = b.draw(st.sampled_from(b.dtypes))
+    vals = b.draw(st.lists(st.sampled_from(_CONST_VALUES), min_size=1, max_size=3))
+    with np.errstate(all="ignore"):
+        arr = (
+            oracle_cast(np.array(vals, np.float64), dtype)
+            if dtype.kind != "f"
+            else np.array(vals).astype(dtype)
+        )
+    arr = arr[:1].reshape(()) if b.draw(st.booleans()) else arr
+    c = b.const(arr)
+    name = b.draw(st.sampled_from(BINARY_NAMES))
+    logical = name in ("and", "or", "xor")
+    ok = [
+        j for j, t in enumerate(b.tensors)
+        if j != c and _broadcastable(t.shape, arr.shape) and _binary_ok(name, t.dtype, b.tensors[c].dtype)
+    ]  # fmt: skip
+    if not ok or (logical and dtype.kind == "f"):
+        return
+    j = b.draw(st.sampled_from(ok))
+    i, k = (c, j) if b.draw(st.booleans()) else (j, c)
+    out = binary_tensor(name, b.tensors[i], b.tensors[k])
+    b.add(out, f"{name}[const]", (i, k), lambda a, _b, n=name: oracle_binary(n, a[0], a[1]))
+
+
+def _binary_ok(name: str, x: dt.DType, y: dt.DType) -> bool:
+    if name in ("and", "or", "xor"):
+        return not x.is_float and not y.is_float
+    return not (x.is_bool or y.is_bool)
 
 
 def _k_where(b: _Builder) -> None:
@@ -1019,7 +1141,8 @@ def _k_pad(b: _Builder) -> None:
         hi = b.draw(st.sampled_from(opts))
         pads.append((lo, hi))
         widths.append(lambda bb, lo=lo, hi=hi: (_val(lo, bb), _val(hi, bb)))
-    value: Any = b.draw(st.sampled_from([0, 1, -2.5])) if mode == "constant" else 0
+    pad_values = [0, 1, -2.5, math.nan, math.inf, -math.inf, 1e10, 1e19, -1e19, 2**31 + 5, 70000.0, True]
+    value: Any = b.draw(st.sampled_from(pad_values)) if mode == "constant" else 0
     out = x.pad(pads, mode=mode, value=value)
 
     def oracle(
@@ -1028,6 +1151,9 @@ def _k_pad(b: _Builder) -> None:
         w = [f(bb) for f in ws]
         if m == "constant":
             fill = oracle_cast(np.array(v, np.float64 if isinstance(v, float) else np.int64), a[0].dtype)
+            if a[0].dtype.kind == "f":  # float -> float16 via float64 (1e10 -> inf), as cast does
+                with np.errstate(over="ignore"):
+                    fill = np.array(v, np.float64).astype(a[0].dtype)
             return np.pad(a[0], w, mode="constant", constant_values=fill)
         return np.pad(a[0], w, mode=m)
 
@@ -1072,7 +1198,9 @@ def _k_gather(b: _Builder) -> None:
         idx = np.array(b.draw(st.lists(st.integers(-2, hi_d + 2), min_size=m, max_size=m)), dtype=np.int64)
         j = b.const(idx.astype(b.draw(st.sampled_from([np.int32, np.int64]))))
     else:
-        j = b.placeholder([b.draw_dim()], b.draw(st.sampled_from(INT_DTYPES)), low=-2, high=hi_d + 2)
+        j = b.placeholder(
+            [b.draw_dim()], b.draw(st.sampled_from(INT_DTYPES)), low=-2, high=hi_d + 2, indices=True
+        )
     out = x[(slice(None),) * ax + (b.tensors[j],)] if b.draw(st.booleans()) else x.gather(ax, b.tensors[j])
     b.add(out, f"gather{ax}", (i, j), lambda a, _b, ax=ax: oracle_gather(a[0], ax, a[1]))
 
@@ -1142,6 +1270,7 @@ KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
     "scatter": _k_scatter,
     "nonzero": _k_nonzero,
     "arange": _k_arange,
+    "const": _k_const,
 }
 
 
@@ -1152,13 +1281,21 @@ def graph_cases(
     dtypes: Sequence[np.dtype[Any]] = ALL_DTYPES,
     max_steps: int = 6,
     max_vars: int = 2,
+    profiles: Sequence[str] = ("quarter",),
+    max_bound: int = 7,
 ) -> GraphCase:
-    """A random small graph over ``kinds`` (every op kind by default) with inputs, vars and bindings."""
+    """A random small graph over ``kinds`` (every op kind by default) with inputs, vars and bindings.
+
+    Vars have ``1 <= min <= max <= max_bound`` (``min == max`` too); ``profiles`` are the
+    ``VALUE_PROFILES`` the inputs may be drawn from."""
     names = ("t", "s")[: draw(st.integers(1, max_vars))]
     variables = []
     for name in names:
         lo = draw(st.integers(1, 3))
-        variables.append(Var(name, lo, lo + draw(st.integers(0, 4))))
+        hi = lo + draw(st.integers(0, 4))
+        if max_bound > hi and draw(st.integers(0, 3)) == 0:
+            hi = draw(st.integers(hi, max_bound))
+        variables.append(Var(name, lo, min(hi, max(max_bound, lo))))
     bindings = draw(bindings_for(variables))
     b = _Builder(draw, tuple(variables), bindings, [np.dtype(d) for d in dtypes])
     b.placeholder(b.draw_shape(), b.draw_dtype())
@@ -1178,6 +1315,7 @@ def graph_cases(
         program=b.program,
         output_ids=output_ids,
         specs=b.specs,
+        profile=draw(st.sampled_from(list(profiles))),
     )
     case.inputs = case.make_inputs(bindings)
     return case

@@ -22,6 +22,7 @@ from ._index import i64
 from ._library import conv_library, matmul_library
 from ._scalar import intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
+from ._target import F64
 from ._types import F16, F32, I64, PTR, VOID, compute_type, const, storage_type
 
 __all__ = ["emit_kernel", "scratch_bytes"]
@@ -166,13 +167,17 @@ def _copy(ctx: _Ctx, kernel: Kernel) -> None:
     _store_all(ctx, node, lambda idx: ctx.em.value(node, idx))
 
 
+def _wide(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    return v if v.type == F64 else b.fpext(v, F64)
+
+
 def _combine(ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool) -> ir.Value:
     b = ctx.b
     if is_float:
         if op == "sum":
-            return b.fadd(acc, v, flags=_REDUCE_FLAGS)
+            return b.fadd(acc, _wide(b, v), flags=_REDUCE_FLAGS)
         if op == "prod":
-            return b.fmul(acc, v, flags=_REDUCE_FLAGS)
+            return b.fmul(acc, _wide(b, v), flags=_REDUCE_FLAGS)
         name = "llvm.maximum.f32" if op == "max" else "llvm.minimum.f32"
         return intrinsic(b, name, F32, [acc, v])
     if op == "sum":
@@ -188,7 +193,10 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
     x = node.inputs[0]
     op, axes = node.attrs["op"], tuple(node.attrs["axes"])
     is_float = node.dtype.is_float
-    acc_ty = F32 if is_float else compute_type(node.dtype)
+    # float sum/prod accumulate in double and round once (the reference semantics, graph._ops):
+    # a float32 sum cannot overflow midway, and the unspecified order costs < 1 ulp
+    wide = is_float and op in ("sum", "prod")
+    acc_ty = F64 if wide else F32 if is_float else compute_type(node.dtype)
     init = reduce_identity(op, node.dtype)
     acc = ctx.alloca(acc_ty)
 
@@ -206,7 +214,9 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
 
         ctx.nest([x.shape[a] for a in axes], inner)
         result = ctx.b.load(acc, typ=acc_ty)
-        if node.dtype.name == "float16":
+        if wide and node.dtype.name in ("float32", "float16"):
+            result = ctx.b.fptrunc(result, F32)  # then to half: double -> float -> half, as
+        if node.dtype.name == "float16":  # the reference rounds float64 -> float32 -> float16
             result = ctx.b.fptrunc(result, F16)
         ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
 

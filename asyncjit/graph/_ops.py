@@ -12,13 +12,29 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0 (native code must not trap on them).
 * ``maximum``/``minimum`` propagate NaN, as numpy does; so does ``relu`` (``max(x, 0)``).
 * ``pad``'s constant value is converted to the tensor's dtype as ``cast`` would (2.7 -> 2 in
-  int32, NaN -> 0).
+  int32, NaN -> 0, 1e10 -> int32 max, 1e10 -> float16 inf; ``cast_scalar``); a Python int too
+  wide for int64 wraps.
+* Transcendentals are defined on every float32, extremes included: ``sin``/``cos`` reduce any
+  finite argument exactly (3e38 too), ``gelu(-inf)`` is its limit -0.0 in both forms,
+  ``gelu(+inf)`` is inf; NaN in gives NaN out.
 * ``gather`` clamps indices into range; ``scatter`` drops out-of-range indices and, for repeated
   indices, the last write wins. Negative indices are out of range too (no wrap-around from the
   end): gather reads row 0 for them, scatter ignores them. Data never steers native code outside
   a buffer.
 * Reductions have identities (sum 0, prod 1, max -inf/int min, min +inf/int max), so an empty
   (zero-length) reduced axis is defined.
+* Float ``sum``/``prod`` accumulate in float64 and round once to the output dtype (float16
+  through float32). The order of accumulation is unspecified (compiled code vectorizes and
+  reassociates); in float64 that moves the result by a few float64 ulps, which rounding to
+  float32 hides except at exact rounding ties and under catastrophic cancellation. A float32
+  sum cannot overflow midway (``sum([3e38, 3e38, -3e38])`` is 3e38); a product can, in float64,
+  only with more than eight factors of extreme magnitude, and then its value depends on the
+  order. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
+* ``matmul`` and ``conv1d`` are *not* exactly rounded: the reference evaluates them in float64,
+  compiled code accumulates in float32 with FMA in an unspecified order (that is what makes them
+  fast and batch-invariant). They agree within the usual dot-product bound (about K float32
+  ulps of ``sum(|a*b|)``); a float32 partial sum that overflows while the exact result is
+  finite (|terms| near 3e38) is outside their domain.
 """
 
 from __future__ import annotations
@@ -335,7 +351,7 @@ _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args
 def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
     """A Python scalar converted to ``to`` as ``cast`` converts an element (NaN -> 0 in an int,
     1e10 -> int32 max, 1e10 -> float16 inf); a Python int too wide for any dtype wraps."""
-    if isinstance(value, bool) or isinstance(value, np.bool_):
+    if isinstance(value, bool | np.bool_):
         src = np.array(bool(value))
     elif isinstance(value, (int, np.integer)):
         bits = 64
@@ -345,6 +361,7 @@ def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
         src = np.array(float(value), np.float64)
     out: bool | int | float = cast_array(src, to).reshape(()).item()
     return out
+
 
 # ---------------------------------------------------------------------------------------------
 # reductions (keepdims: reduced axes stay with size 1; Tensor reshapes them away)
