@@ -1,9 +1,9 @@
 """``asyncjit demo``: the real Silero VAD, streamed chunk by chunk, next to ONNX Runtime.
 
 The built-in audio is ``asyncjit/data/speech_16k.wav`` (7.7 s of synthetic speech with pauses);
-``--audio FILE.wav`` runs a mono 8 or 16 kHz 16-bit WAV of yours (multiples of 16 kHz are
-decimated; other rates, stereo and other formats are rejected with the ``sox`` command that
-converts them).
+``--audio FILE`` runs a file of yours in any format ``asyncjit.audio`` reads (WAV of any width,
+FLAC, OGG, ...): channels are mixed down, rates other than 8 and 16 kHz resampled to 16 kHz with
+soxr, and the demo says which conversions it made.
 
 ``--streams N`` multiplexes N live streams of the same audio (each starting at a different
 offset) through one ``StreamMux`` (``vad_mux``) and prints throughput, per-chunk latency
@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .models import read_wav, speech_sample_path, speech_timestamps
+from .audio import load_audio
+from .models import SAMPLE_RATES, speech_sample_path, speech_timestamps
 from .models.silero_vad import SileroVad
 
 __all__ = ["run_demo", "run_streams_demo"]
@@ -42,13 +43,21 @@ def _fmt(times: np.ndarray) -> str:
     return f"median {np.median(times) * 1e6:7.1f} us, p99 {np.percentile(times, 99) * 1e6:7.1f} us"
 
 
+def _load(path: str, out: Callable[[str], None]) -> tuple[np.ndarray, int]:
+    """The file as float32 mono at 8 or 16 kHz, telling the user what it is and what was converted."""
+    clip = load_audio(path, 16000, keep=SAMPLE_RATES)
+    out(f"audio: {path} ({clip.info.describe()})")
+    if clip.conversions:
+        out(f"  converted: {'; '.join(clip.conversions)}")
+    return clip.samples, clip.sample_rate
+
+
 def run_demo(
     audio_path: str | None = None, compare: bool = True, out: Callable[[str], None] = print
 ) -> dict[str, float]:
     """Run the demo and return its figures (median/p99 seconds, ratio, max probability diff)."""
     path = audio_path or speech_sample_path()
-    audio, sr = read_wav(path)
-    out(f"audio: {path} ({audio.size / sr:.2f} s at {sr} Hz)")
+    audio, sr = _load(path, out)
 
     t0 = time.perf_counter()
     vad = SileroVad(sr)
@@ -152,7 +161,7 @@ def run_streams_demo(
     if streams < 1:
         raise ValueError(f"--streams must be >= 1, got {streams}")
     path = audio_path or speech_sample_path()
-    audio, sr = read_wav(path)
+    audio, sr = _load(path, out)
     n = 512 if sr == 16000 else 256
     chunks = _chunks(audio, n)
     workload = _offset_streams(chunks, streams)

@@ -42,7 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="show structlog info events")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="stream speech through the real Silero VAD (vs ONNX Runtime)")
-    demo.add_argument("--audio", metavar="FILE.wav", help="a mono 8 or 16 kHz WAV (default: built-in speech)")
+    demo.add_argument(
+        "--audio",
+        metavar="FILE",
+        help="an audio file: WAV, FLAC, OGG, ... (default: built-in speech)",
+    )
     demo.add_argument("--no-compare", action="store_true", help="skip the ONNX Runtime run")
     demo.add_argument(
         "--streams",
@@ -58,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
         return int(args.func(args))
-    except (JitError, FileNotFoundError) as exc:
+    except (JitError, OSError) as exc:  # bad input, or a path that cannot be opened
         print(f"asyncjit: error: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "AdmissionTimeoutError",
+    "ArgumentCountError",
+    "ArgumentTypeError",
     "AudioFormatError",
     "BacklogFullError",
     "BufferDeletedError",
@@ -18,6 +20,7 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
     "JitError",
@@ -25,6 +28,8 @@ __all__ = [
     "ModelFormatError",
     "MuxClosedError",
     "NotPreparedError",
+    "ObjectCodeError",
+    "OnnxImportError",
     "OutputLayoutMismatchError",
     "ShapeMismatchError",
     "StaticArgumentError",
@@ -33,6 +38,7 @@ __all__ = [
     "StreamClosedError",
     "StreamIdleError",
     "TensorError",
+    "UnsupportedOpError",
     "VarBoundsError",
     "WouldBlock",
 ]
@@ -77,12 +83,24 @@ class VarBoundsError(TensorError):
     """A symbolic var was bound to a value outside its declared ``[min, max]``, or not bound."""
 
 
+class ArgumentCountError(ShapeMismatchError, TypeError):
+    """Your call passed more or fewer arguments (inputs, buffers, outputs) than the plan takes."""
+
+
+class ArgumentTypeError(JitError, TypeError):
+    """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
+
+
 class DeviceError(JitError):
     """A device or buffer operation failed (bad device, wrong memory space, closed client)."""
 
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DonateIndexError(DeviceError, IndexError):
+    """``donate=`` named an input that does not exist (out of range, or not an int)."""
 
 
 class ClosedError(DeviceError):
@@ -104,6 +122,13 @@ class CompileError(JitError):
     """Lowering or native compilation of a graph failed; this is asyncjit's bug or a limit."""
 
 
+class ObjectCodeError(CompileError):
+    """Object code (from the disk cache or a serialized executable) is malformed or for another host.
+
+    It is refused before LLVM's loader sees it; the cache treats it as a miss and recompiles.
+    """
+
+
 class CacheError(JitError):
     """The compile cache directory is unusable (for example writable by other users)."""
 
@@ -117,10 +142,12 @@ class ModelFormatError(JitError, ValueError):
 
 
 class AudioFormatError(JitError, ValueError):
-    """Audio a model cannot take: an unreadable, empty, truncated, stereo or non-16-bit WAV file,
-    an unsupported sample rate, or samples that are NaN or infinite.
+    """Audio a model cannot take: a file that is empty, not audio, truncated or ends in a partial
+    frame, an unsupported sample rate, a chunk of the wrong size, or samples that are NaN or
+    infinite. The message names the file (or chunk) and says how to fix it.
 
-    The message says how to convert the input (usually a ``sox`` command).
+    A path that cannot be opened at all raises the builtin ``OSError`` subclass instead
+    (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``), as ``open()`` does.
     """
 
 
@@ -157,3 +184,20 @@ class StepCancelledError(JitError):
 
 class WouldBlock(JitError):
     """Raised by ``X_nowait`` functions when ``X`` would have to wait."""
+
+
+class OnnxImportError(ModelFormatError):
+    """An ONNX file could not be imported: unreadable or truncated, an input dim without bounds,
+    a shape that depends on data, or a construct the importer cannot lower. The message names
+    the file and, where there is one, the node."""
+
+
+class UnsupportedOpError(OnnxImportError):
+    """An ONNX model uses ops (or op versions, or attributes) asyncjit has no lowering for.
+
+    ``nodes`` lists every offending ``(node name, op type, reason)``, all found at load time.
+    """
+
+    def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes

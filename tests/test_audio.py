@@ -49,30 +49,31 @@ class TestReadWav:
         assert got == rate
         np.testing.assert_array_equal(audio, pcm.astype(np.float32) / 32768)
 
-    @pytest.mark.parametrize("rate", [32000, 48000])
-    def test_multiples_of_16k_are_decimated_like_silero(self, tmp_path: Path, rate: int) -> None:
-        """Every k-th sample is kept, as silero_vad.get_speech_timestamps does."""
+    @pytest.mark.parametrize("rate", [32000, 48000, 44100, 22050, 11025])
+    def test_other_rates_are_resampled_to_16k_with_soxr(self, tmp_path: Path, rate: int) -> None:
+        """Band-limited resampling (not sample dropping): the samples equal soxr's."""
+        import soxr
+
         pcm = _ramp(3000)
         audio, got = read_wav(_write_wav(tmp_path / "a.wav", pcm, rate))
-        assert got == 16000
-        np.testing.assert_array_equal(audio, pcm[:: rate // 16000].astype(np.float32) / 32768)
+        assert got == 16000 and audio.dtype == np.float32
+        want = soxr.resample(pcm.astype(np.float32) / 32768, rate, 16000, quality="HQ")
+        np.testing.assert_allclose(audio, want, atol=1e-6)
 
-    @pytest.mark.parametrize("rate", [44100, 22050, 11025])
-    def test_other_rates_are_rejected_with_a_sox_command(self, tmp_path: Path, rate: int) -> None:
-        with pytest.raises(AudioFormatError, match=rf"sampled at {rate} Hz.*sox 'a.wav' -r 16000"):
-            read_wav(_write_wav(tmp_path / "a.wav", _ramp(100), rate))
+    def test_stereo_is_mixed_down(self, tmp_path: Path) -> None:
+        pcm = _ramp(400)
+        audio, _ = read_wav(_write_wav(tmp_path / "st.wav", pcm, 16000, channels=2))
+        pairs = pcm.reshape(-1, 2).astype(np.float32) / 32768
+        np.testing.assert_allclose(audio, pairs.mean(axis=1), atol=1e-7)
 
-    def test_stereo_is_rejected_with_how_to_downmix(self, tmp_path: Path) -> None:
-        with pytest.raises(AudioFormatError, match=r"2 channels.*sox 'st.wav' -c 1 out.wav"):
-            read_wav(_write_wav(tmp_path / "st.wav", _ramp(200), 16000, channels=2))
+    def test_8_bit_is_read(self, tmp_path: Path) -> None:
+        audio, _ = read_wav(_write_wav(tmp_path / "u8.wav", np.full(100, 192, np.uint8), 16000, width=1))
+        np.testing.assert_array_equal(audio, np.full(100, 0.5, np.float32))
 
-    def test_8_bit_is_rejected(self, tmp_path: Path) -> None:
-        with pytest.raises(AudioFormatError, match="8-bit samples; only 16-bit PCM"):
-            read_wav(_write_wav(tmp_path / "u8.wav", np.full(100, 128, np.uint8), 16000, width=1))
-
-    def test_float_wav_is_rejected(self, tmp_path: Path) -> None:
-        """A 32-bit float WAV (format 3) is named as unreadable, with a conversion."""
-        data = np.zeros(16, np.float32).tobytes()
+    def test_float_wav_is_read(self, tmp_path: Path) -> None:
+        """A 32-bit float WAV (format 3, written by hand) is read as it is."""
+        samples = np.linspace(-0.9, 0.9, 16, dtype=np.float32)
+        data = samples.tobytes()
         fmt = struct.pack("<HHIIHH", 3, 1, 16000, 64000, 4, 32)
         riff = (
             b"WAVE"
@@ -85,12 +86,13 @@ class TestReadWav:
         )
         path = tmp_path / "f32.wav"
         path.write_bytes(b"RIFF" + struct.pack("<I", len(riff)) + riff)
-        with pytest.raises(AudioFormatError, match=r"not a 16-bit PCM WAV.*sox"):
-            read_wav(path)
+        audio, rate = read_wav(path)
+        assert rate == 16000
+        np.testing.assert_array_equal(audio, samples)
 
     def test_empty_file(self, tmp_path: Path) -> None:
         (tmp_path / "e.wav").write_bytes(b"")
-        with pytest.raises(AudioFormatError, match=r"is empty \(0 bytes\)"):
+        with pytest.raises(AudioFormatError, match=r"e.wav' is empty \(0 bytes\)"):
             read_wav(tmp_path / "e.wav")
 
     def test_wav_without_samples(self, tmp_path: Path) -> None:
@@ -99,7 +101,7 @@ class TestReadWav:
 
     def test_not_a_wav_file(self, tmp_path: Path) -> None:
         (tmp_path / "t.wav").write_text("this is a text file, not audio\n" * 4)
-        with pytest.raises(AudioFormatError, match="not a 16-bit PCM WAV file"):
+        with pytest.raises(AudioFormatError, match=r"t.wav' is not an audio file soundfile can read"):
             read_wav(tmp_path / "t.wav")
 
     def test_truncated_data(self, tmp_path: Path) -> None:
@@ -107,18 +109,18 @@ class TestReadWav:
         path = _write_wav(tmp_path / "cut.wav", _ramp(1000), 16000)
         path.write_bytes(path.read_bytes()[:-500])
         with pytest.raises(
-            AudioFormatError, match="truncated: its header declares 1000 samples, the file holds 750"
+            AudioFormatError, match=r"truncated: its header declares 1000 frames, the file holds 750"
         ):
             read_wav(path)
 
     def test_truncated_header(self, tmp_path: Path) -> None:
         path = _write_wav(tmp_path / "cut.wav", _ramp(1000), 16000)
         path.write_bytes(path.read_bytes()[:30])
-        with pytest.raises(AudioFormatError):
+        with pytest.raises(AudioFormatError, match=r"cut\.wav"):
             read_wav(path)
 
     def test_missing_file_is_file_not_found(self, tmp_path: Path) -> None:
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(FileNotFoundError, match=r"nope\.wav"):
             read_wav(tmp_path / "nope.wav")
 
     def test_audio_errors_are_jit_and_value_errors(self) -> None:

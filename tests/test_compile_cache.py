@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from asyncjit.compiler import CacheDirectoryWarning, cache_dir, compile_stats
@@ -47,24 +50,74 @@ def test_warm_load_in_fresh_process(tmp_path: Path) -> None:
     assert second["out"] == first["out"]
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign_key", "empty"])
+def _resign(payload: bytes, key: str, secret: bytes) -> bytes:
+    from asyncjit.compiler._cache import encode_entry
+
+    return encode_entry(key, payload, secret)
+
+
+def _garbage(obj: bytes) -> bytes:
+    """The issue's repro: random bytes where the object was (deterministic for reproducibility)."""
+    return np.random.default_rng(17).integers(0, 256, len(obj), dtype=np.uint8).tobytes()
+
+
+def _elf_garbage(obj: bytes) -> bytes:
+    """A valid ELF header whose section table points far past the end of the bytes."""
+    data = bytearray(obj)
+    struct.pack_into("<Q", data, 0x28, len(obj) * 4)  # e_shoff
+    return bytes(data)
+
+
+def _wrong_machine(obj: bytes) -> bytes:
+    data = bytearray(obj)
+    struct.pack_into("<H", data, 18, 183 if struct.unpack_from("<H", obj, 18)[0] != 183 else 62)
+    return bytes(data)
+
+
+def _no_entry(obj: bytes) -> bytes:
+    """The entry symbol's name renamed in the string table: structurally valid, no ``plan``."""
+    i = obj.index(b"\0plan\0")
+    return obj[: i + 1] + b"nalp" + obj[i + 5 :]
+
+
+_TAMPER = {
+    "garbage_object": _garbage,
+    "elf_section_table_past_end": _elf_garbage,
+    "wrong_elf_machine": _wrong_machine,
+    "truncated_object": lambda obj: obj[: len(obj) // 2],
+    "missing_entry_symbol": _no_entry,
+}
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign_key", "empty", "forged_checksum", *_TAMPER])
 def test_damaged_entry_is_recompiled(tmp_path: Path, damage: str) -> None:
-    """Corrupted, truncated or foreign-key entries are never loaded: the plan is recompiled."""
+    """Corrupted, truncated, foreign-key, forged or re-signed garbage entries are never loaded.
+
+    The re-signed cases carry a valid MAC (the test reads the user's secret) around object bytes
+    that would crash LLVM's loader: the ELF validation refuses them and the plan is recompiled.
+    """
+    from asyncjit.compiler._cache import _DIGEST, decode_entry
+
     cache = tmp_path / "cache"
     _run(cache)
     (entry,) = _entries(cache)
+    secret = (cache / "secret.key").read_bytes()
+    key = entry.stem
     data = bytearray(entry.read_bytes())
+    payload = decode_entry(bytes(data), key, secret)
+    assert payload is not None
     if damage == "flip":
         data[len(data) // 2] ^= 0x55
     elif damage == "truncate":
         data = data[: len(data) // 3]
     elif damage == "foreign_key":
-        from asyncjit.compiler._cache import decode_entry, encode_entry
-
-        key = entry.stem
-        payload = decode_entry(bytes(data), key)
-        assert payload is not None
-        data = bytearray(encode_entry("0" * len(key), payload))
+        data = bytearray(_resign(payload, "0" * len(key), secret))
+    elif damage == "forged_checksum":
+        # what another user could do without the secret: garbage with a plain BLAKE2b checksum
+        body = bytes(data[:-_DIGEST]).replace(payload, _garbage(payload))
+        data = bytearray(body + hashlib.blake2b(body, digest_size=_DIGEST).digest())
+    elif damage in _TAMPER:
+        data = bytearray(_resign(_TAMPER[damage](payload), key, secret))
     else:
         data = bytearray()
     entry.write_bytes(bytes(data))
@@ -76,8 +129,6 @@ def test_damaged_entry_is_recompiled(tmp_path: Path, damage: str) -> None:
 
 def test_world_writable_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cache dir others can write is not used, with a CacheDirectoryWarning; compiles still work."""
-    import numpy as np
-
     from asyncjit import Tensor
     from asyncjit.compiler import compile
 
@@ -121,3 +172,80 @@ def test_cache_off_writes_nothing(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout.strip().splitlines()[-1])["cold"] == 1
     assert list(tmp_path.rglob("*")) == []
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o660])
+def test_readable_secret_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int) -> None:
+    """A MAC secret others can read or write could forge entries: the cache is not used."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "secret.key").write_bytes(os.urandom(32))
+    (cache / "secret.key").chmod(mode)
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", str(cache))
+    x = Tensor.placeholder((3,), name="x")
+    with pytest.warns(CacheDirectoryWarning, match="not a private file"):
+        exe = compile((x * 5.5 - mode / 1024).exp(), [x])  # a plan per mode: no memory hit
+    assert _entries(cache) == []
+    assert exe.run([np.zeros(3, np.float32)])[0][0] == pytest.approx(np.exp(-mode / 1024))
+
+
+def test_key_covers_what_shapes_the_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another opt level, asyncjit version or compiler source misses the cache instead of reusing code."""
+    import asyncjit
+    from asyncjit.codegen._module import ENTRY
+    from asyncjit.compiler import _cache
+
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", str(tmp_path / "cache"))
+    ir_text = f"""define void @{ENTRY}(ptr %args) {{
+  ret void
+}}
+"""
+    keys = {_cache.code_key(ir_text, level) for level in range(4)}
+    assert len(keys) == 4
+    key3, _, _ = _cache.get_code(ir_text, "t", level=3)
+    before = compile_stats()
+    key2, _, _ = _cache.get_code(ir_text, "t", level=2)
+    after = compile_stats()
+    assert key2 != key3 and after.cold_compiles == before.cold_compiles + 1
+    assert len(_entries(tmp_path / "cache")) == 2
+    monkeypatch.setattr(asyncjit, "__version__", asyncjit.__version__ + ".dev1")
+    assert _cache.code_key(ir_text, 3) != key3
+    monkeypatch.undo()
+    monkeypatch.setattr(_cache, "compiler_source_hash", lambda: "a-changed-compiler")
+    assert _cache.code_key(ir_text, 3) != key3
+
+
+def test_deserialize_refuses_tampered_object() -> None:
+    """A serialized executable whose object bytes were replaced (checksum fixed up) is refused."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile, deserialize
+    from asyncjit.compiler._serialize import _DIGEST
+    from asyncjit.errors import CompileError, ObjectCodeError
+
+    x = Tensor.placeholder((4,), name="x")
+    exe = compile(x * 2.5 + 1.0, [x])
+    blob = exe.serialize()
+    body = blob[:-_DIGEST].replace(exe.object_code, _elf_garbage(exe.object_code))
+    forged = body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+    with pytest.raises(ObjectCodeError, match="section table"):
+        deserialize(forged)
+    assert issubclass(ObjectCodeError, CompileError)
+
+
+@pytest.mark.parametrize("damage", sorted(_TAMPER))
+def test_validate_object_rejects(damage: str) -> None:
+    """Each structural defect is an ObjectCodeError naming it; the intact object passes."""
+    from asyncjit import Tensor
+    from asyncjit.codegen._elf import validate_object
+    from asyncjit.codegen._module import ENTRY
+    from asyncjit.compiler import compile
+    from asyncjit.errors import ObjectCodeError
+
+    x = Tensor.placeholder((4,), name="x")
+    obj = compile(x * 3.5, [x]).object_code
+    validate_object(obj, (ENTRY,))
+    with pytest.raises(ObjectCodeError):
+        validate_object(_TAMPER[damage](obj), (ENTRY,))

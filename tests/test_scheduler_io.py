@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asyncjit.errors import AudioFormatError
 from asyncjit.runtime import Client
 from asyncjit.scheduler import (
     HostBatchedStep,
@@ -75,13 +76,28 @@ async def test_wav_stereo_8_and_24_bit(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_wrong_sample_rate_raises_from_the_context(tmp_path: Path) -> None:
-    """A reader error (here the rate check, in the worker thread) is raised, not swallowed."""
+async def test_reader_errors_are_raised_from_the_context(tmp_path: Path) -> None:
+    """A reader error (here a truncated file, found in the worker thread) is raised, not swallowed."""
     write_wav(tmp_path / "r.wav", pcm16(100), rate=8000)
-    with pytest.raises(ValueError, match="expected 16000 Hz"):
+    (tmp_path / "r.wav").write_bytes((tmp_path / "r.wav").read_bytes()[:-40])
+    with pytest.raises(AudioFormatError, match=r"'.*r.wav' is truncated: .* declares 100 frames.* holds 80"):
         async with wav_chunks(tmp_path / "r.wav", 64, sample_rate=16000) as src:
             async for _ in src:
                 pass
+
+
+@pytest.mark.anyio
+async def test_a_file_at_another_rate_is_resampled_as_it_is_read(tmp_path: Path) -> None:
+    """Block by block through soxr's stream resampler equals resampling the whole file at once."""
+    from asyncjit.audio import resample
+
+    pcm = (np.sin(np.arange(8000) * 0.05) * 20000).astype(np.int16)
+    write_wav(tmp_path / "r.wav", pcm, rate=8000)
+    async with wav_chunks(tmp_path / "r.wav", 64, read_ahead=4, sample_rate=16000, pad_last=False) as src:
+        got = np.concatenate([c async for c in src])
+    whole = resample(pcm, 8000, 16000)
+    assert got.size == whole.size // 64 * 64
+    np.testing.assert_allclose(got, whole[: got.size], atol=1e-6)
 
 
 @pytest.mark.anyio

@@ -847,3 +847,90 @@ async def test_churn_with_runs_in_flight_keeps_the_slots_in_use_packed(client: C
             for i in range(16):
                 tg.start_soon(worker, i)
     assert peak <= 16 and max(seen) < peak, (max(seen), peak)
+
+
+# -- many steps from one task (a connection pool) -------------------------------------------------
+@pytest.mark.anyio
+async def test_step_many_from_one_task_equals_unbatched(client: Client) -> None:
+    """One task drives 12 streams with step_many (list and stacked-array chunks, a stream twice
+    in a group): each stream's outputs equal its own unbatched run, in order."""
+    step = HostBatchedStep(client, max_batch_size=8, num_slots=12)
+    plans = [chunks_for(700 + i, 6) for i in range(12)]
+    got: list[list[Any]] = [[] for _ in plans]
+    async with StreamMux(step, max_queue_delay=0.001) as mux:
+        streams = [mux.open_stream_nowait() for _ in plans]
+        for k in range(0, 6, 2):
+            outs = await mux.step_many(streams, np.stack([p[k] for p in plans]))
+            for i, out in enumerate(outs):
+                got[i].append(out)
+            outs = await mux.step_many(streams, [p[k + 1] for p in plans])
+            for i, out in enumerate(outs):
+                got[i].append(out)
+        twice = await mux.step_many([streams[0], streams[0]], [plans[0][0], plans[0][1]])
+        m = mux.metrics()
+    for i, chunks in enumerate(plans):
+        assert close_to(got[i], run_unbatched(toy_step, chunks, ZERO)), i
+    # stream 0 went on from its 6th state with two more steps, in list order
+    assert close_to(twice, run_unbatched(toy_step, plans[0] + plans[0][:2], ZERO)[6:])
+    assert m["requests"] == 12 * 6 + 2
+
+
+@pytest.mark.anyio
+async def test_submit_many_nowait_is_all_or_nothing_and_wait_all_keeps_errors_apart(client: Client) -> None:
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    ca, cb = chunks_for(31, 3), chunks_for(32, 3)
+    async with StreamMux(step, max_queue_delay=0, queue_depth=2) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        with pytest.raises(ShapeMismatchError):
+            mux.submit_many_nowait([a, b], [ca[0]])  # one chunk for two streams
+        with pytest.raises(ShapeMismatchError):
+            mux.submit_many_nowait([a, b], np.zeros((2, 3), np.float32))
+        with pytest.raises(WouldBlock):
+            mux.submit_many_nowait([a, a, a, b], [ca[0], ca[1], ca[2], cb[0]])
+        assert a.statistics().queued == 0 and b.statistics().queued == 0  # nothing was queued
+        bad = cb[0].copy()
+        bad[3] = np.nan
+        futs = mux.submit_many_nowait([a, b], [ca[0], bad])
+        await mux.wait_all(futs)
+        assert all(f.done() for f in futs)
+        assert close_to([futs[0].result()], run_unbatched(toy_step, ca[:1], ZERO))
+        with pytest.raises(JitError, match="NaN"):
+            futs[1].result()
+        b.close()
+        with pytest.raises(StreamClosedError):
+            await mux.step_many([a, b], [ca[1], cb[1]])
+        assert a.statistics().queued == 0  # a's step was withdrawn with the group
+        await mux.wait_all([])  # nothing to wait for
+        rest = await mux.step_many([a], [ca[1]])
+    assert close_to(rest, run_unbatched(toy_step, ca[:2], ZERO)[1:])
+
+
+@pytest.mark.anyio
+async def test_wait_all_cancelled_abandons_its_steps(client: Client) -> None:
+    """A cancelled wait_all: batched steps run (state advances, result dropped), others withdrawn."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca, cb = chunks_for(41, 3), chunks_for(42, 3)
+    async with StreamMux(step, max_queue_delay=0, pipeline_depth=1) as mux:
+        a, b = mux.open_stream_nowait(), mux.open_stream_nowait()
+        await mux.step_many([a, b], [ca[0], cb[0]])
+        gate.armed = True
+        try:
+            futs = await mux.submit_many([a, b, a], [ca[1], cb[1], ca[2]])  # ca[2] waits for a's turn
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+
+                    async def cancel_when_batched() -> None:
+                        await gate.wait_entered()
+                        scope.cancel()
+
+                    tg.start_soon(cancel_when_batched)
+                    await mux.wait_all(futs)
+            assert scope.cancelled_caught
+        finally:
+            gate.open()
+        assert futs[2].cancelled() and not futs[0].cancelled()
+        ra = await a.step(ca[2])
+        m = mux.metrics()
+    assert m["dropped_results"] == 2 and m["cancelled"] == 1
+    assert close_to([ra], run_unbatched(toy_step, ca, ZERO)[2:])  # ca[1] was applied, ca[2] once

@@ -21,6 +21,8 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ._elf import validate_object
+
 __all__ = [
     "F32",
     "F64",
@@ -41,6 +43,7 @@ __all__ = [
     "new_function",
     "optimize",
     "parse_and_verify",
+    "pipeline_description",
     "smax",
     "smin",
     "type_suffix",
@@ -142,6 +145,14 @@ def optimize(module_ref: Any, level: int = 3) -> None:
         mpm.run(module_ref, pb)
 
 
+def pipeline_description(level: int = 3) -> str:
+    """The optimisation pipeline ``optimize(level)`` runs, spelled out for compile-cache keys."""
+    if not 0 <= level <= 3:
+        raise ValueError(f"optimisation level must be 0..3, got {level!r}")
+    extra = ",loop-vectorize,slp-vectorize,interleave,unroll" if level >= 2 else ""
+    return f"default<O{level}>{extra};tm-opt=3;reloc=pic"
+
+
 def compile_to_object(ir_text: str, level: int = 3) -> bytes:
     """Parse, verify, optimise (``level``) and emit an ELF object for the host CPU."""
     mod = parse_and_verify(ir_text)
@@ -167,8 +178,9 @@ class LoadedObject:
 
     __slots__ = ("_engine", "_keepalive")
 
-    def __init__(self, obj: bytes) -> None:
+    def __init__(self, obj: bytes, required: tuple[str, ...] = ()) -> None:
         _initialize()
+        validate_object(obj, required)  # RuntimeDyld trusts its input: a bad object would crash us
         with _LOCK:
             backing = llvm.parse_assembly("")
             backing.triple = llvm.get_process_triple()
@@ -190,9 +202,14 @@ class LoadedObject:
         return ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
 
 
-def load_object(obj: bytes) -> LoadedObject:
-    """Load an object file produced by :func:`compile_to_object` into executable memory."""
-    return LoadedObject(obj)
+def load_object(obj: bytes, required: tuple[str, ...] = ()) -> LoadedObject:
+    """Load an object file produced by :func:`compile_to_object` into executable memory.
+
+    Raises:
+        ObjectCodeError: ``obj`` is not a well-formed object for this host, or lacks a
+            ``required`` function symbol (checked before LLVM's loader sees it).
+    """
+    return LoadedObject(obj, required)
 
 
 # --------------------------------------------------------------------------------------------

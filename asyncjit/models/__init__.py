@@ -12,6 +12,7 @@ from ._audio import check_chunk as check_chunk
 from ._audio import check_sample_rate as check_sample_rate
 from ._audio import chunk_samples as chunk_samples
 from ._audio import context_samples as context_samples
+from ._audio import read_audio as read_audio
 from ._audio import read_wav as read_wav
 from ._ort import OnnxRuntimeVad as OnnxRuntimeVad
 from ._timestamps import SpeechSegment as SpeechSegment
@@ -26,6 +27,7 @@ __all__ = [
     "check_sample_rate",
     "chunk_samples",
     "context_samples",
+    "read_audio",
     "read_wav",
     "speech_sample_path",
     "speech_timestamps",

@@ -5,18 +5,15 @@ can get wrong on the way there (a stereo or 44.1 kHz file, an empty or truncated
 chunk, a 480-sample chunk, NaN samples) is caught here with a message that says how to fix it,
 before any graph runs.
 
-WAV reading uses the stdlib ``wave`` module: 16-bit PCM, mono. Rates: 8000 and 16000 Hz are
-returned as they are; integer multiples of 16000 (32, 48, 96 kHz) are decimated to 16000 by
-keeping every k-th sample, exactly as ``silero_vad.get_speech_timestamps`` does (no anti-alias
-filter, so results match the package's); every other rate is rejected with a ``sox`` command
-that converts the file.
+Files are read by ``asyncjit.audio`` (soundfile: WAV of any width and header, FLAC, OGG, ...),
+mixed down to mono and, unless at 8000 or 16000 Hz, resampled to 16000 Hz with soxr (a
+band-limited resampler, not the sample dropping ``get_speech_timestamps`` applies to multiples of
+16 kHz).
 """
 
 from __future__ import annotations
 
 import os
-import wave
-from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +26,7 @@ __all__ = [
     "check_sample_rate",
     "chunk_samples",
     "context_samples",
+    "read_audio",
     "read_wav",
 ]
 
@@ -50,7 +48,7 @@ def check_sample_rate(sample_rate: int) -> int:
     if int(sample_rate) not in SAMPLE_RATES:
         raise AudioFormatError(
             f"Silero VAD runs at 8000 or 16000 Hz, got {sample_rate} Hz; resample the audio first "
-            f"(for a file: sox in.wav -r 16000 out.wav)"
+            f"(asyncjit.audio.resample(samples, rate, 16000); files: asyncjit.audio.load_audio(path, 16000))"
         )
     return int(sample_rate)
 
@@ -104,60 +102,28 @@ def check_chunk(chunk: object, sample_rate: int) -> np.ndarray:
 
 
 def read_wav(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
-    """Read a mono 16-bit PCM WAV file as float32 samples in [-1, 1) and its sample rate.
+    """Read an audio file (WAV, FLAC, OGG, ...; any width, any channels) as float32 mono and its rate.
 
-    8000 and 16000 Hz files are returned as they are; multiples of 16000 Hz are decimated to
-    16000 (as silero_vad does); other rates are rejected.
+    8000 and 16000 Hz files are returned at their rate; every other rate is resampled to 16000 Hz
+    with soxr; several channels are averaged. ``asyncjit.audio.load_audio`` does the same and also
+    says what it converted.
 
     Raises:
-        FileNotFoundError: no file at ``path``.
-        AudioFormatError: the file is empty, not a WAV file, truncated, not 16-bit PCM, not
-            mono, has no samples, or has an unsupported rate; each message says how to convert.
+        FileNotFoundError, IsADirectoryError, PermissionError: the path cannot be opened.
+        AudioFormatError: the file is empty, not audio, truncated, ends in a partial frame, has
+            no samples or holds NaN/infinite samples; the message names the file.
     """
-    p = Path(path)
-    convert = f"sox {p.name!r} -r 16000 -c 1 -b 16 -e signed-integer out.wav"
-    size = p.stat().st_size  # FileNotFoundError for a missing file, as open() would raise
-    if size == 0:
-        raise AudioFormatError(f"{str(p)!r} is empty (0 bytes), not a WAV file")
-    try:
-        with wave.open(str(p), "rb") as f:
-            channels, width, rate, frames = (
-                f.getnchannels(),
-                f.getsampwidth(),
-                f.getframerate(),
-                f.getnframes(),
-            )
-            if channels != 1:
-                raise AudioFormatError(
-                    f"{str(p)!r} has {channels} channels; the VAD needs mono audio. "
-                    f"Downmix it first: sox {p.name!r} -c 1 out.wav"
-                )
-            if width != 2:
-                raise AudioFormatError(
-                    f"{str(p)!r} has {8 * width}-bit samples; only 16-bit PCM is read. "
-                    f"Convert it: sox {p.name!r} -b 16 -e signed-integer out.wav"
-                )
-            data = f.readframes(frames)
-    except AudioFormatError:
-        raise
-    except (wave.Error, EOFError) as exc:
-        raise AudioFormatError(
-            f"{str(p)!r} is not a 16-bit PCM WAV file that Python's wave module can read ({exc}); "
-            f"convert it: {convert}"
-        ) from exc
-    if frames == 0:
-        raise AudioFormatError(f"{str(p)!r} is a WAV file with no samples")
-    if len(data) < frames * 2:
-        raise AudioFormatError(
-            f"{str(p)!r} is truncated: its header declares {frames} samples, the file holds "
-            f"{len(data) // 2}; re-export or re-download it"
-        )
-    samples = (np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)).astype(np.float32)
-    if rate in SAMPLE_RATES:
-        return samples, rate
-    if rate > 16000 and rate % 16000 == 0:
-        return np.ascontiguousarray(samples[:: rate // 16000]), 16000
-    raise AudioFormatError(
-        f"{str(p)!r} is sampled at {rate} Hz; the VAD takes 8000 or 16000 Hz (or a multiple of "
-        f"16000, decimated). Resample it: {convert}"
-    )
+    from ..audio import load_audio
+
+    clip = load_audio(path, 16000, keep=SAMPLE_RATES)
+    return clip.samples, clip.sample_rate
+
+
+def read_audio(path: str | os.PathLike[str], sampling_rate: int = 16000) -> np.ndarray:
+    """``silero_vad.read_audio``: a file as 1-D float32 mono at ``sampling_rate`` (numpy, not torch).
+
+    Any format soundfile reads, resampled with soxr, channels averaged.
+    """
+    from ..audio import load_audio
+
+    return load_audio(path, check_sample_rate(sampling_rate)).samples

@@ -26,11 +26,29 @@ __all__ = ["SpeechSegment", "speech_timestamps"]
 
 @attrs.frozen
 class SpeechSegment:
-    """One stretch of speech: ``[start, end)`` in samples at ``sample_rate``."""
+    """One stretch of speech: ``[start, end)`` in samples at ``sample_rate``.
+
+    It indexes like the dicts ``get_speech_timestamps`` returns: ``seg["start"]``, ``seg["end"]``
+    (in rounded seconds when made with ``return_seconds=True``, else in samples), ``dict(seg)``.
+    """
 
     start: int
     end: int
     sample_rate: int
+    seconds: tuple[float, float] | None = None  # (start, end) as return_seconds rounds them
+
+    def __getitem__(self, key: str) -> int | float:
+        if key not in ("start", "end"):
+            raise KeyError(key)
+        if self.seconds is not None:
+            return self.seconds[0] if key == "start" else self.seconds[1]
+        return self.start if key == "start" else self.end
+
+    def keys(self) -> tuple[str, str]:
+        return ("start", "end")
+
+    def get(self, key: str, default: object = None) -> object:
+        return self[key] if key in ("start", "end") else default
 
     @property
     def start_s(self) -> float:
@@ -46,9 +64,9 @@ class SpeechSegment:
     def duration_s(self) -> float:
         return (self.end - self.start) / self.sample_rate
 
-    def as_dict(self) -> dict[str, int]:
-        """``{"start": ..., "end": ...}`` in samples, the form ``get_speech_timestamps`` returns."""
-        return {"start": self.start, "end": self.end}
+    def as_dict(self) -> dict[str, int | float]:
+        """``{"start": ..., "end": ...}``, the form ``get_speech_timestamps`` returns."""
+        return {"start": self["start"], "end": self["end"]}
 
 
 def speech_timestamps(
@@ -65,6 +83,10 @@ def speech_timestamps(
     audio_length_samples: int | None = None,
     min_silence_at_max_speech: float = 98,
     use_max_poss_sil_at_max_speech: bool = True,
+    return_seconds: bool = False,
+    time_resolution: int = 1,
+    visualize_probs: bool = False,
+    sampling_rate: int | None = None,
 ) -> list[SpeechSegment]:
     """Turn one speech probability per chunk into speech segments (in samples).
 
@@ -86,10 +108,16 @@ def speech_timestamps(
             ``len(probs) * window_size_samples``.
         min_silence_at_max_speech: see ``max_speech_duration_s``.
         use_max_poss_sil_at_max_speech: see ``max_speech_duration_s``.
+        return_seconds: segments index (``seg["start"]``) in seconds rounded to
+            ``time_resolution`` digits, as the package returns them; ``.start``/``.end`` stay samples.
+        visualize_probs: plot the probabilities with matplotlib (as the package does with pandas).
+        sampling_rate: the package's name for ``sample_rate``; given, it wins.
 
     Raises:
         ValueError: ``probs`` is not 1-D or holds NaN, or a parameter is out of range.
     """
+    if sampling_rate is not None:
+        sample_rate = sampling_rate
     p = np.asarray(probs, dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"probs must be 1-D (one probability per chunk), got shape {p.shape}")
@@ -206,4 +234,32 @@ def speech_timestamps(
         else:
             speech["end"] = int(min(audio_length_samples, speech["end"] + speech_pad_samples))
 
-    return [SpeechSegment(s["start"], s["end"], sample_rate) for s in speeches]
+    if visualize_probs:
+        _plot(p, window_size_samples / sample_rate)
+    if not return_seconds:
+        return [SpeechSegment(s["start"], s["end"], sample_rate) for s in speeches]
+    length_s = audio_length_samples / sample_rate
+    return [
+        SpeechSegment(
+            s["start"],
+            s["end"],
+            sample_rate,
+            (
+                max(round(s["start"] / sample_rate, time_resolution), 0),
+                min(round(s["end"] / sample_rate, time_resolution), length_s),
+            ),
+        )
+        for s in speeches
+    ]
+
+
+def _plot(probs: np.ndarray, step_s: float) -> None:
+    """The speech probability over time, as the package's ``make_visualization`` draws it."""
+    try:
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        raise ImportError("visualize_probs=True needs matplotlib: pip install matplotlib") from exc
+    times = np.arange(len(probs)) * step_s
+    _, ax = plt.subplots(figsize=(16, 8))
+    ax.fill_between(times, probs, step="post")
+    ax.set(xlim=(0, len(probs) * step_s), ylim=(0, 1.05), xlabel="seconds", ylabel="speech probability")

@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -728,10 +729,14 @@ class SileroVad:
         ):
             return chunk
         x = check_chunk(chunk, self.sample_rate)
+        if x.ndim == 2 and x.shape[0] == 1:  # [1, n]: one chunk, as the package's model takes it
+            row: np.ndarray = x[0]
+            return row
         if x.ndim != 1:
             raise ShapeMismatchError(
-                f"SileroVad takes one chunk of shape [{self.chunk_samples}], got {x.shape}; "
-                "use one SileroVad per stream (or StreamMux to batch many streams)"
+                f"SileroVad is one stream: it takes [{self.chunk_samples}] or [1, {self.chunk_samples}], "
+                f"got {x.shape}; for B streams in one call use silero_compat.SileroBatch (or "
+                "load_silero_vad(), which takes [B, n] like the package), for many streams StreamMux"
             )
         return x
 
@@ -808,10 +813,21 @@ class SileroVad:
         padded[: audio.size] = audio
         return list(padded.reshape(-1, n))
 
-    def probabilities(self, waveform: np.ndarray) -> np.ndarray:
-        """Per-chunk speech probabilities of a whole waveform (resets the stream first)."""
+    def probabilities(
+        self, waveform: np.ndarray, progress: Callable[[float], None] | None = None
+    ) -> np.ndarray:
+        """Per-chunk speech probabilities of a whole waveform (resets the stream first); ``progress``
+        gets the percentage done after each chunk (``progress_tracking_callback``)."""
         self.reset()
-        return np.array([self(c) for c in self._chunks(waveform)], np.float32)
+        chunks = self._chunks(waveform)
+        if progress is None:
+            return np.array([self(c) for c in chunks], np.float32)
+        size, n = int(np.asarray(waveform).size), self.chunk_samples
+        probs = []
+        for i, c in enumerate(chunks):
+            probs.append(self(c))
+            progress(min((i + 1) * n, size) / size * 100)
+        return np.array(probs, np.float32)
 
     async def probabilities_async(self, waveform: np.ndarray) -> np.ndarray:
         """``probabilities`` for event-loop callers."""
@@ -820,8 +836,9 @@ class SileroVad:
 
     def speech_timestamps(self, waveform: np.ndarray, **params: Any) -> list[SpeechSegment]:
         """Speech segments of a waveform, with ``get_speech_timestamps``'s parameters
-        (``threshold``, ``min_speech_duration_ms``, ``min_silence_duration_ms``, ``speech_pad_ms``, ...)."""
-        probs = self.probabilities(waveform)
+        (``threshold``, ..., ``return_seconds``, ``progress_tracking_callback``: see
+        ``speech_timestamps``)."""
+        probs = self.probabilities(waveform, params.pop("progress_tracking_callback", None))
         return speech_timestamps(
             probs,
             self.sample_rate,

@@ -1,16 +1,17 @@
-"""Chunk sources that read ahead of the compute: WAV files and any async iterator of arrays.
+"""Chunk sources that read ahead of the compute: audio files and any async iterator of arrays.
 
 A ``ChunkSource`` is an async iterator of fixed-size float32 chunks, filled by a background task
 into a bounded buffer of about ``read_ahead`` chunks, so a read (a file read in a worker thread,
-or the next item of a network iterator) runs while the consumer computes on earlier chunks. A
-WAV file is opened (and first read) in a worker thread, then read ``read_ahead // 2`` chunks at a
-time, so reads are amortised and the next one starts while half the buffer is still there to
-consume; reads run on the loop while they are fast (the page cache) and in worker threads once
-one was slow (``INLINE_READ_SECONDS``). The chunks of one read cross to the consumer as one
-block (one memory-stream item of at most ``read_ahead // 2`` chunks, not one per chunk): with
-hundreds of streams each reading its own file, per-chunk hand-offs and thread hops were what the
-loop spent its time on (200 WAV streams through one ``StreamMux``: 15k chunks/s with reads of 4
-chunks handed over one by one; see ``examples/many_streams.py``).
+or the next item of a network iterator) runs while the consumer computes on earlier chunks. An
+audio file (any format ``asyncjit.audio`` reads, made float32 mono at the wanted rate) is opened
+(and first read) in a worker thread, then read ``read_ahead // 2`` chunks at a time, so reads
+are amortised and the next one starts while half the buffer is still there to consume; reads run
+on the loop while they are fast (the page cache) and in worker threads once one was slow
+(``INLINE_READ_SECONDS``). The chunks of one read cross to the consumer as one block (one
+memory-stream item of at most ``read_ahead // 2`` chunks, not one per chunk): with hundreds of
+streams each reading its own file, per-chunk hand-offs and thread hops were what the loop spent
+its time on (200 WAV streams through one ``StreamMux``: 15k chunks/s with reads of 4 chunks
+handed over one by one; see ``examples/many_streams.py``).
 
 Use it as a context manager, which owns the background task (structured concurrency)::
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import wave
 from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable
 from os import PathLike
@@ -39,6 +39,8 @@ import numpy as np
 import numpy.typing as npt
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..audio import AudioConverter, audio_info, check_finite, open_audio
+from ..errors import AudioFormatError
 from ._groups import single_failure
 
 INLINE_READ_SECONDS = 2e-3
@@ -207,60 +209,57 @@ class Rechunker:
 class WavHeader:
     sample_rate: int
     channels: int
-    sample_width: int
+    sample_width: int  # bytes per sample; 0 for compressed formats (FLAC, OGG, MP3)
     frames: int
 
 
+_WIDTHS = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4, "DOUBLE": 8}
+
+
 def read_wav_header(path: str | PathLike[str]) -> WavHeader:
-    """Rate, channels, bytes per sample and frame count of a PCM WAV file (blocking, small)."""
-    with wave.open(str(path), "rb") as w:
-        return WavHeader(w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes())
+    """Rate, channels, bytes per sample and frame count of an audio file (blocking, small).
+
+    Raises what ``asyncjit.audio.open_audio`` raises (``AudioFormatError`` or an ``OSError``).
+    """
+    info = audio_info(path)
+    return WavHeader(info.sample_rate, info.channels, _WIDTHS.get(info.subtype, 0), info.frames)
 
 
-class _WavReader:
-    """Blocking reads of float32 mono samples in [-1, 1); run in a worker thread."""
+class _AudioReader:
+    """Blocking block reads of float32 mono samples at the wanted rate (soundfile + soxr)."""
 
     def __init__(self, path: str, sample_rate: int | None) -> None:
-        self._wav = wave.open(path, "rb")  # noqa: SIM115 - closed by close(), after many reads
+        self._file, self.info = open_audio(path)  # AudioFormatError / OSError name the file
         try:
-            self.rate = self._wav.getframerate()
-            self.channels = self._wav.getnchannels()
-            self.width = self._wav.getsampwidth()
-            if sample_rate is not None and self.rate != sample_rate:
-                raise ValueError(
-                    f"{path}: sample rate is {self.rate} Hz, expected {sample_rate} Hz (resample first)"
-                )
-            if self.width not in (1, 2, 3, 4):
-                raise ValueError(
-                    f"{path}: {8 * self.width}-bit samples are not supported (8/16/24/32-bit PCM)"
-                )
+            rate = self.info.sample_rate if sample_rate is None else sample_rate
+            self._convert = AudioConverter(self.info.sample_rate, rate, self.info.channels)
         except BaseException:
-            self._wav.close()
+            self._file.close()
             raise
+        self._read = 0  # input frames read so far, for error positions
+        self._done = False
 
-    def read(self, frames: int) -> npt.NDArray[np.float32]:
-        raw = self._wav.readframes(frames)
-        return _decode(raw, self.width, self.channels)
+    def read(self, frames: int) -> tuple[npt.NDArray[np.float32], bool]:
+        """About ``frames`` frames converted, and whether the file is at its end."""
+        if self._done:
+            return np.zeros(0, np.float32), True
+        try:
+            block = self._file.read(frames, dtype="float32", always_2d=True)
+        except RuntimeError as exc:  # soundfile.LibsndfileError: a decode failure mid-file
+            where = f"{self.info.path!r}: decoding failed after {self._read} frames"
+            raise AudioFormatError(f"{where} ({exc})") from exc
+        check_finite(block, repr(self.info.path), self._read)
+        self._read += len(block)
+        out = self._convert.push(block)
+        if len(block) < frames:
+            self._done = True
+            tail = self._convert.flush()
+            if tail.size:
+                out = np.concatenate([out, tail])
+        return out, self._done
 
     def close(self) -> None:
-        self._wav.close()
-
-
-def _decode(raw: bytes, width: int, channels: int) -> npt.NDArray[np.float32]:
-    if width == 1:
-        x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
-    elif width == 2:
-        x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
-    elif width == 3:
-        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
-        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-        v = np.where(v >= 1 << 23, v - (1 << 24), v)
-        x = v.astype(np.float32) / float(1 << 23)
-    else:
-        x = (np.frombuffer(raw, "<i4").astype(np.float64) / 2147483648.0).astype(np.float32)
-    if channels > 1:
-        x = x.reshape(-1, channels).mean(axis=1, dtype=np.float32)
-    return x.astype(np.float32, copy=False)
+        self._file.close()
 
 
 def wav_chunks(
@@ -271,12 +270,18 @@ def wav_chunks(
     sample_rate: int | None = None,
     pad_last: bool = True,
 ) -> ChunkSource:
-    """Chunks of a PCM WAV file (mono mix, float32 in [-1, 1)), read ahead in a worker thread.
+    """Chunks of an audio file (WAV, FLAC, OGG, ...) as float32 mono, read ahead of the consumer.
+
+    Any width and channel count; channels are averaged. The checks of
+    ``asyncjit.audio.open_audio`` run when the reader starts, and their error (an
+    ``AudioFormatError`` naming the file and the problem, or the ``OSError`` for a path that
+    cannot be opened) is raised from the ``async with``.
 
     Args:
         read_ahead: chunks buffered ahead of the consumer (32 x 512 samples: 64 KiB, 1 s at
-            16 kHz); each worker-thread read fetches half of them.
-        sample_rate: if given, a file at another rate raises ``ValueError`` (no resampling).
+            16 kHz); each read fetches half of them.
+        sample_rate: the rate wanted; a file at another rate is resampled with soxr as it is
+            read (None: the file's rate).
         pad_last: zero-pad the last partial chunk (else drop it).
     """
     file = str(path)
@@ -286,11 +291,11 @@ def wav_chunks(
     async def fill(emit: Emit) -> None:
         cutter = Rechunker(chunk_samples)
 
-        def open_and_read() -> tuple[_WavReader, list[Chunk], bool]:  # a cold file: in a worker
-            reader = _WavReader(file, sample_rate)
+        def open_and_read() -> tuple[_AudioReader, list[Chunk], bool]:  # a cold file: in a worker
+            reader = _AudioReader(file, sample_rate)
             try:
-                samples = reader.read(per_read)
-                return reader, cutter.push(samples), samples.size < per_read
+                samples, last = reader.read(per_read)
+                return reader, cutter.push(samples), last
             except BaseException:
                 reader.close()
                 raise
@@ -299,9 +304,9 @@ def wav_chunks(
         try:
             threaded = 0  # reads left to run in a worker thread after a slow one
 
-            def read_block() -> tuple[list[Chunk], bool]:  # read, decode, cut
-                samples = reader.read(per_read)
-                return cutter.push(samples), samples.size < per_read
+            def read_block() -> tuple[list[Chunk], bool]:  # read, decode, convert, cut
+                samples, last = reader.read(per_read)
+                return cutter.push(samples), last
 
             await emit(block)
             while not last:
@@ -318,7 +323,7 @@ def wav_chunks(
         finally:
             reader.close()
 
-    return ChunkSource(f"wav:{file}", fill, read_ahead, block=chunks_per_read)
+    return ChunkSource(f"audio:{file}", fill, read_ahead, block=chunks_per_read)
 
 
 def array_chunks(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -45,6 +45,7 @@ import numpy.typing as npt
 import structlog
 
 from ..errors import AudioFormatError, DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
 from ._metrics import MuxMetrics
@@ -250,6 +251,61 @@ class StreamMux:
             )
         self._activate(stream, slot)
         return stream
+
+    # -- many steps from one task -----------------------------------------------------------
+    async def submit_many(
+        self, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+    ) -> list[StepFuture]:
+        """Queue one step per entry of ``streams`` (``chunks[i]`` on ``streams[i]``; a stream may
+        appear more than once, its steps then run in list order) and return their futures.
+
+        For a task that owns many streams (a connection pool): with ``wait_all`` it costs one
+        task wake-up for the whole group instead of one per step. ``chunks`` is a sequence of
+        chunks or one array ``[len(streams), *chunk_shape]``. Waits for room where a stream has
+        ``queue_depth`` steps queued; if cancelled meanwhile, the steps it queued are withdrawn.
+
+        Raises:
+            ShapeMismatchError, DTypeMismatchError: a chunk does not fit (nothing is queued).
+            StreamIdleError, StreamClosedError, MuxClosedError: a stream cannot step (the steps
+                queued before it are withdrawn).
+        """
+        return await _many.submit_many(self, streams, chunks)
+
+    def submit_many_nowait(
+        self, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+    ) -> list[StepFuture]:
+        """``submit_many`` without waiting, all or nothing.
+
+        Raises:
+            WouldBlock: a stream has no room for its steps (nothing is queued).
+            and the errors of ``submit_many``, before anything is queued.
+        """
+        return _many.submit_many_nowait(self, streams, chunks)
+
+    async def wait_all(self, futures: Sequence[StepFuture]) -> None:
+        """Wait until every future (of this mux) is done, with one wake-up; read each with
+        ``fut.result()``, so one failed step does not hide the others' results.
+
+        Cancelled: each unfinished future is treated as a cancelled ``await fut`` (withdrawn if
+        not batched yet, its result dropped if it is running).
+
+        Raises:
+            RuntimeError: a future is already awaited by another ``wait_all``.
+        """
+        await _many.wait_all(self, futures)
+
+    async def step_many(
+        self, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+    ) -> list[npt.NDArray[Any]]:
+        """``submit_many``, ``wait_all``, then every result in order.
+
+        Raises:
+            Exception: the first failed step's error, after all are done (use ``submit_many`` and
+                ``wait_all`` to handle steps one by one); and the errors of ``submit_many``.
+        """
+        futures = await _many.submit_many(self, streams, chunks)
+        await _many.wait_all(self, futures)
+        return [fut.result() for fut in futures]
 
     def _stream_name(self, name: str | None) -> str:
         return name if name is not None else f"{self.name}/s{next(self._stream_ids)}"

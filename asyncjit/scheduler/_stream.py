@@ -30,6 +30,7 @@ from ._errors import StepCancelledError, StreamBusyError
 from ._signal import Signal
 
 if TYPE_CHECKING:
+    from ._many import StepGroup
     from ._mux import StreamMux
 
 __all__ = ["MuxStream", "StepFuture", "StreamStatistics"]
@@ -44,7 +45,7 @@ _STATE_NAMES = ("pending", "batched", "done", "cancelled")
 class StepFuture:
     """The result of one submitted step: ``await`` it; ``cancel()`` it while it is not batched."""
 
-    __slots__ = ("_error", "_signal", "_state", "_tb", "_value", "arrival", "chunk", "stream")
+    __slots__ = ("_error", "_group", "_signal", "_state", "_tb", "_value", "arrival", "chunk", "stream")
 
     def __init__(self, stream: MuxStream, chunk: npt.NDArray[Any], arrival: float, signal: Signal) -> None:
         self.stream = stream
@@ -55,6 +56,7 @@ class StepFuture:
         self._value: npt.NDArray[Any] | None = None
         self._error: BaseException | None = None
         self._tb: TracebackType | None = None
+        self._group: StepGroup | None = None  # set while a wait_all waits for it
 
     def __repr__(self) -> str:
         failed = " failed" if self._error is not None else ""
@@ -116,6 +118,8 @@ class StepFuture:
         self._value = value
         self._state = DONE
         self._signal.set()
+        if self._group is not None:
+            self._group._one_done()
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
@@ -123,11 +127,15 @@ class StepFuture:
         self._state = DONE
         self.chunk = None
         self._signal.set()
+        if self._group is not None:
+            self._group._one_done()
 
     def _mark_cancelled(self) -> None:
         self._state = CANCELLED
         self.chunk = None
         self._signal.set()
+        if self._group is not None:
+            self._group._one_done()
 
 
 @attrs.frozen
@@ -238,7 +246,7 @@ class MuxStream:
             Exception: the batch's original error.
         """
         if self._status == OPEN and len(self._queue) < self._mux.queue_depth:
-            fut = self._enqueue(chunk)  # submit_nowait's common case, without its call layers
+            fut = self._enqueue(self._mux._coerce(chunk))  # submit_nowait's common case, inlined
         else:
             fut = await self.submit(chunk)
         if fut._state < DONE:  # StepFuture._wait, inlined: one coroutine less per step
@@ -260,7 +268,7 @@ class MuxStream:
         while True:
             self._check_usable()
             if len(self._queue) < self._mux.queue_depth:
-                return self._enqueue(chunk)
+                return self._enqueue(self._mux._coerce(chunk))
             if self._room is not None:
                 raise StreamBusyError(f"{self!r}: another task already waits to submit on this stream")
             room = self._room = self._mux._signal()
@@ -281,7 +289,7 @@ class MuxStream:
                 f"{self!r}: {self._mux.queue_depth} steps are queued (queue_depth); await "
                 "submit() or step() to wait for room"
             )
-        return self._enqueue(chunk)
+        return self._enqueue(self._mux._coerce(chunk))
 
     # -- internals ---------------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -292,9 +300,9 @@ class MuxStream:
             raise cls(message)
         raise WouldBlock(f"{self!r} is not admitted yet; use `async with mux.open_stream() as s`")
 
-    def _enqueue(self, chunk: npt.ArrayLike) -> StepFuture:
+    def _enqueue(self, arr: npt.NDArray[Any]) -> StepFuture:
+        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype)."""
         mux = self._mux
-        arr = mux._coerce(chunk)
         now = mux._clock()
         fut = StepFuture(self, arr, now, mux._signal())
         q = self._queue

@@ -1,0 +1,530 @@
+"""Neural-network ONNX ops: matmuls, convolutions, pools, normalisations, softmax.
+
+1-D convolutions use the compiler's ``conv1d`` kernel; higher ranks are composed as strided tap
+slices and one batched matmul per group (correct at any size; a dedicated N-d kernel replaces it
+when the compiler has one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..symbolic import Dim, prod
+from ..tensor import Tensor
+from ._ops_shape import axis_of
+from ._registry import NodeCtx, op
+from ._values import Value, const_tensor
+
+__all__ = ["window_geometry"]
+
+
+@op("MatMul")
+def _matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
+    a, b = n.t(ins[0]), n.t(ins[1])
+    return a.matmul(b)
+
+
+@op("Gemm")
+def _gemm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    a, b = n.t(ins[0]), n.t(ins[1])
+    if n.attr("transA", 0):
+        a = a.T
+    if n.attr("transB", 0):
+        b = b.T
+    out = a @ b
+    alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
+    if alpha != 1.0:
+        out = out * alpha
+    if len(ins) > 2 and ins[2] is not None:
+        c = n.t(ins[2]).cast(out.dtype)
+        out = out + (c * beta if beta != 1.0 else c)
+    return out
+
+
+def _attr_list(n: NodeCtx, name: str, count: int, default: int) -> list[int]:
+    v = n.attr(name)
+    return [default] * count if not v else [int(x) for x in v]
+
+
+def window_geometry(
+    n: NodeCtx, spatial: Sequence[Dim], kernel: Sequence[int], ceil_mode: bool = False
+) -> tuple[list[int], list[int], list[tuple[Dim, Dim]], list[Dim]]:
+    """Strides, dilations, (begin, end) pads and output sizes of a conv/pool window (auto_pad too)."""
+    k = len(kernel)
+    strides = _attr_list(n, "strides", k, 1)
+    dil = _attr_list(n, "dilations", k, 1)
+    pads_attr = _attr_list(n, "pads", 2 * k, 0)
+    auto = n.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    pads: list[tuple[Dim, Dim]] = []
+    outs: list[Dim] = []
+    for i in range(k):
+        d, s, dk = spatial[i], strides[i], (kernel[i] - 1) * dil[i] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            if not isinstance(d, int):
+                raise n.fail("auto_pad SAME needs static spatial dims")
+            out = -(-d // s)
+            total = max((out - 1) * s + dk - d, 0)
+            small, big = total // 2, total - total // 2
+            pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
+            outs.append(out)
+            continue
+        lo, hi = (0, 0) if auto == "VALID" else (pads_attr[i], pads_attr[i + k])
+        span = d + lo + hi - dk
+        if ceil_mode:
+            out_d: Dim = -(-span // s) + 1 if isinstance(span, int) else (span + s - 1) // s + 1
+            if isinstance(out_d, int) and (out_d - 1) * s >= d + lo:  # type: ignore[operator]
+                out_d -= 1  # the last window must start inside the input or the begin pad
+        else:
+            out_d = span // s + 1
+        pads.append((lo, hi))
+        outs.append(out_d)
+    return strides, dil, pads, outs
+
+
+def _taps(
+    x: Tensor, kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int], outs: Sequence[Dim]
+) -> list[Tensor]:
+    """Every kernel tap of an already padded ``x [N, C, *spatial]``: ``[N, C, *outs]`` each."""
+    k = len(kernel)
+    result = []
+    for offsets in np.ndindex(*kernel):
+        index: list[Any] = [slice(None), slice(None)]
+        for i in range(k):
+            start = offsets[i] * dil[i]
+            index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
+        tap = x[tuple(index)]
+        result.append(tap)
+    return result
+
+
+def _pad_to(
+    x: Tensor,
+    pads: Sequence[tuple[Dim, Dim]],
+    outs: Sequence[Dim],
+    strides: Sequence[int],
+    kernel: Sequence[int],
+    dil: Sequence[int],
+    value: float,
+) -> Tensor:
+    """Pad the spatial axes by ``pads``, plus whatever the last window needs (ceil mode)."""
+    full: list[tuple[Dim, Dim] | None] = [None, None]
+    for i, (lo, hi) in enumerate(pads):
+        need = (outs[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
+        have = x.shape[2 + i] + lo + hi
+        extra = need - have
+        if isinstance(extra, int) and extra > 0:
+            hi = hi + extra
+        full.append((lo, hi))
+    return x.pad(full, "constant", value)
+
+
+@op("Conv")
+def _conv(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x, w = n.t(ins[0]), n.t(ins[1])
+    bias = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    w = w.cast(x.dtype)
+    kernel = [int(d) for d in w.shape[2:]]
+    group = n.attr("group", 1)
+    strides, dil, pads, outs = window_geometry(n, x.shape[2:], kernel)
+    if len(kernel) == 1:
+        out = x.conv1d(w, None, stride=strides[0], padding=pads[0], dilation=dil[0], groups=group)
+    else:
+        out = _conv_nd(x, w, group, kernel, strides, dil, pads, outs)
+    if bias is not None:
+        out = out + bias.cast(out.dtype).reshape(bias.shape[0], *([1] * len(kernel)))
+    return out
+
+
+def _conv_nd(
+    x: Tensor,
+    w: Tensor,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pads: Sequence[tuple[Dim, Dim]],
+    outs: Sequence[Dim],
+) -> Tensor:
+    N, C = x.shape[0], x.shape[1]
+    out_ch = w.shape[0]
+    K = prod(kernel)
+    xp = _pad_to(x, pads, outs, strides, kernel, dil, 0.0)
+    taps = _taps(xp, kernel, strides, dil, outs)
+    P = prod(outs)
+    cols = Tensor.stack(taps, 2).reshape(N, group, (C // group) * K, P)  # [N, g, C/g*K, P]
+    wm = w.reshape(group, out_ch // group, (C // group) * K)  # [g, O/g, C/g*K]
+    out = wm @ cols  # [N, g, O/g, P]
+    return out.reshape(N, out_ch, *outs)
+
+
+@op("ConvTranspose")
+def _conv_transpose(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x, w = n.t(ins[0]), n.t(ins[1])
+    w = w.cast(x.dtype)
+    group = n.attr("group", 1)
+    kernel = [int(d) for d in w.shape[2:]]
+    k = len(kernel)
+    strides = _attr_list(n, "strides", k, 1)
+    dil = _attr_list(n, "dilations", k, 1)
+    out_pad = _attr_list(n, "output_padding", k, 0)
+    pads = _attr_list(n, "pads", 2 * k, 0)
+    spatial = x.shape[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise n.fail("ConvTranspose needs static spatial dims")
+    full = [(spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + out_pad[i] for i in range(k)]
+    auto = n.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    out_shape = n.attr("output_shape")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = (
+            list(out_shape)[-k:]
+            if out_shape is not None
+            else [d * s for d, s in zip(spatial, strides, strict=True)]
+        )
+        pads = [0] * (2 * k)
+        for i in range(k):
+            total = full[i] - target[i]
+            if auto == "SAME_UPPER" or (auto != "SAME_LOWER"):
+                pads[i], pads[i + k] = total // 2, total - total // 2  # type: ignore[assignment]
+            else:
+                pads[i], pads[i + k] = total - total // 2, total // 2  # type: ignore[assignment]
+    # dilate the input by the stride, pad by (dk - 1 - pad), convolve with the flipped kernel
+    N, C = x.shape[0], x.shape[1]
+    xd = x
+    for i in range(k):
+        s = strides[i]
+        if s > 1:
+            ax = 2 + i
+            d = xd.shape[ax]
+            z = xd.unsqueeze(ax + 1).pad([None] * (ax + 1) + [(0, s - 1)] + [None] * (xd.ndim - ax - 1))
+            shape = list(xd.shape)
+            shape[ax] = d * s
+            xd = z.reshape(*shape).shrink([None if j != ax else (0, (d - 1) * s + 1) for j in range(xd.ndim)])
+    O_g = w.shape[1]
+    wg = w.reshape(group, C // group, O_g, *kernel).permute(0, 2, 1, *range(3, 3 + k))  # [g, O/g, C/g, *k]
+    wf = wg.reshape(group * O_g, C // group, *kernel)
+    for i in range(k):
+        from ._ops_shape import reverse_axis
+
+        wf = reverse_axis(wf, 2 + i)
+    conv_pads: list[tuple[Dim, Dim]] = []
+    outs: list[Dim] = []
+    for i in range(k):
+        dk = (kernel[i] - 1) * dil[i]
+        lo, hi = dk - pads[i], dk - pads[i + k] + out_pad[i]
+        conv_pads.append((lo, hi))
+        outs.append(full[i] - pads[i] - pads[i + k])
+    if any(isinstance(p, int) and p < 0 for pr in conv_pads for p in pr):
+        crop: list[tuple[Dim, Dim] | None] = [None, None]
+        fixed: list[tuple[Dim, Dim]] = []
+        for i, (lo, hi) in enumerate(conv_pads):  # type: ignore[assignment]
+            d = xd.shape[2 + i]
+            crop.append((max(-lo, 0), d - max(-hi, 0)))
+            fixed.append((max(lo, 0), max(hi, 0)))
+        xd = xd.shrink(crop)
+        conv_pads = fixed
+    if k == 1:
+        out = xd.conv1d(wf, None, stride=1, padding=conv_pads[0], dilation=dil[0], groups=group)
+    else:
+        out = _conv_nd(xd, wf, group, kernel, [1] * k, dil, conv_pads, outs)
+    if len(ins) > 2 and ins[2] is not None:
+        b = n.t(ins[2])
+        out = out + b.cast(out.dtype).reshape(b.shape[0], *([1] * k))
+    del N
+    return out
+
+
+def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
+    kernel = [int(v) for v in n.attr("kernel_shape")]
+    k = len(kernel)
+    ceil = bool(n.attr("ceil_mode", 0))
+    strides, dil, pads, outs = window_geometry(n, x.shape[2:], kernel, ceil)
+    if kind == "max":
+        fill = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)  # type: ignore[type-var]
+        xp = _pad_to(x, pads, outs, strides, kernel, dil, fill)
+        taps = _taps(xp, kernel, strides, dil, outs)
+        out = taps[0]
+        for t in taps[1:]:
+            out = out.maximum(t)
+        return out
+    if kind == "lp":
+        p = n.attr("p", 2)
+        xp = _pad_to(x.abs().pow(float(p)), pads, outs, strides, kernel, dil, 0.0)
+        total = Tensor.stack(_taps(xp, kernel, strides, dil, outs), 0).sum(0)
+        return total.pow(1.0 / p)
+    xp = _pad_to(x, pads, outs, strides, kernel, dil, 0.0)
+    total = Tensor.stack(_taps(xp, kernel, strides, dil, outs), 0).sum(0)
+    include = n.attr("count_include_pad", 0)
+    spatial = [int(d) for d in x.shape[2:]] if all(isinstance(d, int) for d in x.shape[2:]) else None
+    if spatial is None:
+        if include or all(p == (0, 0) for p in pads):
+            return total / float(prod(kernel))
+        raise n.fail("AveragePool excluding pads needs static spatial dims")
+    ones = np.ones([1, 1, *spatial], np.float32)
+    ones = np.pad(
+        ones,
+        [(0, 0), (0, 0)] + [(int(lo), int(hi)) for lo, hi in pads],
+        constant_values=1.0 if include else 0.0,
+    )
+    counts = np.zeros([1, 1, *[int(o) for o in outs]], np.float32)
+    for offsets in np.ndindex(*kernel):
+        index: list[Any] = [slice(None), slice(None)]
+        for i in range(k):
+            start = offsets[i] * dil[i]
+            index.append(slice(start, start + (int(outs[i]) - 1) * strides[i] + 1, strides[i]))
+        window = ones[tuple(index)]
+        padded = np.zeros_like(counts)
+        padded[tuple(slice(0, s) for s in window.shape)] = window
+        counts += padded
+    return total / const_tensor(np.maximum(counts, 1.0).astype(x.dtype.np))
+
+
+@op("MaxPool")
+def _max_pool(n: NodeCtx, ins: list[Value | None]) -> Value:
+    if len(n.proto.output) > 1 and n.proto.output[1]:
+        raise n.fail("MaxPool's Indices output is not supported")
+    return _pool(n, n.t(ins[0]), "max")
+
+
+@op("AveragePool")
+def _avg_pool(n: NodeCtx, ins: list[Value | None]) -> Value:
+    return _pool(n, n.t(ins[0]), "avg")
+
+
+@op("LpPool")
+def _lp_pool(n: NodeCtx, ins: list[Value | None]) -> Value:
+    return _pool(n, n.t(ins[0]), "lp")
+
+
+@op("GlobalAveragePool")
+def _global_avg(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    return x.mean(tuple(range(2, x.ndim)), keepdims=True)
+
+
+@op("GlobalMaxPool")
+def _global_max(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    return x.max(tuple(range(2, x.ndim)), keepdims=True)
+
+
+@op("GlobalLpPool")
+def _global_lp(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    p = float(n.attr("p", 2))
+    return x.abs().pow(p).sum(tuple(range(2, x.ndim)), keepdims=True).pow(1.0 / p)
+
+
+def _channel(v: Tensor, ndim: int) -> Tensor:
+    return v.reshape(v.shape[0], *([1] * (ndim - 2)))
+
+
+@op("BatchNormalization")
+def _batch_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    if n.attr("training_mode", 0):
+        raise n.fail("training_mode=1 is not supported (inference only)")
+    x = n.t(ins[0])
+    eps = n.attr("epsilon", 1e-5)
+    scale, bias, mean, var = ins[1], ins[2], ins[3], ins[4]
+    if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
+        s = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)  # type: ignore[union-attr]
+        b = (bias - mean * s).astype(np.float32)
+        return x * _channel(const_tensor(s.astype(x.dtype.np)), x.ndim) + _channel(
+            const_tensor(b.astype(x.dtype.np)), x.ndim
+        )
+    ts, tb, tm, tv = (n.t(v).cast(x.dtype) for v in (scale, bias, mean, var))
+    inv = (tv + eps).rsqrt() * ts
+    return (x - _channel(tm, x.ndim)) * _channel(inv, x.ndim) + _channel(tb, x.ndim)
+
+
+@op("InstanceNormalization")
+def _instance_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axes, keepdims=True)
+    c = x - mean
+    var = (c * c).mean(axes, keepdims=True)
+    y = c * (var + n.attr("epsilon", 1e-5)).rsqrt()
+    return y * _channel(n.t(ins[1]).cast(x.dtype), x.ndim) + _channel(n.t(ins[2]).cast(x.dtype), x.ndim)  # type: ignore[no-any-return]
+
+
+@op("LayerNormalization")
+def _layer_norm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
+    x = n.t(ins[0])
+    axis = axis_of(n.attr("axis", -1), x.ndim, n)
+    axes = tuple(range(axis, x.ndim))
+    xf = x.cast(dt.float32)
+    mean = xf.mean(axes, keepdims=True)
+    c = xf - mean
+    var = (c * c).mean(axes, keepdims=True)
+    inv = (var + n.attr("epsilon", 1e-5)).rsqrt()
+    y = c * inv
+    y = y * n.t(ins[1]).cast(dt.float32)
+    if len(ins) > 2 and ins[2] is not None:
+        y = y + n.t(ins[2]).cast(dt.float32)
+    return [y.cast(x.dtype), mean, inv]
+
+
+@op("GroupNormalization", since=18)
+def _group_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    g = n.attr("num_groups")
+    N, C = x.shape[0], x.shape[1]
+    rest = x.shape[2:]
+    xg = x.reshape(N, g, -1)
+    mean = xg.mean(2, keepdims=True)
+    c = xg - mean
+    var = (c * c).mean(2, keepdims=True)
+    y = (c * (var + n.attr("epsilon", 1e-5)).rsqrt()).reshape(N, C, *rest)
+    scale, bias = n.t(ins[1]), n.t(ins[2])
+    if n.opset < 21 and scale.shape[0] != C:
+        per = C // g
+        scale = scale.reshape(g, 1).expand(g, per).reshape(C)
+        bias = bias.reshape(g, 1).expand(g, per).reshape(C)
+    return y * _channel(scale, x.ndim) + _channel(bias, x.ndim)  # type: ignore[no-any-return]
+
+
+@op("MeanVarianceNormalization")
+def _mvn(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    axes = tuple(n.attr("axes", [0, 2, 3]))
+    mean = x.mean(axes, keepdims=True)
+    c = x - mean
+    return c / ((c * c).mean(axes, keepdims=True).sqrt() + 1e-9)
+
+
+@op("LpNormalization")
+def _lp_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    axis = n.attr("axis", -1)
+    if n.attr("p", 2) == 1:
+        return x / x.abs().sum(axis, keepdims=True)
+    return x / (x * x).sum(axis, keepdims=True).sqrt()
+
+
+@op("LRN")
+def _lrn(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    size = n.attr("size")
+    alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+    sq = x * x
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = sq.pad([None, (lo, hi)] + [None] * (x.ndim - 2))
+    C = x.shape[1]
+    total = padded.shrink([None, (0, C)] + [None] * (x.ndim - 2))
+    for i in range(1, size):
+        total = total + padded.shrink([None, (i, i + C)] + [None] * (x.ndim - 2))
+    return x / (total * (alpha / size) + bias).pow(beta)  # type: ignore[no-any-return]
+
+
+def _softmax_like(n: NodeCtx, x: Tensor, fn: str) -> Tensor:
+    def apply(t: Tensor, axis: int) -> Tensor:
+        if fn == "softmax":
+            return t.softmax(axis)
+        if fn == "log_softmax":
+            return t.log_softmax(axis)
+        m = t.max(axis, keepdims=True)
+        idx = Tensor.arange(t.shape[axis], dt.int64).reshape(
+            *([1] * axis), t.shape[axis], *([1] * (t.ndim - axis - 1))
+        )
+        first = Tensor.select(t == m, idx.expand(*t.shape), t.shape[axis]).min(axis, keepdims=True)
+        return (idx == first).cast(t.dtype).expand(*t.shape)
+
+    if n.opset < 13:
+        axis = axis_of(n.attr("axis", 1), x.ndim, n)
+        flat = x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:]))
+        return apply(flat, 1).reshape(*x.shape).cast(x.dtype)
+    return apply(x, axis_of(n.attr("axis", -1), x.ndim, n)).cast(x.dtype)
+
+
+op("Softmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "softmax"))
+op("LogSoftmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "log_softmax"))
+op("Hardmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "hardmax"))
+
+
+@op("Einsum")
+def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
+    eq = n.attr("equation").replace(" ", "")
+    eq = eq.decode() if isinstance(eq, bytes) else eq
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    ops_ = [n.t(v) for v in ins if v is not None]
+    if any("." in t for t in terms):
+        raise n.fail("Einsum with an ellipsis is not supported")
+    if not _:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        rhs = "".join(sorted(c for c, k in counts.items() if k == 1))
+    letters = sorted({c for t in terms for c in t}, key=lambda c: (c not in rhs, rhs.find(c), c))
+    sizes: dict[str, Dim] = {}
+    aligned = []
+    for term, t in zip(terms, ops_, strict=True):
+        # a repeated letter in one term is a diagonal
+        while len(set(term)) < len(term):
+            c = next(ch for ch in term if term.count(ch) > 1)
+            i, j = term.index(c), term.index(c, term.index(c) + 1)
+            d = t.shape[i]
+            eye = const_tensor(np.eye(int(d), dtype=t.dtype.np))
+            shape = [1] * t.ndim
+            shape[i], shape[j] = int(d), int(d)
+            t = (t * eye.reshape(*shape)).sum(j)
+            term = term[:j] + term[j + 1 :]
+        for c, d in zip(term, t.shape, strict=True):
+            sizes[c] = d
+        order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
+        t = t.permute(*order)
+        sorted_term = [term[i] for i in order]
+        shape = [sizes[c] if c in sorted_term else 1 for c in letters]  # type: ignore[misc]
+        aligned.append(t.reshape(*shape))
+    out = aligned[0]
+    for t in aligned[1:]:
+        out = out * t
+    reduce_axes = [i for i, c in enumerate(letters) if c not in rhs]
+    if reduce_axes:
+        out = out.sum(reduce_axes)
+    kept = [c for c in letters if c in rhs]
+    return out.permute(*[kept.index(c) for c in rhs]) if kept else out
+
+
+@op("QuantizeLinear")
+def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0]).cast(dt.float32)
+    scale = _per_axis(n, n.t(ins[1]).cast(dt.float32), x.ndim)
+    zp = ins[2] if len(ins) > 2 else None
+    target = dt.from_numpy(zp.dtype) if isinstance(zp, np.ndarray) else dt.from_numpy(np.uint8)
+    q = _round_even(x / scale)
+    if zp is not None:
+        q = q + _per_axis(n, n.t(zp).cast(dt.float32), x.ndim)
+    info = np.iinfo(target.np)  # type: ignore[type-var]
+    return q.clip(float(info.min), float(info.max)).cast(target)
+
+
+def _round_even(x: Tensor) -> Tensor:
+    f = x.floor()
+    diff = x - f
+    even = (f - (f / 2.0).floor() * 2.0) == 0.0
+    return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
+
+
+def _per_axis(n: NodeCtx, v: Tensor, ndim: int) -> Tensor:
+    if v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1 and ndim != 1):
+        return v.reshape(*([1] * 0)) if v.ndim == 0 else v.reshape(())
+    axis = n.attr("axis", 1) % ndim
+    return v.reshape(*([1] * axis), v.shape[0], *([1] * (ndim - axis - 1)))
+
+
+@op("DequantizeLinear")
+def _dequantize(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    scale = n.t(ins[1])
+    out = x.cast(dt.float32)
+    if len(ins) > 2 and ins[2] is not None:
+        out = out - _per_axis(n, n.t(ins[2]).cast(dt.float32), x.ndim)
+    return (out * _per_axis(n, scale.cast(dt.float32), x.ndim)).cast(scale.dtype)

@@ -1,0 +1,252 @@
+"""``InferenceSession``: an imported ONNX model compiled once, run ORT-style or asynchronously.
+
+``run(output_names, feed)`` is ONNX Runtime's call; ``await run_async(...)`` is the same without
+blocking the event loop (asyncio or trio); ``execute(feed)`` returns the output ``Buffer``s at
+once, before they are computed. The plan goes through the compile cache (memory and disk), keyed
+by the traced graph, which the model bytes and the dims determine.
+
+Every feed is checked before anything runs: names, dtypes (never converted), ranks, and each
+size against its dim (a fixed size exactly, a symbolic one within its bounds, the same var equal
+everywhere it appears). Nothing is broadcast, padded or clamped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ..compiler import compile as compile_plan
+from ..errors import (
+    DTypeMismatchError,
+    InputBufferNotFoundError,
+    ShapeMismatchError,
+    TensorError,
+    VarBoundsError,
+)
+from ..graph import shape_str
+from ..runtime import Buffer, Client, Device, default_client
+from ..symbolic import Expr, Var
+from ..symbolic import evaluate as eval_dim
+from ..tensor import Tensor
+from ._importer import OnnxModel, TensorInfo, load
+from ._values import Sym
+
+__all__ = ["InferenceSession"]
+
+_log = structlog.get_logger("asyncjit.onnx")
+
+
+class InferenceSession:
+    """An ONNX model compiled for bounded dims, with ONNX Runtime's ``run`` and async variants.
+
+    Args:
+        model: a path, the model's bytes, an ``onnx.ModelProto`` or an ``OnnxModel`` from ``load``.
+        dims: bounds of the symbolic input dims (see ``asyncjit.onnx.load``).
+        values: inputs fixed to constants (see ``load``).
+        device: a ``Device`` or an index into the client's devices (default: the first).
+        client: the runtime client (default: ``default_client()``).
+
+    Raises:
+        OnnxImportError, UnsupportedOpError: from the import, before anything is compiled.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | bytes | Any,
+        dims: Mapping[str, Any] | None = None,
+        *,
+        values: Mapping[str, Any] | None = None,
+        device: Device | int | None = None,
+        client: Client | None = None,
+    ) -> None:
+        started = time.perf_counter()
+        self.model: OnnxModel = model if isinstance(model, OnnxModel) else load(model, dims, values=values)
+        self.client = client if client is not None else default_client()
+        m = self.model
+        self._inputs = {i.name: i for i in m.inputs}
+        self._order = [i.name for i in m.inputs]
+        self._output_names = [o.name for o in m.outputs]
+        # outputs computed by the plan, and the rest (constants, symbolic ints, inputs passed through)
+        self._plan_outputs: list[str] = []
+        tensors: list[Tensor] = []
+        for name, value in m.outputs_traced.items():
+            if isinstance(value, Tensor) and value.node.op != "placeholder":
+                self._plan_outputs.append(name)
+                tensors.append(value)
+        self.plan = None
+        self._plan_vars: tuple[str, ...] = ()
+        if tensors:
+            exe = compile_plan(
+                tensors,
+                [m.placeholders[n] for n in self._order],
+                list(m.vars),
+                name=f"onnx:{Path(m.source).name}",
+            )
+            self.plan = self.client.load(exe, device)
+            self._plan_vars = tuple(exe.signature.var_names)
+        self.device = (
+            self.plan.devices()[0]
+            if self.plan is not None
+            else self.client.device(0 if not isinstance(device, int) else device)
+        )
+        self.prepare_seconds = time.perf_counter() - started
+        _log.info(
+            "onnx.session",
+            model=m.source,
+            seconds=round(self.prepare_seconds, 4),
+            vars={v.name: (v.min, v.max) for v in m.vars},
+        )
+
+    def __repr__(self) -> str:
+        return f"<InferenceSession {self.model.source} on {self.device.kind}:{self.device.id}>"
+
+    # -- ONNX Runtime's introspection -------------------------------------------------------------
+    def get_inputs(self) -> list[TensorInfo]:
+        """The inputs to feed (inputs fixed with ``values=`` are not listed)."""
+        return list(self.model.inputs)
+
+    def get_outputs(self) -> list[TensorInfo]:
+        return list(self.model.outputs)
+
+    # -- feeding ------------------------------------------------------------------------------------
+    def check_feed(self, feed: Mapping[str, Any]) -> tuple[list[np.ndarray], dict[str, int]]:
+        """The feed as arrays in input order and the var values their shapes give.
+
+        Raises:
+            InputBufferNotFoundError: a missing input or a name the model has no input for.
+            DTypeMismatchError: an array of another dtype (nothing is converted).
+            ShapeMismatchError: a wrong rank, a fixed size that differs, one var two sizes.
+            VarBoundsError: a size outside its dim's bounds, naming the input and axis.
+        """
+        unknown = [k for k in feed if k not in self._inputs and k not in self.model.fixed]
+        if unknown:
+            raise InputBufferNotFoundError(
+                f"{self.model.source}: no input named {unknown[0]!r} (inputs: {', '.join(self._order)})"
+            )
+        for name, want in self.model.fixed.items():
+            if name in feed and not np.array_equal(np.asarray(feed[name]), want):
+                raise TensorError(
+                    f"{self.model.source}: input {name!r} was fixed to {want.tolist()} at load (values=), "
+                    f"got {np.asarray(feed[name]).tolist()}; load another session for that value"
+                )
+        arrays: list[np.ndarray] = []
+        bound: dict[str, tuple[int, str]] = {}
+        for name in self._order:
+            if name not in feed:
+                raise InputBufferNotFoundError(
+                    f"{self.model.source}: input {name!r} is missing from the feed"
+                )
+            info = self._inputs[name]
+            arr = feed[name]
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
+                if arr.dtype != info.dtype and arr.ndim == 0 and arr.dtype.kind == info.dtype.kind:
+                    arr = arr.astype(info.dtype)  # a Python scalar: ORT takes it in the input's type
+            if arr.dtype != info.dtype:
+                raise DTypeMismatchError(
+                    f"{self.model.source}: input {name!r} expects {info.dtype}, got {arr.dtype} "
+                    f"(convert with .astype(np.{info.dtype}))"
+                )
+            if arr.ndim != len(info.shape):
+                raise ShapeMismatchError(
+                    f"{self.model.source}: input {name!r} expects rank {len(info.shape)} "
+                    f"{shape_str(info.shape)}, got shape {arr.shape}"
+                )
+            for axis, (d, size) in enumerate(zip(info.shape, arr.shape, strict=True)):
+                where = f"input {name!r} axis {axis}"
+                if isinstance(d, Var):
+                    if not d.min <= size <= d.max:
+                        raise VarBoundsError(
+                            f"{self.model.source}: {where} ({d.name}) is {size}, outside its bounds "
+                            f"[{d.min}, {d.max}]; load with larger dims to accept it"
+                        )
+                    if d.name in bound and bound[d.name][0] != size:
+                        raise ShapeMismatchError(
+                            f"{self.model.source}: {where} ({d.name}) is {size}, but "
+                            f"{bound[d.name][1]} gave {d.name} = {bound[d.name][0]}"
+                        )
+                    bound[d.name] = (int(size), where)
+                elif isinstance(d, int) and d != size:
+                    raise ShapeMismatchError(f"{self.model.source}: {where} must be {d}, got {size}")
+            arrays.append(arr)
+        return arrays, {k: v for k, (v, _) in bound.items()}
+
+    def _host_output(
+        self, name: str, arrays: Sequence[np.ndarray], var_values: Mapping[str, int]
+    ) -> np.ndarray:
+        value = self.model.outputs_traced[name]
+        if isinstance(value, Tensor):  # an input passed straight through
+            return np.array(arrays[self._order.index(value.node.attrs["name"])])
+        if isinstance(value, Sym):
+            flat = [
+                eval_dim(e, var_values) if isinstance(e, Expr) else int(e) for e in value.values.reshape(-1)
+            ]
+            return np.array(flat, dtype=value.dtype).reshape(value.shape)
+        return np.array(value)
+
+    # -- running ------------------------------------------------------------------------------------
+    def _names(self, output_names: Sequence[str] | None) -> list[str]:
+        if output_names is None:
+            return list(self._output_names)
+        bad = [n for n in output_names if n not in self._output_names]
+        if bad:
+            raise InputBufferNotFoundError(
+                f"{self.model.source}: no output named {bad[0]!r} (outputs: {', '.join(self._output_names)})"
+            )
+        return list(output_names)
+
+    def execute(self, feed: Mapping[str, Any]) -> dict[str, Buffer]:
+        """Enqueue one run and return every output's ``Buffer`` before it is computed.
+
+        Blocks only while the device queue is full (``run_async`` never blocks).
+        """
+        arrays, var_values = self.check_feed(feed)
+        return self._collect(arrays, var_values, self._launch(arrays, var_values, blocking=True))
+
+    def _launch(
+        self, arrays: list[np.ndarray], var_values: Mapping[str, int], blocking: bool
+    ) -> list[Buffer]:
+        if self.plan is None:
+            return []
+        bufs = [self.client.buffer_from_host(a, self.device) for a in arrays]
+        values = {k: v for k, v in var_values.items() if k in self._plan_vars}
+        return self.plan.execute_blocking(bufs, values) if blocking else bufs
+
+    def _collect(
+        self, arrays: list[np.ndarray], var_values: Mapping[str, int], outs: list[Buffer]
+    ) -> dict[str, Buffer]:
+        result: dict[str, Buffer] = dict(zip(self._plan_outputs, outs, strict=True))
+        for name in self._output_names:
+            if name not in result:
+                result[name] = self.client.buffer_from_host(
+                    self._host_output(name, arrays, var_values), self.device
+                )
+        return result
+
+    def run(
+        self, output_names: Sequence[str] | None, feed: Mapping[str, Any], run_options: Any = None
+    ) -> list[npt.NDArray[Any]]:
+        """ONNX Runtime's ``run``: the named outputs (None: all) as numpy arrays. Blocking."""
+        names = self._names(output_names)
+        buffers = self.execute(feed)
+        return [buffers[n].to_numpy_blocking() for n in names]
+
+    async def run_async(
+        self, output_names: Sequence[str] | None, feed: Mapping[str, Any]
+    ) -> list[npt.NDArray[Any]]:
+        """``run`` for the event loop (asyncio or trio): awaits the device, never blocks."""
+        names = self._names(output_names)
+        arrays, var_values = self.check_feed(feed)
+        outs: list[Buffer] = []
+        if self.plan is not None:
+            bufs = [self.client.buffer_from_host(a, self.device) for a in arrays]
+            values = {k: v for k, v in var_values.items() if k in self._plan_vars}
+            outs = await self.plan.execute(bufs, values)
+        buffers = self._collect(arrays, var_values, outs)
+        return [await buffers[n].to_numpy() for n in names]

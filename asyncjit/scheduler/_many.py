@@ -1,0 +1,115 @@
+"""Many steps from one task: ``StreamMux.submit_many`` / ``wait_all`` / ``step_many``.
+
+A server that owns many streams in one task (a connection pool) would otherwise submit and
+await one step at a time, paying a task switch and a loop iteration per step. These helpers
+queue one step on each of many streams in one call and park the task once: a ``StepGroup``
+counts its unfinished futures down as the mux resolves them and wakes the task when the last
+one is done, so a group costs one wake-up however many batches and resolve slices it spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ShapeMismatchError, WouldBlock
+from ._signal import Signal
+from ._stream import DONE, OPEN, MuxStream, StepFuture
+
+if TYPE_CHECKING:
+    from ._mux import StreamMux
+
+__all__ = ["StepGroup", "submit_many", "submit_many_nowait", "wait_all"]
+
+
+class StepGroup:
+    """Wakes one task when its last unfinished ``StepFuture`` is done (set by the mux)."""
+
+    __slots__ = ("_left", "_signal")
+
+    def __init__(self, left: int, signal: Signal) -> None:
+        self._left = left
+        self._signal = signal
+
+    def _one_done(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self._signal.set()
+
+
+def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> Sequence[Any]:
+    n = len(streams)
+    if isinstance(chunks, np.ndarray):
+        if chunks.ndim != len(mux._chunk_shape) + 1 or chunks.shape[0] != n:
+            raise ShapeMismatchError(
+                f"{mux.name}: chunks for {n} streams must have shape ({n}, *{mux._chunk_shape}), "
+                f"got {chunks.shape}"
+            )
+        return list(chunks)  # rows are views; _coerce copies each into the stream's own chunk
+    items = list(chunks)
+    if len(items) != n:
+        raise ShapeMismatchError(f"{mux.name}: {len(items)} chunks for {n} streams; give one per stream")
+    return items
+
+
+def submit_many_nowait(
+    mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+) -> list[StepFuture]:
+    """All or nothing: every stream is usable and has room for its steps, or nothing is queued."""
+    items = _chunk_list(mux, streams, chunks)
+    depth = mux.queue_depth
+    counts: dict[MuxStream, int] = {}
+    for s in streams:
+        counts[s] = counts.get(s, 0) + 1
+    for s, k in counts.items():
+        s._check_usable()
+        if len(s._queue) + k > depth:
+            raise WouldBlock(
+                f"{s!r}: no room for {k} more step(s) (queue_depth={depth}); await submit_many() "
+                "to wait for room"
+            )
+    coerced = [mux._coerce(c) for c in items]  # checked before anything is queued
+    return [s._enqueue(c) for s, c in zip(streams, coerced, strict=True)]
+
+
+async def submit_many(
+    mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+) -> list[StepFuture]:
+    """Queue in order, waiting for room where a stream's queue is full; cancelled: withdrawn."""
+    items = _chunk_list(mux, streams, chunks)
+    coerced = [mux._coerce(c) for c in items]
+    futures: list[StepFuture] = []
+    try:
+        for s, c in zip(streams, coerced, strict=True):
+            if s._status == OPEN and len(s._queue) < mux.queue_depth:
+                futures.append(s._enqueue(c))
+            else:
+                futures.append(await s.submit(c))
+    except BaseException:
+        for fut in futures:  # a half-submitted group: the queued steps never run
+            fut.cancel()
+        raise
+    return futures
+
+
+async def wait_all(mux: StreamMux, futures: Sequence[StepFuture]) -> None:
+    """Park until every future is done (one wake-up); cancelled: each unfinished one is abandoned."""
+    left = [f for f in futures if f._state < DONE]
+    if not left:
+        return
+    group = StepGroup(len(left), mux._signal())
+    for f in left:
+        if f._group is not None:
+            raise RuntimeError(f"{f!r} is already awaited by another wait_all")
+        f._group = group
+    try:
+        await group._signal.wait()
+    except BaseException:
+        for f in left:
+            f._group = None
+            if f._state < DONE:
+                f._abandon()
+        raise
