@@ -936,9 +936,12 @@ def _k_conv1d(b: _Builder) -> None:
     og = b.draw(st.integers(1, 2))
     padding = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
     span = dilation * (k - 1) + 1
-    v = b.draw(st.sampled_from(b.variables))
     extra = max(span - 1 - padding[0] - padding[1], 0)
-    length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    if b.variables:
+        v = b.draw(st.sampled_from(b.variables))
+        length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    else:
+        length = DimChoice(3 + extra, lambda _b, e=3 + extra: e)
     n = b.draw_dim(nonzero=True)
     xi = b.placeholder([n, DimChoice(cg * groups, lambda _b, c=cg * groups: c), length], b.draw_dtype("f"))
     rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
@@ -1288,7 +1291,7 @@ def graph_cases(
 
     Vars have ``1 <= min <= max <= max_bound`` (``min == max`` too); ``profiles`` are the
     ``VALUE_PROFILES`` the inputs may be drawn from."""
-    names = ("t", "s")[: draw(st.integers(1, max_vars))]
+    names = ("t", "s")[: draw(st.integers(0, max_vars))]
     variables = []
     for name in names:
         lo = draw(st.integers(1, 3))

@@ -12,6 +12,11 @@ with no quota of wrong elements; only positions the reference itself shows to be
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from fuzzing import check_case, compare, tolerance_ulps
@@ -99,3 +104,25 @@ def test_tolerance_grows_with_the_float_ops_on_the_way() -> None:
     x = Tensor.placeholder((3,), dt.float32, name="x")
     assert tolerance_ulps([(x + 1).node]) < tolerance_ulps([((x + 1).sigmoid() * 2).node])
     assert tolerance_ulps([x.cast(dt.int32).node]) == 2.0
+
+
+def _fuzz(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ASYNCJIT_CACHE_DIR": "off"}
+    cmd = [sys.executable, str(Path(__file__).with_name("fuzz.py")), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def test_fuzz_slice_fixed_seed() -> None:
+    """The first graphs of ``make fuzz SEED=1``: same driver, worker and comparison."""
+    done = _fuzz("--seed", "1", "--cases", "5", "--minutes", "10")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "graphs=5 " in done.stdout and "mismatches=0 " in done.stdout and "crashes=0 " in done.stdout
+
+
+def test_fuzz_reports_a_dead_worker_as_a_crash_and_goes_on() -> None:
+    """A worker killed by a signal mid-graph is a crash with that graph's repro, not the end."""
+    done = _fuzz("--seed", "1", "--cases", "3", "--crash-at", "1")
+    assert done.returncode == 1
+    assert "CRASH graph 1: worker died with status -6" in done.stdout
+    assert "repro: python tests/fuzz.py --seed 1 --case 1" in done.stdout
+    assert "graphs=2 " in done.stdout and "crashes=1 " in done.stdout
