@@ -64,8 +64,9 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
             return {"case": index, "skipped": True}
         return {"case": index, "build_error": f"{type(exc).__name__}: {exc}"}
     report: dict[str, Any] = {"case": index, "graph": describe(case)}
+    stats: dict[str, int] = {}
     try:
-        runs, found = check_case(case, seed=index)
+        runs, found = check_case(case, seed=index, stats=stats)
     except Exception as exc:
         report.update(runs=0, bindings=0, mismatches=[f"compile raised {type(exc).__name__}: {exc}"])
         return report
@@ -76,6 +77,8 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
         runs=runs,
         bindings=len(case_bindings(case, [*sig.var_names, *sig.fixed])),
         mismatches=[str(m) for m in found],
+        elements=stats.get("elements", 0),
+        ill_conditioned=stats.get("skipped", 0),
     )
     return report
 
@@ -102,13 +105,14 @@ class Totals:
     def __init__(self) -> None:
         self.graphs = self.bindings = self.runs = self.mismatches = self.crashes = 0
         self.build_errors = self.bad_graphs = self.skipped = 0
+        self.elements = self.ill_conditioned = 0
         self.shown = time.monotonic()
 
     def line(self) -> str:
         return (
             f"graphs={self.graphs} bindings={self.bindings} runs={self.runs} mismatches={self.mismatches} "
             f"(in {self.bad_graphs} graphs) crashes={self.crashes} build_errors={self.build_errors} "
-            f"skipped_draws={self.skipped}"
+            f"skipped_draws={self.skipped} elements={self.elements} ill_conditioned={self.ill_conditioned}"
         )
 
 
@@ -126,6 +130,8 @@ def _record(report: dict[str, Any], seed: int, totals: Totals) -> None:
     totals.graphs += 1
     totals.bindings += report["bindings"]
     totals.runs += report["runs"]
+    totals.elements += report.get("elements", 0)
+    totals.ill_conditioned += report.get("ill_conditioned", 0)
     if report["mismatches"]:
         totals.mismatches += len(report["mismatches"])
         totals.bad_graphs += 1
@@ -241,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         for m in report.get("mismatches", []):
             print(f"  {m}")
         found = len(report.get("mismatches", []))
-        print(f"bindings={report.get('bindings', 0)} runs={report.get('runs', 0)} mismatches={found}")
+        print(
+            f"bindings={report.get('bindings', 0)} runs={report.get('runs', 0)} mismatches={found} "
+            f"elements={report.get('elements', 0)} ill_conditioned={report.get('ill_conditioned', 0)}"
+        )
         return 1 if report.get("mismatches") or "build_error" in report else 0
     started = time.monotonic()
     print(

@@ -204,3 +204,15 @@ def test_symbolic_dims_still_reject_non_dims() -> None:
     with pytest.raises(TypeError, match="expected an int or symbolic dim, got float"):
         t * 0.5
     assert str(t * np.int64(2)) == "2*t"
+
+
+def test_var_of_an_unused_input_is_accepted_by_every_path() -> None:
+    """A plan takes the vars of all its inputs; the reference accepts them for fed placeholders."""
+    t = Var("t", 1, 4)
+    x = Tensor.placeholder((t,), dt.float32, name="x")
+    y = Tensor.placeholder((2,), dt.float32, name="y")
+    feed = [np.ones(3, np.float32), np.ones(2, np.float32)]
+    (got,), (want,) = both([y + 1], [x, y], feed, {"t": 3})
+    assert same(got, want)
+    with pytest.raises(VarBoundsError):
+        reference.evaluate(y + 1, {x: feed[0], y: feed[1]}, {"t": 9})
