@@ -41,11 +41,12 @@ from typing import Any
 
 import attrs
 import numpy as np
-import structlog
 
 from . import dtypes as dt
+from ._log import get_logger
 from .dtypes import DType
 from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError, WouldBlock
+from .graph import as_node, toposort
 from .runtime import Buffer
 from .symbolic import Dim, Var
 from .tensor import Tensor
@@ -60,9 +61,9 @@ from .tree import (
     tree_unflatten,
 )
 
-__all__ = ["Jitted", "device_put", "jit"]
+__all__ = ["Compiled", "Jitted", "Lowered", "device_put", "jit"]
 
-_log = structlog.get_logger("asyncjit.jit")
+_log = get_logger("asyncjit.jit")
 
 DynamicSpec = Mapping[str, Mapping[int, tuple[str, int, int] | Var]]
 
@@ -313,11 +314,12 @@ class Jitted:
             await b.ready()
         return entry.unflatten(outs)
 
-    def lower(self, *args: Any, **kwargs: Any) -> tuple[list[Tensor], list[Tensor]]:
-        """Trace without compiling: ``(inputs, outputs)`` as tensors, for inspection."""
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Trace for these arguments without compiling, as ``jax.jit(f).lower(x)``:
+        ``.as_text()`` shows the graph, ``.compile()`` compiles it (into this function's cache)."""
         key, _, statics = self._key(args, kwargs)
         inputs, outputs, _ = self._trace(key, statics)
-        return inputs, outputs
+        return Lowered(self, key, statics, inputs, outputs)
 
     # -- machinery -----------------------------------------------------------------------------
     def _device(self) -> Any:
@@ -525,6 +527,70 @@ class Jitted:
             return
         best = min((_diff(old, key) for old in self._cache), key=len)
         _log.info("jit.cache_miss", fn=self.name, reason="; ".join(best), cache_size=len(self._cache))
+
+
+@attrs.frozen(eq=False)
+class Lowered:
+    """A traced ``jit`` function for one cache key (``Jitted.lower``); iterates as ``(inputs, outputs)``."""
+
+    jitted: Jitted
+    key: CacheKey
+    statics: dict[str, Any]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+
+    def __iter__(self) -> Any:
+        return iter((self.inputs, self.outputs))
+
+    def as_text(self) -> str:
+        """The traced graph: one SSA line per node, inputs first, then the outputs' names."""
+        nodes = toposort([as_node(o) for o in self.outputs])
+        lines = [f"# {self.jitted.name}: inputs {[as_node(i).attrs['name'] for i in self.inputs]}"]
+        lines += [repr(n) for n in nodes]
+        lines.append("return " + ", ".join(f"%{as_node(o).id}" for o in self.outputs))
+        return "\n".join(lines)
+
+    def compile(self) -> Compiled:
+        """Compile now (or take the plan from the function's cache); the result runs these shapes."""
+        fn = self.jitted
+        entry = fn._cache.get(self.key)
+        if entry is None:
+            fn._log_miss(self.key)
+            entry = fn._cache[self.key] = fn._compile(self.key, self.statics)
+        return Compiled(fn, self.key, entry)
+
+
+@attrs.frozen(eq=False)
+class Compiled:
+    """A compiled plan of a ``jit`` function (``Lowered.compile``): call it like the function."""
+
+    jitted: Jitted
+    key: CacheKey
+    entry: _Entry
+
+    @property
+    def executable(self) -> Any:
+        """The device-independent ``Executable`` (``.ir_text``, ``.serialize()``, ``.run``)."""
+        return self.entry.loaded.executable
+
+    def as_text(self) -> str:
+        """The plan's LLVM IR."""
+        return str(self.executable.ir_text)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on arguments of the lowered shapes (dynamic dims within their bounds).
+
+        Raises:
+            ShapeMismatchError: the arguments key differently from the ones lowered.
+        """
+        fn = self.jitted
+        dyn, statics = fn._bind(args, kwargs)
+        key, _, _ = fn._key_from(dyn, statics)
+        if key != self.key:
+            raise ShapeMismatchError(
+                f"{fn.name}: compiled for other arguments: {'; '.join(_diff(self.key, key))}"
+            )
+        return fn(*args, **kwargs)
 
 
 def _diff(old: CacheKey, new: CacheKey) -> list[str]:

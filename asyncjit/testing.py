@@ -22,13 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from . import dtypes
+from ._log import capture_events
 from .compiler._executable import ArgSpec
 from .devices import HostExecutable
 from .errors import BufferDeletedError
 from .runtime import Client, Device
 from .symbolic import Var
 
-__all__ = ["Gate", "check_device_conformance", "host_plan"]
+__all__ = ["Gate", "capture_events", "check_device_conformance", "host_plan"]
 
 T = Var("t", 1, 8)
 """The var of ``host_plan`` plans: rows, 1 to 8."""

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
 import numpy as np
-import structlog
 
 from . import dtypes as dt
+from ._log import get_logger
 from .dtypes import DType
 from .errors import (
     BuildError,
@@ -65,7 +65,7 @@ __all__ = [
     "VarSpec",
 ]
 
-_log = structlog.get_logger("asyncjit.wrapper")
+_log = get_logger("asyncjit.wrapper")
 M = TypeVar("M")
 Bound = int | Callable[[Any], int]
 

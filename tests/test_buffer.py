@@ -53,8 +53,9 @@ class TestHostBufferSemantics:
         blocker = ex.execute_nowait([client.buffer_from_host(np.zeros(4, np.float32))], inline=False)
         a = np.arange(4, dtype=np.float32)
         done = threading.Event()
-        buf = client.buffer_from_host(a, semantics=S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
-                                      on_done_with_host_buffer=done.set)
+        buf = client.buffer_from_host(
+            a, semantics=S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES, on_done_with_host_buffer=done.set
+        )
         assert not buf.is_ready() and not done.is_set()
         gate.set()
         np.testing.assert_array_equal(buf.to_numpy_blocking(10), a)

@@ -71,7 +71,8 @@ class TestRegistry:
             "sigmoid", "sin", "cos", "erf", "floor", "ceil", "neg", "abs", "relu", "not", "gelu", "add",
             "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq",
             "ne", "and", "or", "xor", "where", "cast", "reduce", "matmul", "reshape", "permute", "expand",
-            "shrink", "pad", "cat", "conv1d", "gather", "scatter", "nonzero",
+            "shrink", "pad", "cat", "conv1d", "gather", "scatter", "nonzero", "conv", "pool", "cumsum",
+            "argext", "topk", "take_along_axis",
         }  # fmt: skip
         assert expected <= set(OPS)
         for name, op in OPS.items():
@@ -85,6 +86,9 @@ class TestRegistry:
                 "conv",
                 "index",
                 "nonzero",
+                "pool",
+                "scan",
+                "select",
             }
             assert callable(op.infer) and callable(op.reference)
 

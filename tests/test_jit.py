@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from structlog.testing import capture_logs
 
 import asyncjit
 from asyncjit import Tensor, jit, lax
 from asyncjit.errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError
+from asyncjit.testing import capture_events
 from asyncjit.tree import register_pytree_node
 
 
@@ -132,7 +132,7 @@ def test_miss_reason_names_what_changed() -> None:
     def f(x: Tensor, k: int) -> Tensor:
         return x + k
 
-    with capture_logs() as logs:
+    with capture_events() as logs:
         f(np.ones(3, np.float32), 1)
         f(np.ones(4, np.float32), 1)
         f(np.ones(4, np.float32), 2)

@@ -7,6 +7,7 @@ points ``anyio.run``'s default backend at each in turn, the code itself is uncha
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -39,4 +40,9 @@ def test_readme_block_runs(
     if backend is not None:
         monkeypatch.setattr(anyio, "run", functools.partial(anyio.run, backend=backend))
     namespace: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(code, str(README), "exec"), namespace)
+    root, ours = logging.getLogger(), logging.getLogger("asyncjit")
+    saved = root.handlers[:], root.level, ours.level
+    try:
+        exec(compile(code, str(README), "exec"), namespace)
+    finally:  # a block may configure logging, as a program does; later tests get it back as it was
+        root.handlers[:], (root.level, ours.level) = saved[0], saved[1:]

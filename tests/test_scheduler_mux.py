@@ -18,7 +18,6 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 import pytest
-import structlog
 
 import asyncjit.scheduler as sched
 from asyncjit.errors import DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
@@ -36,6 +35,7 @@ from asyncjit.scheduler import (
     run_unbatched,
     toy_step,
 )
+from asyncjit.testing import capture_events
 
 ZERO = np.zeros(4, np.float32)
 
@@ -495,7 +495,7 @@ async def test_idle_timeout_raises_logs_and_frees_slot(client: Client) -> None:
     and reused."""
     step = HostBatchedStep(client, max_batch_size=2, num_slots=1)
     chunks = chunks_for(5, 3)
-    with structlog.testing.capture_logs() as logs:
+    with capture_events() as logs:
         async with StreamMux(step, max_streams=1, idle_timeout=0.05, backlog=1) as mux:
             s = mux.open_stream_nowait(name="sleepy")
             await s.step(chunks[0])

@@ -161,6 +161,8 @@ class Emitter:
             return emit_elementwise(self.b, node, [self.value(i, idx) for i in node.inputs])
         if op == "gather":
             return self._gather(node, idx)
+        if op == "take_along_axis":
+            return self._take(node, idx)
         if kind == "movement":
             return self._movement(node, idx)
         raise CompileError(
@@ -183,6 +185,18 @@ class Emitter:
         hi = self.b.sub(self.dim(x.shape[axis]), i64(1))
         v = self.b.select(self.b.icmp_signed("<", v, i64(0)), i64(0), v)
         v = self.b.select(self.b.icmp_signed(">", v, hi), hi, v)
+        atom = self.bind(v, x.shape[axis])
+        return self.value(x, (*idx[:axis], atom, *idx[axis + 1 :]))
+
+    def _take(self, node: Node, idx: tuple[Dim, ...]) -> ir.Value:
+        """``x`` at ``index[idx]`` along the axis (clamped), elsewhere at ``idx``."""
+        x, ind = node.inputs
+        axis = node.attrs["axis"]
+        raw = self.value(ind, idx)
+        v = raw if raw.type == I64 else self.b.sext(raw, I64)
+        hi = self.b.sub(self.dim(x.shape[axis]), i64(1))
+        v = self.b.select(self.b.icmp_signed(">", v, hi), hi, v)
+        v = self.b.select(self.b.icmp_signed("<", v, i64(0)), i64(0), v)
         atom = self.bind(v, x.shape[axis])
         return self.value(x, (*idx[:axis], atom, *idx[axis + 1 :]))
 

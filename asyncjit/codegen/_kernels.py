@@ -8,6 +8,7 @@ reads; callers must not alias outputs with inputs). Loop trip counts are the run
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -17,9 +18,11 @@ from ..graph import Node, reduce_identity
 from ..passes import Kernel
 from ..passes._fusion import transposed_source
 from ..symbolic import Dim, Index, Var, prod, upper
+from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
+from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._scalar import intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
 from ._target import F64
@@ -38,6 +41,20 @@ def scratch_bytes(kernel: Kernel) -> int:
     if kernel.kind == "matmul" and (lib := matmul_library()) is not None:
         a, b = node.inputs
         return int(lib.matmul_scratch_bytes(upper(a.shape[-2]), upper(b.shape[-1]), upper(a.shape[-1])))
+    if kernel.kind == "conv" and _fast_conv(node):
+        x, w = node.inputs[0], node.inputs[1]
+        groups = node.attrs["groups"]
+        return int(
+            convnd_scratch_bytes(
+                cin=int(w.shape[1]) * groups,
+                cout=int(w.shape[0]),
+                ks=[int(d) for d in w.shape[2:]],
+                strides=node.attrs["strides"],
+                pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+                groups=groups,
+                p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
+            )
+        )
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
         x, w = node.inputs
         cout, cin_g, k = (int(d) for d in w.shape)
@@ -61,6 +78,11 @@ def scratch_bytes(kernel: Kernel) -> int:
 
 def _static_pads(node: Node) -> bool:
     return all(isinstance(p, int) for p in node.attrs["padding"])
+
+
+def _fast_conv(node: Node) -> bool:
+    """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
+    return node.dtype == float32 and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
 
 
 class _Ctx:
@@ -133,6 +155,11 @@ def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Se
         "reduce": _reduce,
         "matmul": _matmul,
         "conv1d": _conv1d,
+        "conv": _conv,
+        "pool": emit_pool,
+        "cumsum": emit_cumsum,
+        "argext": emit_argext,
+        "topk": emit_topk,
         "scatter": _scatter,
         "nonzero": _nonzero,
     }[kernel.kind]
@@ -411,3 +438,28 @@ def _nonzero(ctx: _Ctx, kernel: Kernel) -> None:
             b.store(b.add(c, i64(1)), count)
 
     ctx.nest(x.shape, visit)
+
+
+def _conv(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    if not _fast_conv(node):
+        emit_conv_loop(ctx, kernel)
+        return
+    x, w = node.inputs[0], node.inputs[1]
+    has_bias = len(node.inputs) == 3
+    groups = node.attrs["groups"]
+    fn = emit_convnd(
+        ctx.fn.module,
+        f"{kernel.name}.conv",
+        cin=int(w.shape[1]) * groups,
+        cout=int(w.shape[0]),
+        ks=[int(d) for d in w.shape[2:]],
+        strides=node.attrs["strides"],
+        dilations=node.attrs["dilations"],
+        pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+        groups=groups,
+        has_bias=has_bias,
+    )
+    bias = ctx.buffers[node.inputs[2].id] if has_bias else ctx.buffers[w.id]
+    dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]
+    ctx.b.call(fn, [ctx.buffers[x.id], ctx.buffers[w.id], bias, ctx.out, ctx.scratch, *dims])

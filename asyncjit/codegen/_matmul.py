@@ -58,12 +58,12 @@ class MatmulTiling:
 
     def __init__(self, vw: int) -> None:
         self.vw = vw
-        self.mr = 8
+        self.mr = 8 if vw >= 16 else 6  # AVX2: 12 accumulators + 2 B + 1 A fit 16 ymm; 8x16 spilled
         self.nr = 2 * vw
         # KC x NR B micro-panel (32 KiB at 256x32) stays in L1; MC x KC A block in L2;
         # KC x NC B block in L2/L3.
         self.kc = 256
-        self.mc = 64
+        self.mc = 64 if self.mr == 8 else 60  # whole MR-row tiles per block
         self.nc = 2048
         self.direct_m_max = 16
         self.direct_b_max = 64 * 1024
@@ -185,17 +185,19 @@ _MICRO_ARGS: list[tuple[str, ir.Type]] = [
 ]
 
 
-def _micro(vec: _Vec, mr: int, nr: int) -> ir.Function:
+def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False) -> ir.Function:
     """``C[0:mr_eff, 0:nr_eff] (+)= A[0:mr_eff, 0:kc] @ B[0:kc, 0:nr_eff]``, tile in registers.
 
     A element (r, k) at ``a[r*a_rs + k*a_cs]``; B element (k, j) at ``b[k*b_ks + j]``.  Rows
     past ``mr_eff`` (1 <= mr_eff <= mr) re-read row ``mr_eff-1`` (always in bounds) and are not
     stored; columns past ``nr_eff`` are masked off in every B load and C load/store.  Masked
     AVX-512 loads cost the same as plain ones (measured: no difference on 512^3), so there is a
-    single variant per height -- half the code, half the compile time.
+    single variant per height -- half the code, half the compile time.  ``b_padded`` (packed B
+    panels, zero-padded to NR columns) loads B unmasked: on AVX2 the two masks would otherwise
+    take registers the 6x16 tile needs (a spill per k).
     """
     module = vec.module
-    name = f"asyncjit.matmul.micro{mr}x{nr}"
+    name = f"asyncjit.matmul.micro{mr}x{nr}{'p' if b_padded else ''}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
@@ -225,7 +227,7 @@ def _micro(vec: _Vec, mr: int, nr: int) -> ir.Function:
     b.position_at_end(body)
     kb = b.mul(k, b_ks)
     ka = b.mul(k, a_cs)
-    bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), masks[v]) for v in range(nv)]
+    bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), None if b_padded else masks[v]) for v in range(nv)]
     for r in range(mr):
         av = vec.splat(b, _load_f32(b, a, b.add(rows[r], ka)))
         for v in range(nv):
@@ -632,7 +634,7 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
                             nr_eff,
                             accumulate,
                         ]
-                        b.call(_micro(vec, t.mr, t.nr), args)
+                        b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
     b.ret_void()
     return fn
 

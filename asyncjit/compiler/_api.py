@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
+from .._log import get_logger
 from ..errors import CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
@@ -22,7 +21,7 @@ from ._partition import registered_plugins
 
 __all__ = ["as_node", "compile"]
 
-log = structlog.get_logger("asyncjit.compiler")
+log = get_logger("asyncjit.compiler")
 
 _PLANS: collections.OrderedDict[Hashable, CpuExecutable] = collections.OrderedDict()
 _PLANS_MAX = 256
@@ -57,6 +56,12 @@ def _flops(lowered: Lowered) -> int:
         elif k.kind == "conv1d":
             w = n.inputs[1]
             total += 2 * numel * int(w.shape[1]) * int(w.shape[2])
+        elif k.kind == "conv":
+            w = n.inputs[1]
+            per = 1
+            for d in w.shape[1:]:
+                per *= int(d)
+            total += 2 * numel * per
         else:
             total += numel * (1 + len(k.fused))
     return total

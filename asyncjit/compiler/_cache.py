@@ -30,8 +30,8 @@ import warnings
 from pathlib import Path
 
 import attrs
-import structlog
 
+from .._log import get_logger
 from ..codegen._module import ENTRY
 from ..codegen._target import (
     LoadedObject,
@@ -44,7 +44,7 @@ from ..errors import ObjectCodeError
 
 __all__ = ["CacheDirectoryWarning", "CompileStats", "cache_dir", "code_key", "compile_stats", "get_code"]
 
-log = structlog.get_logger("asyncjit.compiler")
+log = get_logger("asyncjit.compiler")
 
 MAGIC = b"AJITOBJ\n"
 FORMAT_VERSION = 2  # 2: keyed MAC under the per-user secret (1 had a plain checksum)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ..codegen._nnkernels import conv_flops
 from ..graph import OPS, Node
 from ..passes import FusionPlan, Kernel
 from ..symbolic import Dim, evaluate, prod, upper
@@ -61,6 +62,8 @@ def _info(k: Kernel) -> KernelInfo:
     elif k.kind == "conv1d":
         w = n.inputs[1]
         flops = 2 * numel * int(w.shape[1]) * int(w.shape[2])
+    elif k.kind == "conv":
+        flops = conv_flops(n)
     elif k.kind == "reduce":
         flops = prod(n.inputs[0].shape)
         flops = flops + numel * sum(1 for f in k.fused if _computes(f))

@@ -23,6 +23,7 @@ from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout
 from ..codegen._target import LoadedObject
 from ..dtypes import check_array_dtype
 from ..errors import DeviceError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ..profiler import _state as _trace
 from ._cost import KernelInfo
 from ._executable import Executable, Launcher, Signature
 
@@ -66,9 +67,11 @@ class CpuLauncher:
         "_n_addr",
         "_profiled",
         "_var_slot",
+        "exe",
     )
 
     def __init__(self, exe: CpuExecutable) -> None:
+        self.exe = exe  # for traces: kernel names and the instrumented entry
         layout = exe.layout
         self._args = (ctypes.c_int64 * max(layout.n_slots, 1))()
         self._args_addr = ctypes.addressof(self._args)
@@ -201,7 +204,13 @@ class CpuExecutable(Executable):
     def _checked_call(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None
     ) -> tuple[tuple[int, ...], list[np.ndarray], list[np.ndarray]]:
-        """Validate inputs and vars; return (var values, input arrays, fresh output arrays)."""
+        """Validate inputs and vars; return (var values, input arrays, fresh output arrays).
+
+        Vars not given are read from the inputs' shapes where a dim is the var itself (as ``jit``
+        binds them); the others take their upper bound."""
+        sig = self.signature
+        if var_values is None or len(var_values) < len(sig.vars):
+            var_values = {**sig.infer_vars([np.shape(x) for x in inputs]), **(var_values or {})}
         values = self.check_vars(var_values)
         if len(inputs) != len(self.signature.inputs):
             raise ShapeMismatchError(
@@ -238,7 +247,10 @@ class CpuExecutable(Executable):
         """
         values, arrays, outs = self._checked_call(inputs, var_values)
         addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
-        self._thread_launcher()(addrs, values)
+        if _trace.active is None:
+            self._thread_launcher()(addrs, values)
+        else:
+            _trace.active.launch(self._thread_launcher(), addrs, values)
         return outs
 
     def profile(
@@ -323,7 +335,10 @@ class BoundCall:
         if var_values is None or self._no_vars:
             if var_values:
                 self._exe.check_vars(var_values)
-            self._exe._thread_launcher()(self._addrs, self._values)
+            if _trace.active is None:
+                self._exe._thread_launcher()(self._addrs, self._values)
+            else:
+                _trace.active.launch(self._exe._thread_launcher(), self._addrs, self._values)
             return
         values = self._exe.check_vars(var_values)
         n_in = len(self._exe.signature.inputs)
@@ -335,4 +350,7 @@ class BoundCall:
                 raise ShapeMismatchError(
                     f"bound output has shape {arr.shape}, the plan writes {tuple(shape)}"
                 )
-        self._exe._thread_launcher()(self._addrs, values)
+        if _trace.active is None:
+            self._exe._thread_launcher()(self._addrs, values)
+        else:
+            _trace.active.launch(self._exe._thread_launcher(), self._addrs, values)

@@ -118,6 +118,29 @@ class Signature:
         check_bindings(self.vars, full)
         return tuple(int(full[v.name]) for v in self.vars)
 
+    def infer_vars(self, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
+        """Var values read from input shapes, where an input's dim is a var itself.
+
+        Inputs of the wrong rank are skipped (``validate`` names them later).
+
+        Raises:
+            ShapeMismatchError: two inputs give one var different values.
+        """
+        found: dict[str, tuple[int, str]] = {}
+        for spec, shape in zip(self.inputs, shapes):  # noqa: B905 - a count mismatch is reported later
+            if len(shape) != len(spec.shape):
+                continue
+            for axis, (dim, size) in enumerate(zip(spec.shape, shape, strict=True)):
+                if not isinstance(dim, Var):
+                    continue
+                where = f"input {spec.name!r} dim {axis}"
+                seen = found.setdefault(dim.name, (int(size), where))
+                if seen[0] != size:
+                    raise ShapeMismatchError(
+                        f"var {dim.name!r} is {seen[0]} from {seen[1]} and {size} from {where}"
+                    )
+        return {name: value for name, (value, _) in found.items()}
+
     def input_shapes(self, values: Sequence[int]) -> list[tuple[int, ...]]:
         return [f(values) for f in self._in_shapes]  # type: ignore[attr-defined]
 

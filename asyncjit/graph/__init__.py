@@ -1,5 +1,6 @@
 """The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
 
+from ._nn import pool_out_len as pool_out_len
 from ._node import Node as Node
 from ._node import as_node as as_node
 from ._node import graph_vars as graph_vars
@@ -25,6 +26,7 @@ __all__ = [
     "conv_out_len",
     "graph_vars",
     "make_node",
+    "pool_out_len",
     "reduce_identity",
     "shape_str",
     "slice_length",

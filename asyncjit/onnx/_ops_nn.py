@@ -8,7 +8,6 @@ when the compiler has one).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -86,43 +85,6 @@ def window_geometry(
     return strides, dil, pads, outs
 
 
-def _taps(
-    x: Tensor, kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int], outs: Sequence[Dim]
-) -> list[Tensor]:
-    """Every kernel tap of an already padded ``x [N, C, *spatial]``: ``[N, C, *outs]`` each."""
-    k = len(kernel)
-    result = []
-    for offsets in np.ndindex(*kernel):
-        index: list[Any] = [slice(None), slice(None)]
-        for i in range(k):
-            start = offsets[i] * dil[i]
-            index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
-        tap = x[tuple(index)]
-        result.append(tap)
-    return result
-
-
-def _pad_to(
-    x: Tensor,
-    pads: Sequence[tuple[Dim, Dim]],
-    outs: Sequence[Dim],
-    strides: Sequence[int],
-    kernel: Sequence[int],
-    dil: Sequence[int],
-    value: float,
-) -> Tensor:
-    """Pad the spatial axes by ``pads``, plus whatever the last window needs (ceil mode)."""
-    full: list[tuple[Dim, Dim] | None] = [None, None]
-    for i, (lo, hi) in enumerate(pads):
-        need = (outs[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
-        have = x.shape[2 + i] + lo + hi
-        extra = need - have
-        if isinstance(extra, int) and extra > 0:
-            hi = hi + extra
-        full.append((lo, hi))
-    return x.pad(full, "constant", value)
-
-
 @op("Conv")
 def _conv(n: NodeCtx, ins: list[Value | None]) -> Value:
     x, w = n.t(ins[0]), n.t(ins[1])
@@ -130,36 +92,14 @@ def _conv(n: NodeCtx, ins: list[Value | None]) -> Value:
     w = w.cast(x.dtype)
     kernel = [int(d) for d in w.shape[2:]]
     group = n.attr("group", 1)
-    strides, dil, pads, outs = window_geometry(n, x.shape[2:], kernel)
+    strides, dil, pads, _ = window_geometry(n, x.shape[2:], kernel)
     if len(kernel) == 1:
         out = x.conv1d(w, None, stride=strides[0], padding=pads[0], dilation=dil[0], groups=group)
     else:
-        out = _conv_nd(x, w, group, kernel, strides, dil, pads, outs)
+        out = x.conv(w, None, strides, pads, dil, group)
     if bias is not None:
         out = out + bias.cast(out.dtype).reshape(bias.shape[0], *([1] * len(kernel)))
     return out
-
-
-def _conv_nd(
-    x: Tensor,
-    w: Tensor,
-    group: int,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dil: Sequence[int],
-    pads: Sequence[tuple[Dim, Dim]],
-    outs: Sequence[Dim],
-) -> Tensor:
-    N, C = x.shape[0], x.shape[1]
-    out_ch = w.shape[0]
-    K = prod(kernel)
-    xp = _pad_to(x, pads, outs, strides, kernel, dil, 0.0)
-    taps = _taps(xp, kernel, strides, dil, outs)
-    P = prod(outs)
-    cols = Tensor.stack(taps, 2).reshape(N, group, (C // group) * K, P)  # [N, g, C/g*K, P]
-    wm = w.reshape(group, out_ch // group, (C // group) * K)  # [g, O/g, C/g*K]
-    out = wm @ cols  # [N, g, O/g, P]
-    return out.reshape(N, out_ch, *outs)
 
 
 @op("ConvTranspose")
@@ -189,99 +129,26 @@ def _conv_transpose(n: NodeCtx, ins: list[Value | None]) -> Value:
         pads = [0] * (2 * k)
         for i in range(k):
             total = full[i] - target[i]
-            if auto == "SAME_UPPER" or (auto != "SAME_LOWER"):
+            if auto == "SAME_UPPER":
                 pads[i], pads[i + k] = total // 2, total - total // 2  # type: ignore[assignment]
             else:
                 pads[i], pads[i + k] = total - total // 2, total // 2  # type: ignore[assignment]
-    # dilate the input by the stride, pad by (dk - 1 - pad), convolve with the flipped kernel
-    N, C = x.shape[0], x.shape[1]
-    xd = x
-    for i in range(k):
-        s = strides[i]
-        if s > 1:
-            ax = 2 + i
-            d = xd.shape[ax]
-            z = xd.unsqueeze(ax + 1).pad([None] * (ax + 1) + [(0, s - 1)] + [None] * (xd.ndim - ax - 1))
-            shape = list(xd.shape)
-            shape[ax] = d * s
-            xd = z.reshape(*shape).shrink([None if j != ax else (0, (d - 1) * s + 1) for j in range(xd.ndim)])
-    O_g = w.shape[1]
-    wg = w.reshape(group, C // group, O_g, *kernel).permute(0, 2, 1, *range(3, 3 + k))  # [g, O/g, C/g, *k]
-    wf = wg.reshape(group * O_g, C // group, *kernel)
-    for i in range(k):
-        from ._ops_shape import reverse_axis
-
-        wf = reverse_axis(wf, 2 + i)
-    conv_pads: list[tuple[Dim, Dim]] = []
-    outs: list[Dim] = []
-    for i in range(k):
-        dk = (kernel[i] - 1) * dil[i]
-        lo, hi = dk - pads[i], dk - pads[i + k] + out_pad[i]
-        conv_pads.append((lo, hi))
-        outs.append(full[i] - pads[i] - pads[i + k])
-    if any(isinstance(p, int) and p < 0 for pr in conv_pads for p in pr):
-        crop: list[tuple[Dim, Dim] | None] = [None, None]
-        fixed: list[tuple[Dim, Dim]] = []
-        for i, (lo, hi) in enumerate(conv_pads):  # type: ignore[assignment]
-            d = xd.shape[2 + i]
-            crop.append((max(-lo, 0), d - max(-hi, 0)))
-            fixed.append((max(lo, 0), max(hi, 0)))
-        xd = xd.shrink(crop)
-        conv_pads = fixed
-    if k == 1:
-        out = xd.conv1d(wf, None, stride=1, padding=conv_pads[0], dilation=dil[0], groups=group)
-    else:
-        out = _conv_nd(xd, wf, group, kernel, [1] * k, dil, conv_pads, outs)
-    if len(ins) > 2 and ins[2] is not None:
-        b = n.t(ins[2])
-        out = out + b.cast(out.dtype).reshape(b.shape[0], *([1] * k))
-    del N
-    return out
+    bias = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return x.conv_transpose(w, bias, strides, pads, dil, group, out_pad)
 
 
 def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
     kernel = [int(v) for v in n.attr("kernel_shape")]
-    k = len(kernel)
     ceil = bool(n.attr("ceil_mode", 0))
-    strides, dil, pads, outs = window_geometry(n, x.shape[2:], kernel, ceil)
+    strides, dil, pads, _ = window_geometry(n, x.shape[2:], kernel, ceil)
     if kind == "max":
-        fill = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)  # type: ignore[type-var]
-        xp = _pad_to(x, pads, outs, strides, kernel, dil, fill)
-        taps = _taps(xp, kernel, strides, dil, outs)
-        out = taps[0]
-        for t in taps[1:]:
-            out = out.maximum(t)
-        return out
+        return x.max_pool(kernel, strides, pads, dil, ceil)
     if kind == "lp":
-        p = n.attr("p", 2)
-        xp = _pad_to(x.abs().pow(float(p)), pads, outs, strides, kernel, dil, 0.0)
-        total = Tensor.stack(_taps(xp, kernel, strides, dil, outs), 0).sum(0)
-        return total.pow(1.0 / p)
-    xp = _pad_to(x, pads, outs, strides, kernel, dil, 0.0)
-    total = Tensor.stack(_taps(xp, kernel, strides, dil, outs), 0).sum(0)
-    include = n.attr("count_include_pad", 0)
-    spatial = [int(d) for d in x.shape[2:]] if all(isinstance(d, int) for d in x.shape[2:]) else None
-    if spatial is None:
-        if include or all(p == (0, 0) for p in pads):
-            return total / float(prod(kernel))
-        raise n.fail("AveragePool excluding pads needs static spatial dims")
-    ones = np.ones([1, 1, *spatial], np.float32)
-    ones = np.pad(
-        ones,
-        [(0, 0), (0, 0)] + [(int(lo), int(hi)) for lo, hi in pads],
-        constant_values=1.0 if include else 0.0,
-    )
-    counts = np.zeros([1, 1, *[int(o) for o in outs]], np.float32)
-    for offsets in np.ndindex(*kernel):
-        index: list[Any] = [slice(None), slice(None)]
-        for i in range(k):
-            start = offsets[i] * dil[i]
-            index.append(slice(start, start + (int(outs[i]) - 1) * strides[i] + 1, strides[i]))
-        window = ones[tuple(index)]
-        padded = np.zeros_like(counts)
-        padded[tuple(slice(0, s) for s in window.shape)] = window
-        counts += padded
-    return total / const_tensor(np.maximum(counts, 1.0).astype(x.dtype.np))
+        p = float(n.attr("p", 2))
+        count = float(prod(kernel))
+        pooled = x.abs().pow(p).avg_pool(kernel, strides, pads, dil, ceil, True)
+        return (pooled * count).pow(1.0 / p).cast(x.dtype)
+    return x.avg_pool(kernel, strides, pads, dil, ceil, bool(n.attr("count_include_pad", 0))).cast(x.dtype)
 
 
 @op("MaxPool")
@@ -528,3 +395,63 @@ def _dequantize(n: NodeCtx, ins: list[Value | None]) -> Value:
     if len(ins) > 2 and ins[2] is not None:
         out = out - _per_axis(n, n.t(ins[2]).cast(dt.float32), x.ndim)
     return (out * _per_axis(n, scale.cast(dt.float32), x.ndim)).cast(scale.dtype)
+
+
+@op("RMSNormalization", since=23)
+def _rms_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    axis = axis_of(n.attr("axis", -1), x.ndim, n)
+    axes = tuple(range(axis, x.ndim))
+    xf = x.cast(dt.float32)
+    y = xf * ((xf * xf).mean(axes, keepdims=True) + n.attr("epsilon", 1e-5)).rsqrt()
+    out: Tensor = (y * n.t(ins[1]).cast(dt.float32)).cast(x.dtype)
+    return out
+
+
+@op("Swish", since=24)
+def _swish(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    gate: Tensor = (x * float(n.attr("alpha", 1.0))).sigmoid().cast(x.dtype)
+    return x * gate
+
+
+def _nll(n: NodeCtx, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
+    """Negative log-likelihood of ``target`` classes (axis 1 of ``logp``), ONNX's reductions."""
+    ignore = n.attr("ignore_index")
+    reduction = n.attr("reduction", "mean")
+    target = target.cast(dt.int64)
+    safe = (
+        target
+        if ignore is None
+        else Tensor.select(target == ignore, Tensor.zeros(target.shape, dt.int64), target)
+    )
+    picked = logp.take_along_axis(safe.unsqueeze(1), 1).squeeze(1)  # [N, d1, ...]
+    w = (
+        Tensor.ones(target.shape, logp.dtype)
+        if weight is None
+        else weight.cast(logp.dtype).gather(0, safe.reshape(-1)).reshape(*target.shape)
+    )
+    if ignore is not None:
+        w = Tensor.select(target == ignore, Tensor.zeros(w.shape, w.dtype), w)
+    loss = -picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if weight is None and ignore is None:
+        return loss.mean()
+    return loss.sum() / w.sum()
+
+
+@op("NegativeLogLikelihoodLoss")
+def _nll_loss(n: NodeCtx, ins: list[Value | None]) -> Value:
+    weight = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return _nll(n, n.t(ins[0]), n.t(ins[1]), weight)
+
+
+@op("SoftmaxCrossEntropyLoss")
+def _sce_loss(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
+    x = n.t(ins[0])
+    logp = x.log_softmax(1).cast(x.dtype)
+    weight = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return [_nll(n, logp, n.t(ins[1]), weight), logp]

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from .. import dtypes as dt
 from ..symbolic import Dim, prod
 from ..tensor import Tensor
 from ._ops_shape import axis_of, reverse_axis
 from ._registry import NodeCtx, op
-from ._values import Value, const_tensor
+from ._values import Value
 
 __all__: list[str] = []
 
@@ -88,17 +86,8 @@ _reduction("ReduceLogSumExp", _logsumexp)
 def _arg(n: NodeCtx, ins: list[Value | None], largest: bool) -> Value:
     x = n.t(ins[0])
     axis = axis_of(n.attr("axis", 0), x.ndim, n)
-    keep = bool(n.attr("keepdims", 1))
-    last = bool(n.attr("select_last_index", 0))
-    m = x.max(axis, keepdims=True) if largest else x.min(axis, keepdims=True)
-    d = x.shape[axis]
-    idx = Tensor.arange(d, dt.int64).reshape(*([1] * axis), d, *([1] * (x.ndim - axis - 1))).expand(*x.shape)
-    hit = (x == m) | ((x != x) & (m != m))
-    if last:
-        out = Tensor.select(hit, idx, -1).max(axis, keepdims=True)
-    else:
-        out = Tensor.select(hit, idx, Tensor.full(x.shape, 0, dt.int64) + d).min(axis, keepdims=True)
-    return out if keep else out.squeeze(axis)
+    keep, last = bool(n.attr("keepdims", 1)), bool(n.attr("select_last_index", 0))
+    return x.argmax(axis, keep, last) if largest else x.argmin(axis, keep, last)
 
 
 op("ArgMax")(lambda n, ins: _arg(n, ins, True))
@@ -110,23 +99,8 @@ def _topk(n: NodeCtx, ins: list[Value | None]) -> list[Value]:
     x = n.t(ins[0])
     k = int(n.const(ins[1], "K").reshape(-1)[0]) if n.opset >= 10 else int(n.attr("k"))
     axis = axis_of(n.attr("axis", -1), x.ndim, n)
-    largest = bool(n.attr("largest", 1))
-    d = x.shape[axis]
-    idx = Tensor.arange(d, dt.int64).reshape(*([1] * axis), d, *([1] * (x.ndim - axis - 1))).expand(*x.shape)
-    work = x if largest else -x
-    big = int(np.iinfo(work.dtype.np).min) if work.dtype.is_int else float("-inf")  # type: ignore[type-var]
-    values, indices = [], []
-    taken = Tensor.zeros(x.shape, dt.bool_)
-    for _ in range(k):
-        masked = Tensor.select(taken, big, work)
-        m = masked.max(axis, keepdims=True)
-        cand = Tensor.select((masked == m) & ~taken, idx, Tensor.full(x.shape, 0, dt.int64) + d).min(
-            axis, keepdims=True
-        )
-        values.append(_gather_elements(x, cand, axis))
-        indices.append(cand)
-        taken = taken | (idx == cand)
-    return [Tensor.cat(values, axis), Tensor.cat(indices, axis)]
+    values, indices = x.topk(k, axis, bool(n.attr("largest", 1)))
+    return [values, indices]
 
 
 def _linear_index(shape: tuple[Dim, ...], index: Tensor, axis: int) -> Tensor:
@@ -156,9 +130,7 @@ def _linear_index(shape: tuple[Dim, ...], index: Tensor, axis: int) -> Tensor:
 
 def _gather_elements(x: Tensor, index: Tensor, axis: int) -> Tensor:
     index = index.cast(dt.int64)
-    index = Tensor.select(index < 0, index + x.shape[axis], index)
-    flat = _linear_index(x.shape, index, axis).reshape(-1)
-    return x.reshape(-1).gather(0, flat).reshape(*index.shape)
+    return x.take_along_axis(Tensor.select(index < 0, index + x.shape[axis], index), axis)
 
 
 @op("GatherElements")
@@ -239,30 +211,7 @@ def _scatter_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
 def _cumsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     axis = axis_of(int(n.const(ins[1], "axis").reshape(-1)[0]), x.ndim, n)
-    exclusive, rev = n.attr("exclusive", 0), n.attr("reverse", 0)
-    if rev:
-        x = reverse_axis(x, axis)
-    d = x.shape[axis]
-    if not isinstance(d, int):
-        raise n.fail("CumSum needs a static axis length")
-    moved = x.transpose(axis, -1) if axis != x.ndim - 1 else x
-    tri = np.triu(np.ones((d, d)), 1 if exclusive else 0)
-    if x.dtype.is_float:
-        out = moved @ const_tensor(tri.astype(x.dtype.np))
-    else:  # exact for ints: a running sum, one add per position
-        parts = []
-        acc = None
-        for i in range(d):
-            col = moved[..., i : i + 1]
-            if exclusive:
-                parts.append(acc if acc is not None else Tensor.zeros(col.shape, x.dtype))
-                acc = col if acc is None else acc + col
-            else:
-                acc = col if acc is None else acc + col
-                parts.append(acc)
-        out = Tensor.cat(parts, -1) if d else moved
-    out = out.transpose(axis, -1) if axis != x.ndim - 1 else out
-    return reverse_axis(out, axis) if rev else out
+    return x.cumsum(axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
 
 
 @op("OneHot")
@@ -295,3 +244,25 @@ def _reverse_sequence(n: NodeCtx, ins: list[Value | None]) -> Value:
     else:
         index = src.permute(1, 0).reshape(B, T, *([1] * (x.ndim - 2))).expand(*x.shape)
     return _gather_elements(x, index, t_ax)
+
+
+@op("CumProd")
+def _cumprod(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    axis = axis_of(int(n.const(ins[1], "axis").reshape(-1)[0]), x.ndim, n)
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise n.fail("CumProd needs a static axis length")
+    exclusive, rev = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
+    x = reverse_axis(x, axis) if rev else x
+    parts: list[Tensor] = []
+    acc: Tensor | None = None
+    for i in range(d):
+        col = x[(slice(None),) * axis + (slice(i, i + 1),)]
+        if exclusive:
+            parts.append(acc if acc is not None else Tensor.ones(col.shape, x.dtype))
+        acc = col if acc is None else acc * col
+        if not exclusive:
+            parts.append(acc)
+    out = Tensor.cat(parts, axis) if parts else x
+    return reverse_axis(out, axis) if rev else out

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from .._log import get_logger
 from ..compiler import compile as compile_plan
 from ..errors import (
     DTypeMismatchError,
@@ -39,7 +39,7 @@ from ._values import Sym
 
 __all__ = ["InferenceSession"]
 
-_log = structlog.get_logger("asyncjit.onnx")
+_log = get_logger("asyncjit.onnx")
 
 
 class InferenceSession:

@@ -22,8 +22,10 @@ from ._graph import Graph
 
 __all__ = ["FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
 
-OWN_LOOP_OPS = frozenset({"reduce", "matmul", "conv1d", "scatter", "nonzero"})
-_DENSE_OPERANDS = frozenset({"matmul", "conv1d"})
+OWN_LOOP_OPS = frozenset(
+    {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero"}
+)
+_DENSE_OPERANDS = frozenset({"matmul", "conv1d", "conv", "pool", "topk"})
 
 
 @attrs.frozen

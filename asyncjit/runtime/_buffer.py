@@ -15,6 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import numpy as np
 import numpy.typing as npt
 
 from ..errors import BufferDeletedError, DeviceError, WouldBlock
@@ -41,8 +42,9 @@ class HostBufferSemantics(enum.Enum):
     * ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``: copied later by the device; do not mutate it until
       the buffer is ready (or ``on_done_with_host_buffer`` is called). The call returns sooner.
     * ``IMMUTABLE_ZERO_COPY``: the buffer aliases the array (no copy) when it is C-contiguous and
-      64-byte aligned (see ``host_array``), else it is copied. Do not mutate the array while the
-      buffer lives; such a buffer cannot be donated.
+      64-byte aligned (see ``host_array``), else it is copied: ``buf.aliases_host`` says which,
+      and a copy logs a ``buffer.copied`` info event with the reason. Do not mutate the array
+      while the buffer lives; such a buffer cannot be donated.
     * ``MUTABLE_ZERO_COPY``: aliased like the above, and the runtime may write to it (donation).
       You may write to the array only while no submitted command uses the buffer.
     """
@@ -263,6 +265,41 @@ class Buffer:
             view = block.array[: self.nbytes].view(self.dtype.np).reshape(self.shape)
         view.flags.writeable = writable
         return view
+
+    # -- numpy and DLPack interop (blocking: for scripts, never inside an event loop) -------------
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        """``np.asarray(buf)``: **blocks** until the buffer is ready, then a copy of its contents
+        (``to_numpy_blocking``); ``np.asarray(buf, copy=False)`` is the zero-copy read-only
+        ``numpy_view`` instead. In async code use ``await buf.to_numpy()``.
+
+        Raises:
+            The buffer's error if its command failed; ValueError: ``copy=False`` with a dtype change.
+        """
+        if copy is False:
+            view = self.block_until_ready().numpy_view()
+            if dtype is not None and np.dtype(dtype) != view.dtype:
+                raise ValueError(f"{self!r} is {view.dtype}; {np.dtype(dtype)} needs a copy (copy=False)")
+            return view
+        out = self.to_numpy_blocking()
+        return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """DLPack export (``np.from_dlpack(buf)``, ``torch.from_dlpack(buf)``): **blocks** until
+        ready, then shares the buffer's host memory read-only (every built-in memory space is host
+        RAM). The memory stays valid while the importer holds it, even after ``delete()``."""
+        view = self.block_until_ready().numpy_view()
+        return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCPU, 0)``: the buffer's memory is host RAM."""
+        return (1, 0)
 
     def _copy_out(self) -> npt.NDArray[Any]:
         self._acquire_use()

@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from .._log import get_logger
 from ..compiler._executable import Executable
 from ..devices import Compiler, Deserializer, get_deserializer, get_device_kind
 from ..dtypes import DType, from_numpy
@@ -33,7 +33,7 @@ from ._memory import ALIGNMENT, MemorySpace
 
 __all__ = ["Client", "ClientStatistics", "default_client", "parse_devices"]
 
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 
 @attrs.frozen
@@ -224,6 +224,8 @@ class Client:
 
                 weakref.finalize(buf, on_done_with_host_buffer)
             return buf
+        if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY):  # asked for an alias, got a copy
+            _log.info("buffer.copied", semantics=semantics.value, reason=_why_copied(arr, semantics))
         src = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         block = space.allocate(src.nbytes)
         if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
@@ -273,6 +275,16 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _why_copied(arr: npt.NDArray[Any], semantics: HostBufferSemantics) -> str:
+    if arr.nbytes == 0:
+        return "empty array"
+    if not arr.flags.c_contiguous:
+        return "not C-contiguous"
+    if arr.ctypes.data % ALIGNMENT:
+        return f"not {ALIGNMENT}-byte aligned (asyncjit.runtime.host_array makes aligned arrays)"
+    return "read-only array (MUTABLE_ZERO_COPY needs a writeable one)"
 
 
 def _can_alias(arr: npt.NDArray[Any], mutable: bool) -> bool:

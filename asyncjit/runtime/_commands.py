@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from .._log import get_logger
 from ._events import Event
 from ._uses import release_uses
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 _perf_ns = time.perf_counter_ns
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 _CHEAP_BYTES = 1 << 20
 """Copies up to this size count as cheap (a worker may hold earlier completions across them)."""
 

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 import numpy as np
-import structlog
 
+from .._log import get_logger
 from ..errors import ClosedError
+from ..profiler import _state as _trace
 from ._commands import Command, ExecuteCommand, Noop
 from ._events import READY, Event
 from ._memory import MemoryKind, MemorySpace, MemoryStats
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Device", "DeviceStatistics", "InlinePolicy"]
 
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 InlinePolicy = Literal["auto", "always", "never"]
 
@@ -238,7 +239,10 @@ class Device:
             self._inline += 1
         try:
             bad = cmd.wait_inputs()  # all done: this only finds a poisoned input
-            error = cmd.run() if bad is None else None
+            if bad is not None:
+                error = None
+            else:
+                error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
         finally:
             self._exec_lock.release()
         self._finish(cmd, error, bad)
@@ -340,7 +344,7 @@ class Device:
                     self._publish(done)
                     done = []
                 with exec_lock:
-                    error = cmd.run()
+                    error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
             done.append((cmd, error, bad))
         if done:
             self._publish(done)

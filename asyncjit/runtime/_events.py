@@ -14,11 +14,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
-import structlog
+from .._log import get_logger
 
 __all__ = ["Event"]
 
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 
 _events_lock = threading.Lock()

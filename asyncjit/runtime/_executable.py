@@ -24,9 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
-import structlog
 
+from .._log import get_logger
 from ..errors import DeviceError, WouldBlock
+from ..profiler import _state as _trace
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, launch_error
 from ._events import READY, Event
@@ -46,7 +47,7 @@ _MAGIC = b"ASYNCJIT-EXE\x00"
 _VERSION = 1
 _CACHE_MAX = 512
 _perf_ns = time.perf_counter_ns
-_log = structlog.get_logger("asyncjit.runtime")
+_log = get_logger("asyncjit.runtime")
 
 # var values, output shapes, output sizes in bytes
 _Validated = tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]
@@ -354,7 +355,9 @@ class LoadedExecutable:
             launcher = self._launchers[dev.id]
             ran = True
             try:
-                if timing.calls & 7:  # time one run in eight: enough for the moving average
+                if _trace.active is not None:
+                    _trace.active.execute_inline(dev, launcher, addrs, values)
+                elif timing.calls & 7:  # time one run in eight: enough for the moving average
                     timing.calls += 1
                     launcher(addrs, values)
                 else:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
+from ..profiler import _state as _trace
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class Waker(abc.ABC, Generic[T]):
             items, self._pending = self._pending, []
             self._scheduled = False
             self._wakeups += 1
+        if _trace.active is not None:
+            _trace.active.instant("loop.wakeup", "loop", backend=self.backend, resolved=len(items))
         for item in items:
             self._wake(item)
 

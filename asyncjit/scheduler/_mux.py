@@ -42,9 +42,10 @@ import anyio.lowlevel
 import attrs
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from .._log import get_logger
 from ..errors import AudioFormatError, DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from ..profiler import _state as _trace
 from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
@@ -56,7 +57,7 @@ from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture
 
 __all__ = ["MuxStatistics", "StreamMux"]
 
-_log = structlog.get_logger("asyncjit.scheduler")
+_log = get_logger("asyncjit.scheduler")
 
 RESOLVE_SLICE = 32
 """Waiting tasks the pipelined service resumes per loop iteration (see ``_complete_runs``)."""
@@ -92,8 +93,8 @@ class StreamMux:
         admission_timeout: seconds a stream waits in the backlog before ``AdmissionTimeoutError``
             (None: no limit).
         queue_depth: steps a stream may have queued before ``submit`` waits.
-        metrics_interval: seconds between ``mux.metrics`` log events while serving (None: only
-            when the mux exits).
+        metrics_interval: seconds between ``mux.metrics`` info events while serving (default
+            None: one event when the mux exits; ``mux.metrics()`` gives them on demand).
         pipeline_depth: batches in flight at once when the step supports ``launch``/``complete``
             (1: one at a time; ignored for steps with ``run`` only).
         name: shown in logs and ``repr``.
@@ -113,7 +114,7 @@ class StreamMux:
         backlog: int | None = None,
         admission_timeout: float | None = None,
         queue_depth: int = 4,
-        metrics_interval: float | None = 60.0,
+        metrics_interval: float | None = None,
         pipeline_depth: int = 2,
         name: str | None = None,
     ) -> None:
@@ -532,6 +533,8 @@ class StreamMux:
         """Take the next batch and pack its chunks and slot indices into the reused arrays."""
         batch = self._take_batch(now)
         b = len(batch)
+        if _trace.active is not None:
+            _trace.active.instant("mux.batch", "mux", mux=self.name, size=b, waiting=len(self._ready))
         chunks = self._chunks[:b]
         slots = self._slot_index[:b]
         if self._chunk_shape and chunks.size:  # one copy into the reused array (np.stack: 2x)

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import Any
 
 import numpy as np
 
-from . import dtypes as dt
-from .dtypes import DType
-from .errors import ShapeMismatchError, TensorError
-from .graph import Node, make_node, shape_str
-from .symbolic import Dim, Expr, as_dim, bounds, is_dim, prod, smax, smin
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import ShapeMismatchError, TensorError
+from ..graph import Node, make_node, shape_str
+from ..symbolic import Dim, Expr, as_dim, is_dim, prod
+from . import _indexing, _nn
 
 __all__ = ["Tensor"]
 
@@ -451,14 +452,10 @@ class Tensor:
         return self.var(axis, keepdims, ddof).sqrt()
 
     def softmax(self, axis: int = -1) -> Tensor:
-        x = self._float()
-        e = (x - x.max(axis, keepdims=True)).exp()
-        return e / e.sum(axis, keepdims=True)
+        return _nn.softmax(self, axis)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
-        x = self._float()
-        shifted = x - x.max(axis, keepdims=True)
-        return shifted - shifted.exp().sum(axis, keepdims=True).log()
+        return _nn.log_softmax(self, axis)
 
     def layer_norm(
         self,
@@ -468,16 +465,7 @@ class Tensor:
         axis: int | Sequence[int] = -1,
     ) -> Tensor:
         """Normalise over ``axis`` (the last by default), then scale and shift."""
-        x = self._float()
-        mean = x.mean(axis, keepdims=True)
-        centered = x - mean
-        var = (centered * centered).mean(axis, keepdims=True)
-        out = centered * (var + eps).rsqrt()
-        if weight is not None:
-            out = out * weight
-        if bias is not None:
-            out = out + bias
-        return out
+        return _nn.layer_norm(self, weight, bias, eps, axis)
 
     # ------------------------------------------------------------------ matmul and conv
     def matmul(self, other: Any) -> Tensor:
@@ -525,18 +513,77 @@ class Tensor:
         groups: int = 1,
     ) -> Tensor:
         """1-D convolution (cross-correlation, PyTorch layout): x[N, C, L], w[O, C/groups, K]."""
-        x, w = self._float(), weight._float()
-        if w.dtype != x.dtype:
-            w = w.cast(x.dtype)
-        pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
-        out = Tensor(
-            make_node(
-                "conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups
-            )
-        )
-        if bias is not None:
-            out = out + bias.reshape(bias.shape[0], 1)
-        return out
+        return _nn.conv1d(self, weight, bias, stride, padding, dilation, groups)
+
+    def conv(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        strides: _nn.Ints = 1,
+        pads: _nn.Pads = 0,
+        dilations: _nn.Ints = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """N-d convolution (ONNX ``Conv``): x[N, C, *S], w[O, C/groups, *K], bias[O]; ``pads`` an
+        int, (lo, hi) per spatial axis, or ONNX's flat order."""
+        return _nn.conv(self, weight, bias, strides, pads, dilations, groups)
+
+    def conv_transpose(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        strides: _nn.Ints = 1,
+        pads: _nn.Pads = 0,
+        dilations: _nn.Ints = 1,
+        groups: int = 1,
+        output_padding: _nn.Ints = 0,
+    ) -> Tensor:
+        """ONNX ``ConvTranspose``: x[N, C, *S], w[C, O/groups, *K]; lowered to ``conv``."""
+        return _nn.conv_transpose(self, weight, bias, strides, pads, dilations, groups, output_padding)
+
+    def max_pool(
+        self,
+        kernel: _nn.Ints,
+        strides: _nn.Ints | None = None,
+        pads: _nn.Pads = 0,
+        dilations: _nn.Ints = 1,
+        ceil_mode: bool = False,
+    ) -> Tensor:
+        """ONNX ``MaxPool`` over x[N, C, *S] (strides default to the kernel, as in PyTorch)."""
+        return _nn.pool(self, "max", kernel, strides, pads, dilations, ceil_mode, False)
+
+    def avg_pool(
+        self,
+        kernel: _nn.Ints,
+        strides: _nn.Ints | None = None,
+        pads: _nn.Pads = 0,
+        dilations: _nn.Ints = 1,
+        ceil_mode: bool = False,
+        count_include_pad: bool = False,
+    ) -> Tensor:
+        """ONNX ``AveragePool`` over x[N, C, *S]."""
+        return _nn.pool(self, "avg", kernel, strides, pads, dilations, ceil_mode, count_include_pad)
+
+    def cumsum(self, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+        """Running sum along ``axis`` (ONNX ``CumSum``: ``exclusive`` leaves the element out)."""
+        return _nn.cumsum(self, axis, exclusive, reverse)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False, last: bool = False) -> Tensor:
+        """int64 index of the first (``last``: last) maximum; NaN counts as the maximum."""
+        return _nn.argext(self, "max", axis, keepdims, last)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False, last: bool = False) -> Tensor:
+        """int64 index of the first (``last``: last) minimum; NaN counts as the minimum."""
+        return _nn.argext(self, "min", axis, keepdims, last)
+
+    def topk(self, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, Tensor]:
+        """``(values, int64 indices)`` of the ``k`` largest (or smallest) along ``axis``, best
+        first, ties to the lower index."""
+        return _nn.topk(self, k, axis, largest)
+
+    def take_along_axis(self, index: Tensor, axis: int) -> Tensor:
+        """numpy ``take_along_axis`` / ONNX ``GatherElements``; out-of-range indices clamp."""
+        return _nn.take_along_axis(self, index, axis)
 
     # ------------------------------------------------------------------ movement
     def reshape(self, *shape: Dim | Sequence[Dim]) -> Tensor:
@@ -676,56 +723,7 @@ class Tensor:
         Slice bounds clamp to the axis as in numpy (``x[:5]`` of a ``t``-long axis has
         ``min(t, 5)`` elements); an int index must be provably within the axis.
         """
-        items = list(index) if isinstance(index, tuple) else [index]
-        if sum(1 for i in items if i is Ellipsis) > 1:
-            raise TensorError("an index can only have a single ellipsis")
-        if sum(1 for i in items if isinstance(i, Tensor)) > 1:
-            raise TensorError(
-                "only one Tensor index is supported (numpy would pair several element-wise); "
-                "use gather once per axis"
-            )
-        used = sum(1 for i in items if i is not None and i is not Ellipsis)
-        if used > self.ndim:
-            raise TensorError(f"too many indices ({used}) for a tensor of rank {self.ndim}")
-        if any(i is Ellipsis for i in items):  # not ``in``: that would call Tensor.__eq__
-            at = next(k for k, i in enumerate(items) if i is Ellipsis)
-            items[at : at + 1] = [slice(None)] * (self.ndim - used)
-        else:
-            items += [slice(None)] * (self.ndim - used)
-
-        slices: list[tuple[Dim, Dim, int]] = []
-        gathers: list[tuple[int, Tensor]] = []
-        # the output, in order: ("new",) for None, ("keep", axis) for a kept axis; ints drop theirs
-        layout: list[tuple[str, int]] = []
-        axis = 0
-        for it in items:
-            if it is None:
-                layout.append(("new", -1))
-                continue
-            d = self.shape[axis]
-            if isinstance(it, Tensor):
-                slices.append((0, d, 1))
-                gathers.append((axis, it))
-                layout.append(("keep", axis))
-            elif isinstance(it, slice):
-                slices.append(_slice_bounds(it, d))
-                layout.append(("keep", axis))
-            elif is_dim(it) or isinstance(it, SupportsIndex):
-                i = _from_end(it, d, "index")
-                if bounds(i)[0] < 0 or bounds(d - i - 1)[0] < 0:
-                    raise TensorError(f"index {it} is out of range for axis {axis} of size {d}")
-                slices.append((i, i + 1, 1))
-            else:
-                raise TypeError(f"unsupported index {it!r} (type {type(it).__name__})")
-            axis += 1
-
-        x = self
-        if any(s != (0, d, 1) for s, d in zip(slices, self.shape, strict=True)):
-            x = Tensor(make_node("shrink", (x.node,), slices=tuple(slices)))
-        for ax, idx in gathers:
-            x = x.gather(ax, idx)
-        out = [1 if kind == "new" else x.shape[ax] for kind, ax in layout]
-        return x.reshape(*out) if tuple(out) != x.shape else x
+        return _indexing.getitem(self, index)
 
     # ------------------------------------------------------------------ gather / scatter / nonzero
     def gather(self, axis: int, index: Tensor) -> Tensor:
@@ -768,36 +766,3 @@ def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]
                 if prod(shape[i] for i in picked) == known:
                     return prod(d for i, d in enumerate(shape) if i not in picked)
     raise ShapeMismatchError(f"cannot infer -1 when reshaping {shape_str(shape)} to {list(dims)}")
-
-
-def _from_end(value: Any, d: Dim, what: str) -> Dim:
-    """numpy's negative indices over a possibly symbolic dim: a value that is negative for every
-    binding counts from the end; one whose sign depends on the binding is ambiguous."""
-    v = as_dim(value)
-    lo, hi = bounds(v)
-    if hi < 0:
-        return d + v
-    if lo < 0:
-        raise TensorError(
-            f"{what} {v} is negative for some bindings and not for others; numpy counts from the "
-            f"end only when negative, so spell it out (for example d - k)"
-        )
-    return v
-
-
-def _slice_bounds(s: slice, d: Dim) -> tuple[Dim, Dim, int]:
-    """numpy's slice normalisation over a possibly symbolic dim: negatives count from the end,
-    both ends clamp into ``[0, d]`` and ``stop`` is at least ``start``."""
-    step = 1 if s.step is None else s.step
-    if not isinstance(step, int) or step < 1:
-        raise TensorError(f"slice step must be an int >= 1, got {s.step!r}")
-
-    def norm(given: Any, default: Dim) -> Dim:
-        if given is None:
-            return default
-        return smin(smax(_from_end(given, d, "slice bound"), 0), d)
-
-    start = norm(s.start, 0)
-    # stop as start + a length >= 0 keeps ``start <= stop <= d`` provable from bounds alone
-    stop = start + smax(norm(s.stop, d) - start, 0)
-    return start, stop, step

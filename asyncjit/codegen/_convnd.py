@@ -1,0 +1,217 @@
+"""float32 N-d convolution (ONNX ``Conv``, static pads) as im2col + the tiled matmul of ``_matmul``.
+
+Emitted function::
+
+    void name(float* x, float* w, float* bias, float* y, i8* scratch, i64 N, i64 S_0.., i64 O_0..)
+
+with ``x [N, cin, *S]``, ``w [cout, cin/groups, *K]``, ``bias [cout]`` (ignored unless the kernel
+was emitted with ``has_bias``), ``y [N, cout, *O]``, all contiguous; the caller computes ``O``.
+
+Strategy, per sample and group: ``Y_g [cout_g, P] = W_g [cout_g, cin_g*prod(K)] @ X_col [cin_g*prod(K),
+P]`` with ``P = prod(O)``, which writes ``y`` in place (row stride ``P``), as MLAS does for its
+non-NCHWc convolutions. ``X_col`` rows are built a whole output row at a time: the valid range
+of each tap along the last axis is computed once, so the copy is a contiguous (stride 1) or
+strided loop with no per-element test. A pointwise conv (1x1, stride 1, no pads) skips im2col
+and reads ``x`` in place, batched over samples. The bias is added in a vectorised pass over each
+output row while it is still in cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from ._conv import _valid_range
+from ._matmul import emit_matmul, matmul_scratch_bytes
+from ._target import F32, I64, PTR, for_range, i64, new_function
+
+__all__ = ["convnd_scratch_bytes", "emit_convnd"]
+
+
+def _prod(xs: Sequence[int]) -> int:
+    out = 1
+    for v in xs:
+        out *= v
+    return out
+
+
+def _pointwise(ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]]) -> bool:
+    return all(k == 1 for k in ks) and all(s == 1 for s in strides) and all(p == (0, 0) for p in pads)
+
+
+def convnd_scratch_bytes(
+    *,
+    cin: int,
+    cout: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    groups: int,
+    p_max: int,
+) -> int:
+    """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)."""
+    if _pointwise(ks, strides, pads):
+        return matmul_scratch_bytes(cout // groups, max(p_max, 1), cin // groups)
+    kk = cin // groups * _prod(ks)
+    xcol = (kk * max(p_max, 1) + 15) // 16 * 16
+    return 64 + 4 * xcol + matmul_scratch_bytes(cout // groups, max(p_max, 1), kk)
+
+
+def _emit_im2col(
+    module: ir.Module,
+    name: str,
+    *,
+    cin_g: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+) -> ir.Function:
+    """``dst[(ci*prod(K) + t) * P + o] = x[ci, o*stride + t*dilation - lo]`` or 0, for one sample
+    and group (``x`` points at its first channel)."""
+    r = len(ks)
+    args: list[tuple[str, ir.Type]] = [("x", PTR), ("dst", PTR)]
+    args += [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
+    fn, b = new_function(module, name, args, noalias=("x", "dst"), inline="noinline")
+    x, dst = fn.args[0], fn.args[1]
+    sizes = list(fn.args[2 : 2 + r])
+    outs = list(fn.args[2 + r : 2 + 2 * r])
+    # row-major strides of one channel of x and of one X_col row
+    sx: list[ir.Value] = [i64(1)] * r
+    so: list[ir.Value] = [i64(1)] * r
+    for ax in range(r - 2, -1, -1):
+        sx[ax] = b.mul(sx[ax + 1], sizes[ax + 1])
+        so[ax] = b.mul(so[ax + 1], outs[ax + 1])
+    chan = b.mul(sx[0], sizes[0])
+    plane = b.mul(so[0], outs[0])
+    zero = ir.Constant(F32, 0.0)
+
+    def fill_zero(base: ir.Value, count: ir.Value) -> None:
+        with for_range(b, i64(0), count, name="z") as i:
+            b.store(zero, b.gep(dst, [b.add(base, i)], source_etype=F32), align=4)
+
+    def level(ax: int, taps: list[ir.Value], src: ir.Value, out: ir.Value) -> None:
+        off = b.sub(b.mul(taps[ax], i64(dilations[ax])), i64(pads[ax][0]))
+        lo, hi = _valid_range(b, off, sizes[ax], strides[ax], outs[ax])
+        if ax == r - 1:
+            fill_zero(out, lo)
+            with for_range(b, lo, hi, name="l") as o:
+                pos = b.add(b.mul(o, i64(strides[ax])), off)
+                v = b.load(b.gep(x, [b.add(src, pos)], source_etype=F32), typ=F32, align=4)
+                b.store(v, b.gep(dst, [b.add(out, o)], source_etype=F32), align=4)
+            fill_zero(b.add(out, hi), b.sub(outs[ax], hi))
+            return
+        fill_zero(out, b.mul(lo, so[ax]))
+        with for_range(b, lo, hi, name=f"o{ax}") as o:
+            pos = b.add(b.mul(o, i64(strides[ax])), off)
+            level(ax + 1, taps, b.add(src, b.mul(pos, sx[ax])), b.add(out, b.mul(o, so[ax])))
+        fill_zero(b.add(out, b.mul(hi, so[ax])), b.mul(b.sub(outs[ax], hi), so[ax]))
+
+    kprod = _prod(ks)
+    with for_range(b, i64(0), i64(cin_g), name="ci") as ci:
+        src0 = b.mul(ci, chan)
+
+        def tap_loops(ax: int, taps: list[ir.Value], flat: ir.Value) -> None:
+            if ax == r:
+                row = b.add(b.mul(ci, i64(kprod)), flat)
+                level(0, taps, src0, b.mul(row, plane))
+                return
+            with for_range(b, i64(0), i64(ks[ax]), name=f"t{ax}") as t:
+                tap_loops(ax + 1, [*taps, t], b.add(b.mul(flat, i64(ks[ax])), t))
+
+        tap_loops(0, [], i64(0))
+    b.ret_void()
+    return fn
+
+
+def emit_convnd(
+    module: ir.Module,
+    name: str,
+    *,
+    cin: int,
+    cout: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    groups: int,
+    has_bias: bool,
+) -> ir.Function:
+    """Add the conv kernel ``name`` (see the module docstring) to ``module``.
+
+    It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
+    :func:`convnd_scratch_bytes` of ``scratch``.
+    """
+    r = len(ks)
+    if min(cin, cout, groups, *ks, *strides, *dilations) < 1 or cin % groups or cout % groups:
+        raise ValueError(f"conv: bad static parameters cin={cin} cout={cout} ks={ks} groups={groups}")
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ValueError(f"conv: pads must be >= 0, got {pads}")
+    cin_g, cout_g = cin // groups, cout // groups
+    kk = cin_g * _prod(ks)
+    mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
+    args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
+    args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
+    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    x, w, bias, y, scratch, n_arg = fn.args[:6]
+    sizes = list(fn.args[6 : 6 + r])
+    outs = list(fn.args[6 + r : 6 + 2 * r])
+    sx: ir.Value = i64(1)
+    for s in sizes:
+        sx = b.mul(sx, s)
+    p: ir.Value = i64(1)
+    for o in outs:
+        p = b.mul(p, o)
+    empty = b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", p, i64(0)))
+    with b.if_then(empty):
+        b.ret_void()
+
+    if _pointwise(ks, strides, pads):
+        with for_range(b, i64(0), i64(groups), name="g") as g:
+            b.call(
+                mm,
+                [
+                    b.gep(w, [b.mul(g, i64(cout_g * kk))], source_etype=F32),
+                    b.gep(x, [b.mul(g, b.mul(i64(cin_g), sx))], source_etype=F32),
+                    b.gep(y, [b.mul(g, b.mul(i64(cout_g), p))], source_etype=F32),
+                    scratch,
+                    n_arg,
+                    i64(cout_g),
+                    p,
+                    i64(kk),
+                    i64(0),
+                    i64(kk),
+                    i64(1),
+                    b.mul(i64(cin), sx),
+                    sx,
+                    i64(1),
+                    b.mul(i64(cout), p),
+                    p,
+                ],
+            )
+    else:
+        im2col = _emit_im2col(
+            module, f"{name}.im2col", cin_g=cin_g, ks=ks, strides=strides, dilations=dilations, pads=pads
+        )
+        base = b.and_(b.add(b.ptrtoint(scratch, I64), i64(63)), i64(-64))
+        xcol = b.inttoptr(base, PTR)
+        xcol_elems = b.and_(b.add(b.mul(i64(kk), p), i64(15)), i64(-16))
+        mm_scratch = b.gep(xcol, [xcol_elems], source_etype=F32)
+        with for_range(b, i64(0), n_arg, name="n") as n, for_range(b, i64(0), i64(groups), name="g") as g:
+            xg = b.gep(x, [b.mul(b.add(b.mul(n, i64(cin)), b.mul(g, i64(cin_g))), sx)], source_etype=F32)
+            b.call(im2col, [xg, xcol, *sizes, *outs])
+            yg = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), b.mul(g, i64(cout_g))), p)], source_etype=F32)
+            wg = b.gep(w, [b.mul(g, i64(cout_g * kk))], source_etype=F32)
+            zero = i64(0)
+            b.call(mm, [wg, xcol, yg, mm_scratch, i64(1), i64(cout_g), p, i64(kk),
+                        zero, i64(kk), i64(1), zero, p, i64(1), zero, p])  # fmt: skip
+    if has_bias:
+        with for_range(b, i64(0), n_arg, name="bn") as n, for_range(b, i64(0), i64(cout), name="bc") as c:
+            bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4)
+            row = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), c), p)], source_etype=F32)
+            with for_range(b, i64(0), p, name="bp") as j:
+                ptr = b.gep(row, [j], source_etype=F32)
+                b.store(b.fadd(b.load(ptr, typ=F32, align=4), bv), ptr, align=4)
+    b.ret_void()
+    return fn

@@ -1,0 +1,330 @@
+"""Loop kernels for the neural-network ops of ``graph._nn``: conv (any dtype, symbolic pads),
+pool, cumsum, argmax/argmin and top-k. Each reproduces the reference semantics exactly; the
+tuned float32 conv lives in ``_convnd``.
+
+Every load is at an index proven inside its buffer: window positions are clamped into the axis
+and the padding chosen by a ``select`` (never a branch per tap), data-dependent indices are
+results of loops bounded by the axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from ..graph import Node, reduce_identity
+from ..symbolic import Dim, Index, prod
+from ._expr import linearize
+from ._index import i64
+from ._scalar import intrinsic
+from ._types import F16, F32, I1, I64, compute_type
+
+if TYPE_CHECKING:
+    from ..passes import Kernel
+    from ._kernels import _Ctx
+
+__all__ = ["emit_argext", "emit_conv_loop", "emit_cumsum", "emit_pool", "emit_topk"]
+
+_FLAGS = ("contract",)
+
+
+def _acc_type(node: Node) -> ir.Type:
+    """Register type sums and maxima are kept in: float32 for float16/float32 (the reference
+    rounds once per op), float64 for float64, the int itself otherwise."""
+    if node.dtype.is_float:
+        return ir.DoubleType() if node.dtype.itemsize == 8 else F32
+    return compute_type(node.dtype)
+
+
+def _widen(b: ir.IRBuilder, v: ir.Value, ty: ir.Type) -> ir.Value:
+    return b.fpext(v, ty) if v.type == F16 else v
+
+
+def _narrow(b: ir.IRBuilder, v: ir.Value, node: Node) -> ir.Value:
+    return b.fptrunc(v, F16) if node.dtype.name == "float16" else v
+
+
+def _window_tap(ctx: _Ctx, pos: Dim, length: Dim) -> tuple[Index, ir.Value]:
+    """``pos`` clamped into ``[0, length)`` as an index atom, and whether it was in range.
+    (For ``length == 0`` the clamp gives 0, inside every allocation; the select discards it.)"""
+    em, b = ctx.em, ctx.b
+    valid = em.in_range(pos, length)
+    p = em.dim(pos)
+    hi = b.sub(em.dim(length), i64(1))
+    p = b.select(b.icmp_signed(">", p, hi), hi, p)
+    p = b.select(b.icmp_signed("<", p, i64(0)), i64(0), p)
+    return em.bind(p, length), valid
+
+
+def _fadd(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return (
+        b.fadd(x, y, flags=_FLAGS)
+        if isinstance(x.type, ir.FloatType | ir.DoubleType | ir.HalfType)
+        else b.add(x, y)
+    )
+
+
+def _is_float(ty: ir.Type) -> bool:
+    return isinstance(ty, ir.FloatType | ir.DoubleType | ir.HalfType)
+
+
+def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """NaN-propagating float max/min (``llvm.maximum``), signed or unsigned int max/min."""
+    if _is_float(x.type):
+        sfx = "f64" if isinstance(x.type, ir.DoubleType) else "f32"
+        return intrinsic(b, f"llvm.{'maximum' if op == 'max' else 'minimum'}.{sfx}", x.type, [x, y])
+    return b.select(b.icmp_signed(">" if op == "max" else "<", x, y), x, y)
+
+
+def emit_conv_loop(ctx: _Ctx, kernel: Kernel) -> None:
+    """Direct N-d conv: per output element, the channel/tap sum with clamped loads."""
+    node = kernel.node
+    x, w = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) == 3 else None
+    r = x.ndim - 2
+    strides, dilations, groups = node.attrs["strides"], node.attrs["dilations"], node.attrs["groups"]
+    pads = node.attrs["pads"]
+    cout, cin_g = int(w.shape[0]), int(w.shape[1])
+    ks = [int(k) for k in w.shape[2:]]
+    og = cout // groups
+    em, b = ctx.em, ctx.b
+    acc_ty = _acc_type(node)
+    acc = ctx.alloca(acc_ty)
+
+    def cell(idx: tuple[Dim, ...]) -> None:
+        nn, o = idx[0], idx[1]
+        init = ir.Constant(acc_ty, 0.0)
+        if bias is not None:
+            init = _widen(b, em.value(bias, (o,)), acc_ty)
+        b.store(init, acc)
+        g = b.udiv(em.dim(o), i64(og))
+
+        def taps(t: tuple[Dim, ...]) -> None:
+            atoms: list[Dim] = []
+            valid: ir.Value = ir.Constant(I1, 1)
+            for ax in range(r):
+                pos = idx[2 + ax] * strides[ax] + t[ax] * dilations[ax] - pads[ax][0]
+                atom, ok = _window_tap(ctx, pos, x.shape[2 + ax])
+                atoms.append(atom)
+                valid = b.and_(valid, ok)
+
+            def chan(c: Index) -> None:
+                cin = em.bind(b.add(b.mul(g, i64(cin_g)), em.dim(c)), cin_g * groups)
+                xv = _widen(b, em.load(x, (nn, cin, *atoms)), acc_ty)
+                wv = _widen(b, em.load(w, (o, c, *t)), acc_ty)
+                xv = b.select(valid, xv, ir.Constant(acc_ty, 0.0))
+                cur = b.load(acc, typ=acc_ty)
+                b.store(b.fadd(cur, b.fmul(xv, wv, flags=_FLAGS), flags=("reassoc", "contract")), acc)
+
+            ctx.loop(cin_g, chan)
+
+        ctx.nest(ks, taps)
+        out = _narrow(b, b.load(acc, typ=acc_ty), node)
+        em.store(ctx.out, node, linearize(idx, node.shape), out)
+
+    ctx.nest(node.shape, cell)
+
+
+def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
+    """Max/avg pool: per output element, the taps of its window (static kernel, unrolled by
+    LLVM when short), padding excluded by ``select``; the avg count is accumulated alongside."""
+    node = kernel.node
+    (x,) = node.inputs
+    mode = node.attrs["mode"]
+    ks, strides, dilations = node.attrs["kernel"], node.attrs["strides"], node.attrs["dilations"]
+    pads, include = node.attrs["pads"], node.attrs["count_include_pad"]
+    r = len(ks)
+    em, b = ctx.em, ctx.b
+    acc_ty = _acc_type(node)
+    acc = ctx.alloca(acc_ty)
+    cnt = ctx.alloca(I64)
+    ident = reduce_identity("max", node.dtype) if mode == "max" else 0
+    ident_c = ir.Constant(acc_ty, float(ident) if _is_float(acc_ty) else int(ident))
+
+    def cell(idx: tuple[Dim, ...]) -> None:
+        b.store(ident_c, acc)
+        b.store(i64(0), cnt)
+
+        def tap(t: tuple[Dim, ...]) -> None:
+            atoms: list[Dim] = []
+            valid: ir.Value = ir.Constant(I1, 1)
+            counted: ir.Value = ir.Constant(I1, 1)
+            for ax in range(r):
+                length = x.shape[2 + ax]
+                pos = idx[2 + ax] * strides[ax] + t[ax] * dilations[ax] - pads[ax][0]
+                atom, ok = _window_tap(ctx, pos, length)
+                atoms.append(atom)
+                valid = b.and_(valid, ok)
+                if include:
+                    inside = b.icmp_signed("<", em.dim(pos), em.dim(length + pads[ax][1]))
+                    counted = b.and_(counted, inside)
+            v = _widen(b, em.load(x, (idx[0], idx[1], *atoms)), acc_ty)
+            cur = b.load(acc, typ=acc_ty)
+            if mode == "max":
+                b.store(b.select(valid, _max(b, "max", cur, v), cur), acc)
+                return
+            b.store(b.fadd(cur, b.select(valid, v, ir.Constant(acc_ty, 0.0))), acc)
+            hit = counted if include else valid
+            b.store(b.add(b.load(cnt, typ=I64), b.zext(hit, I64)), cnt)
+
+        ctx.nest(list(ks), tap)
+        out = b.load(acc, typ=acc_ty)
+        if mode == "avg":
+            n = b.load(cnt, typ=I64)
+            div = b.fdiv(out, b.sitofp(n, acc_ty))
+            out = b.select(b.icmp_signed(">", n, i64(0)), div, ir.Constant(acc_ty, 0.0))
+        em.store(ctx.out, node, linearize(idx, node.shape), _narrow(b, out, node))
+
+    ctx.nest(node.shape, cell)
+
+
+def _outer(node: Node, axis: int) -> list[Dim]:
+    return [d for a, d in enumerate(node.shape) if a != axis]
+
+
+def _with(rest: Sequence[Dim], axis: int, i: Dim) -> tuple[Dim, ...]:
+    return (*rest[:axis], i, *rest[axis:])
+
+
+def emit_cumsum(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    (x,) = node.inputs
+    axis, exclusive, reverse = node.attrs["axis"], node.attrs["exclusive"], node.attrs["reverse"]
+    em, b = ctx.em, ctx.b
+    acc_ty = _acc_type(node)
+    acc = ctx.alloca(acc_ty)
+    n = node.shape[axis]
+    zero = ir.Constant(acc_ty, 0.0 if _is_float(acc_ty) else 0)
+
+    def row(rest: tuple[Dim, ...]) -> None:
+        b.store(zero, acc)
+
+        def step(i: Index) -> None:
+            j: Dim = i
+            if reverse:
+                j = em.bind(b.sub(b.sub(em.dim(n), i64(1)), em.dim(i)), n)
+            full = _with(rest, axis, j)
+            v = _widen(b, em.value(x, full), acc_ty)
+            cur = b.load(acc, typ=acc_ty)
+            nxt = _fadd(b, cur, v)
+            b.store(nxt, acc)
+            em.store(ctx.out, node, linearize(full, node.shape), _narrow(b, cur if exclusive else nxt, node))
+
+        ctx.loop(n, step)
+
+    ctx.nest(_outer(node, axis), row)
+
+
+def _better(b: ir.IRBuilder, op: str, v: ir.Value, best: ir.Value, ties: bool) -> ir.Value:
+    """Whether ``v`` displaces ``best``: strictly more extreme (or equal, with ``ties``); NaN is
+    the most extreme float and the first NaN stays unless ``ties``."""
+    if not _is_float(v.type):
+        sym = (">" if op == "max" else "<") + ("=" if ties else "")
+        return b.icmp_signed(sym, v, best)
+    sym = (">" if op == "max" else "<") + ("=" if ties else "")
+    v_nan = b.fcmp_unordered("uno", v, v)
+    best_ok = b.fcmp_ordered("ord", best, best)
+    if ties:
+        return b.or_(v_nan, b.and_(best_ok, b.fcmp_ordered(sym, v, best)))
+    return b.and_(best_ok, b.or_(v_nan, b.fcmp_ordered(sym, v, best)))
+
+
+def emit_argext(ctx: _Ctx, kernel: Kernel) -> None:
+    node = kernel.node
+    (x,) = node.inputs
+    axis, op, last = node.attrs["axis"], node.attrs["op"], node.attrs.get("last", False)
+    em, b = ctx.em, ctx.b
+    vty = _acc_type(x)
+    best = ctx.alloca(vty)
+    at = ctx.alloca(I64)
+    n = x.shape[axis]
+
+    def row(rest: tuple[Dim, ...]) -> None:
+        b.store(_widen(b, em.value(x, _with(rest, axis, 0)), vty), best)
+        b.store(i64(0), at)
+
+        def step(i: Index) -> None:
+            v = _widen(b, em.value(x, _with(rest, axis, i)), vty)
+            cur = b.load(best, typ=vty)
+            take = _better(b, op, v, cur, last)
+            b.store(b.select(take, v, cur), best)
+            b.store(b.select(take, em.dim(i), b.load(at, typ=I64)), at)
+
+        ctx.loop(n, step)
+        em.store(ctx.out, node, linearize(_with(rest, axis, 0), node.shape), b.load(at, typ=I64))
+
+    ctx.nest(_outer(node, axis), row)
+
+
+def emit_topk(ctx: _Ctx, kernel: Kernel) -> None:
+    """Insertion into the sorted output row, per outer position: O(n*k), no scratch. A new
+    element moves past strictly worse ones only, so ties keep the lower index first."""
+    node = kernel.node
+    (x,) = node.inputs
+    axis, k, largest = node.attrs["axis"], node.attrs["k"], node.attrs.get("largest", True)
+    em, b = ctx.em, ctx.b
+    n = x.shape[axis]
+    vty = _acc_type(x)
+    if k == 0:
+        return
+
+    def out_ptr(rest: tuple[Dim, ...], pos: ir.Value) -> ir.Value:
+        flat = em.dim(linearize(_with(rest, axis, em.bind(pos, k)), node.shape))
+        return b.gep(ctx.out, [flat], inbounds=True, source_etype=I64)
+
+    def load_x(rest: tuple[Dim, ...], j: ir.Value) -> ir.Value:
+        return _widen(b, em.load(x, _with(rest, axis, em.bind(j, n))), vty)
+
+    def worse(v: ir.Value, u: ir.Value) -> ir.Value:
+        """``u`` ranks strictly below ``v`` (so ``v`` moves ahead of it)."""
+        if not _is_float(vty):
+            return b.icmp_signed(">" if largest else "<", v, u)
+        v_nan, u_nan = b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", u, u)
+        if largest:
+            return b.or_(b.and_(v_nan, b.not_(u_nan)), b.fcmp_ordered(">", v, u))
+        return b.or_(b.and_(u_nan, b.not_(v_nan)), b.fcmp_ordered("<", v, u))
+
+    def row(rest: tuple[Dim, ...]) -> None:
+        def each(i: Index) -> None:
+            iv = em.dim(i)
+            v = load_x(rest, iv)
+            filled = b.select(b.icmp_signed("<", iv, i64(k)), iv, i64(k))
+            # walk pos down from `filled` while the entry above is worse than v
+            pre = b.block
+            head = b.append_basic_block("topk.walk")
+            body = b.append_basic_block("topk.shift")
+            done = b.append_basic_block("topk.place")
+            b.branch(head)
+            b.position_at_end(head)
+            pos = b.phi(I64)
+            pos.add_incoming(filled, pre)
+            at_top = b.icmp_signed("<=", pos, i64(0))
+            prev = b.sub(pos, i64(1))
+            safe_prev = b.select(at_top, i64(0), prev)
+            u_idx = b.load(out_ptr(rest, safe_prev), typ=I64)
+            u_idx = b.select(b.icmp_signed("<", u_idx, i64(0)), i64(0), u_idx)
+            last = b.sub(em.dim(n), i64(1))
+            u_idx = b.select(b.icmp_signed(">", u_idx, last), last, u_idx)
+            u = load_x(rest, u_idx)
+            go = b.and_(b.not_(at_top), worse(v, u))
+            b.cbranch(go, body, done)
+            b.position_at_end(body)
+            with b.if_then(b.icmp_signed("<", pos, i64(k))):
+                b.store(u_idx, out_ptr(rest, pos))
+            pos.add_incoming(prev, b.block)
+            b.branch(head)
+            b.position_at_end(done)
+            with b.if_then(b.icmp_signed("<", pos, i64(k))):
+                b.store(iv, out_ptr(rest, pos))
+
+        ctx.loop(n, each)
+
+    ctx.nest(_outer(node, axis), row)
+
+
+def conv_flops(node: Node) -> Dim:
+    """Multiply-adds times two of a ``conv`` node (for cost records)."""
+    w = node.inputs[1]
+    return 2 * prod(node.shape) * prod(int(d) for d in w.shape[1:])

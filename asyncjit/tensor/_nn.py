@@ -1,0 +1,262 @@
+"""Bodies of ``Tensor``'s neural-network methods: normalisation, convolution, pooling, scans and
+selection. One function each; ``Tensor`` delegates to them (so ``_tensor`` stays one readable
+class). Each records graph nodes only: the semantics are the ops' in ``asyncjit.graph``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import TensorError
+from ..graph import Node, make_node
+from ..symbolic import Dim, as_dim
+
+if TYPE_CHECKING:
+    from ._tensor import Tensor
+
+__all__ = [
+    "argext",
+    "conv",
+    "conv1d",
+    "conv_transpose",
+    "cumsum",
+    "layer_norm",
+    "log_softmax",
+    "pool",
+    "softmax",
+    "take_along_axis",
+    "topk",
+]
+
+Ints = int | Sequence[int]
+Pads = int | Sequence[int] | Sequence[tuple[Dim, Dim]]
+
+
+def _axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise TensorError(f"axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def _per_axis(value: Ints, r: int, label: str) -> tuple[int, ...]:
+    vals = (value,) * r if isinstance(value, int) else tuple(value)
+    if len(vals) != r:
+        raise TensorError(f"{label} needs {r} values (one per spatial axis), got {vals}")
+    return vals
+
+
+def _pad_pairs(pads: Pads, r: int) -> tuple[tuple[Dim, Dim], ...]:
+    """``int`` (both sides), ``(lo, hi)`` pairs, or ONNX's flat ``[lo_0, .., lo_r, hi_0, .., hi_r]``."""
+    if isinstance(pads, int):
+        return ((pads, pads),) * r
+    seq: list[Any] = list(pads)
+    if seq and all(isinstance(p, tuple | list) for p in seq):
+        if len(seq) != r or any(len(p) != 2 for p in seq):
+            raise TensorError(f"pads needs {r} (lo, hi) pairs, got {seq}")
+        return tuple((as_dim(p[0]), as_dim(p[1])) for p in seq)
+    if len(seq) != 2 * r:
+        raise TensorError(f"pads needs {r} (lo, hi) pairs or {2 * r} ONNX-order values, got {seq}")
+    return tuple((as_dim(seq[i]), as_dim(seq[r + i])) for i in range(r))
+
+
+def softmax(x: Tensor, axis: int) -> Tensor:
+    x = x._float()
+    e = (x - x.max(axis, keepdims=True)).exp()
+    return e / e.sum(axis, keepdims=True)
+
+
+def log_softmax(x: Tensor, axis: int) -> Tensor:
+    x = x._float()
+    shifted = x - x.max(axis, keepdims=True)
+    return shifted - shifted.exp().sum(axis, keepdims=True).log()
+
+
+def layer_norm(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, axis: int | Sequence[int]
+) -> Tensor:
+    x = x._float()
+    mean = x.mean(axis, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis, keepdims=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: int,
+    padding: int | tuple[Dim, Dim],
+    dilation: int,
+    groups: int,
+) -> Tensor:
+    x, w = x._float(), weight._float()
+    if w.dtype != x.dtype:
+        w = w.cast(x.dtype)
+    pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
+    out = type(x)(
+        make_node("conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups)
+    )
+    if bias is not None:
+        out = out + bias.reshape(bias.shape[0], 1)
+    return out
+
+
+def conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    strides: Ints,
+    pads: Pads,
+    dilations: Ints,
+    groups: int,
+) -> Tensor:
+    x, w = x._float(), weight._float()
+    if w.dtype != x.dtype:
+        w = w.cast(x.dtype)
+    r = x.ndim - 2
+    if r < 1:
+        raise TensorError(f"conv needs x[N, C, *spatial] with a spatial axis, got rank {x.ndim}")
+    st, dil, pp = _per_axis(strides, r, "strides"), _per_axis(dilations, r, "dilations"), _pad_pairs(pads, r)
+    ins: tuple[Node, ...] = (x.node, w.node)
+    if bias is not None:
+        ins = (*ins, bias._float().cast(x.dtype).reshape(-1).node)
+    return type(x)(make_node("conv", ins, strides=st, pads=pp, dilations=dil, groups=groups))
+
+
+def _reverse(x: Tensor, axis: int) -> Tensor:
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        raise TensorError(f"conv_transpose needs static weight dims, got {n}")
+    return x.gather(axis, type(x).const(np.arange(n - 1, -1, -1, dtype=np.int64)))
+
+
+def conv_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    strides: Ints,
+    pads: Pads,
+    dilations: Ints,
+    groups: int,
+    output_padding: Ints,
+) -> Tensor:
+    """Lowered to ``conv``: zeros inserted between input elements (the stride), the weight flipped
+    and transposed per group, pads ``dilation*(k-1) - pad`` (a negative one crops)."""
+    x, w = x._float(), weight._float()
+    if w.dtype != x.dtype:
+        w = w.cast(x.dtype)
+    r = x.ndim - 2
+    if r < 1 or w.ndim != x.ndim:
+        raise TensorError(f"conv_transpose needs x[N, C, *S] and w[C, O/g, *K], got ranks {x.ndim}, {w.ndim}")
+    st, dil = _per_axis(strides, r, "strides"), _per_axis(dilations, r, "dilations")
+    outpad, pp = _per_axis(output_padding, r, "output_padding"), _pad_pairs(pads, r)
+    cin, og = w.shape[0], w.shape[1]
+    if not isinstance(cin, int) or not isinstance(og, int) or cin % groups or x.shape[1] != cin:
+        raise TensorError(f"conv_transpose: x channels {x.shape[1]} vs weight {w.shape} with groups={groups}")
+    ks = [int(d) for d in w.shape[2:]]
+    # weight [C, O/g, *K] -> [g, C/g, O/g, *K] -> [g, O/g, C/g, *K] -> [O, C/g, *K], flipped
+    wt = w.reshape(groups, cin // groups, og, *ks).permute(0, 2, 1, *range(3, 3 + r))
+    wt = wt.reshape(groups * og, cin // groups, *ks)
+    for ax in range(r):
+        wt = _reverse(wt, 2 + ax)
+    up = x
+    for ax in range(r):
+        s = st[ax]
+        if s == 1:
+            continue
+        a = 2 + ax
+        n = up.shape[a]
+        up = up.unsqueeze(a + 1).pad([None] * (a + 1) + [(0, s - 1)] + [None] * (up.ndim - a - 1))
+        up = up.reshape(*up.shape[:a], n * s, *up.shape[a + 2 :])
+        sl: list[tuple[Dim, Dim] | None] = [None] * up.ndim
+        sl[a] = (0, (n - 1) * s + 1)
+        up = up.shrink(sl)
+    conv_pads: list[tuple[Dim, Dim]] = []
+    crop: list[tuple[Dim, Dim] | None] = [None, None]
+    for ax in range(r):
+        span = dil[ax] * (ks[ax] - 1)
+        lo, hi = as_dim(span) - pp[ax][0], as_dim(span) - pp[ax][1] + outpad[ax]
+        clo = lo if isinstance(lo, int) and lo < 0 else 0
+        chi = hi if isinstance(hi, int) and hi < 0 else 0
+        conv_pads.append((lo - clo, hi - chi))
+        crop.append((-clo, -chi))
+    out = conv(up, wt, bias, 1, conv_pads, dil, groups)
+    if any(c != (0, 0) for c in crop[2:]):
+        sl2: list[tuple[Dim, Dim] | None] = [None, None]
+        for ax, c in enumerate(crop[2:]):
+            assert c is not None
+            d = out.shape[2 + ax]
+            sl2.append((c[0], d - c[1]))
+        out = out.shrink(sl2)
+    return out
+
+
+def pool(
+    x: Tensor,
+    mode: str,
+    kernel: Ints,
+    strides: Ints | None,
+    pads: Pads,
+    dilations: Ints,
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Tensor:
+    r = x.ndim - 2
+    if r < 1:
+        raise TensorError(f"{mode}_pool needs x[N, C, *spatial] with a spatial axis, got rank {x.ndim}")
+    k = _per_axis(kernel, r, "kernel")
+    st = k if strides is None else _per_axis(strides, r, "strides")
+    src = x._float() if mode == "avg" else x
+    return type(x)(
+        make_node(
+            "pool",
+            (src.node,),
+            mode=mode,
+            kernel=k,
+            strides=st,
+            pads=_pad_pairs(pads, r),
+            dilations=_per_axis(dilations, r, "dilations"),
+            ceil_mode=bool(ceil_mode),
+            count_include_pad=bool(count_include_pad),
+        )
+    )
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
+    src = x.cast(dt.int64) if x.dtype.is_bool else x
+    return type(x)(
+        make_node(
+            "cumsum", (src.node,), axis=_axis(axis, x.ndim), exclusive=bool(exclusive), reverse=bool(reverse)
+        )
+    )
+
+
+def argext(x: Tensor, op: str, axis: int | None, keepdims: bool, last: bool) -> Tensor:
+    src = x.cast(dt.int32) if x.dtype.is_bool else x
+    src = src.reshape(-1) if axis is None else src
+    ax = 0 if axis is None else _axis(axis, x.ndim)
+    out = type(x)(make_node("argext", (src.node,), op=op, axis=ax, last=bool(last)))
+    if axis is None:
+        return out.reshape(*([1] * x.ndim)) if keepdims else out.reshape()
+    return out if keepdims else out.squeeze(ax)
+
+
+def take_along_axis(x: Tensor, index: Any, axis: int) -> Tensor:
+    idx = x._wrap(index)
+    return type(x)(make_node("take_along_axis", (x.node, idx.node), axis=_axis(axis, x.ndim)))
+
+
+def topk(x: Tensor, k: int, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+    ax = _axis(axis, x.ndim)
+    idx = type(x)(make_node("topk", (x.node,), k=k, axis=ax, largest=bool(largest)))
+    return take_along_axis(x, idx, ax), idx

@@ -1,0 +1,252 @@
+"""N-d conv, conv_transpose, pools, cumsum, argmax/argmin, topk, take_along_axis: the reference
+semantics against ONNX Runtime (the importer's contract), the compiled kernels against the
+reference, with symbolic dims and edge cases (empty outputs, pads wider than the kernel,
+stride past the kernel, NaN ties)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asyncjit import Tensor, Var, reference
+from asyncjit.compiler import compile
+from asyncjit.errors import TensorError
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+helper = onnx.helper
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "")
+
+
+def run_ort(
+    op: str, inputs: list[np.ndarray], attrs: dict[str, Any], outs: list[Any], opset: int = 19
+) -> list[np.ndarray]:
+    """One ONNX node run by ONNX Runtime on one thread."""
+    names = [f"i{k}" for k in range(len(inputs))]
+    ins = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in zip(names, inputs, strict=True)
+    ]
+    out_info = [
+        helper.make_tensor_value_info(f"o{k}", helper.np_dtype_to_tensor_dtype(np.dtype(d)), None)
+        for k, d in enumerate(outs)
+    ]
+    node = helper.make_node(op, names, [f"o{k}" for k in range(len(outs))], **attrs)
+    model = helper.make_model(
+        helper.make_graph([node], "g", ins, out_info), opset_imports=[helper.make_opsetid("", opset)]
+    )
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return list(sess.run(None, dict(zip(names, inputs, strict=True))))
+
+
+def check_compiled(
+    outs: Tensor | tuple[Tensor, ...],
+    inputs: list[Tensor],
+    values: list[np.ndarray],
+    bindings: dict[str, int] | None = None,
+    tol: float = 1e-4,
+) -> list[np.ndarray]:
+    """Compile, run, and compare every output with the reference interpreter."""
+    outs_t = outs if isinstance(outs, tuple) else (outs,)
+    exe = compile(list(outs_t), inputs)
+    got = exe.run(values, bindings or {})
+    want = reference.evaluate(list(outs_t), dict(zip(inputs, values, strict=True)), bindings or {})
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    return want
+
+
+RNG = np.random.default_rng(7)
+CONV_CASES = [  # cin, cout, kernel, strides, dilations, ONNX pads, groups
+    (3, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (4, 8, (3, 2), (2, 1), (1, 2), (0, 1, 2, 0), 2),
+    (6, 6, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 6),  # depthwise
+    (4, 4, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # pointwise: no im2col
+    (4, 6, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 2),
+    (2, 4, (2, 2), (3, 3), (1, 1), (3, 3, 3, 3), 2),  # stride past the kernel, pads wider than it
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d_matches_ort_and_compiles(case: tuple[Any, ...]) -> None:
+    cin, cout, k, s, d, p, g = case
+    x = RNG.standard_normal((2, cin, 9, 10)).astype(np.float32)
+    w = RNG.standard_normal((cout, cin // g, *k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    y = xt.conv(Tensor.const(w), Tensor.const(b), strides=s, pads=p, dilations=d, groups=g)
+    want = check_compiled(y, [xt], [x])[0]
+    (ref,) = run_ort("Conv", [x, w, b], dict(strides=s, dilations=d, pads=p, group=g), [np.float32])
+    np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_float16_and_symbolic_and_3d() -> None:
+    """float16 goes through the direct loop; symbolic spatial dims through the fast kernel."""
+    h = Var("h", 1, 12)
+    x = RNG.standard_normal((2, 3, 7, 10)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    xt = Tensor.placeholder((2, 3, h, 10), np.float32, "x")
+    y = xt.conv(Tensor.const(w), pads=1, strides=2)
+    exe = compile(y, [xt])
+    for hv in (1, 7, 12):
+        xv = RNG.standard_normal((2, 3, hv, 10)).astype(np.float32)
+        np.testing.assert_allclose(
+            exe.run([xv], {"h": hv})[0], reference.evaluate(y, {xt: xv}, {"h": hv}), rtol=1e-4, atol=1e-4
+        )
+    x16 = Tensor.placeholder(x.shape, np.float16, "x16")
+    check_compiled(
+        x16.conv(Tensor.const(w.astype(np.float16)), pads=(0, 1, 1, 0)),
+        [x16],
+        [x.astype(np.float16)],
+        tol=2e-2,
+    )
+    x3 = RNG.standard_normal((1, 2, 5, 4, 6)).astype(np.float32)
+    w3 = RNG.standard_normal((3, 2, 2, 3, 2)).astype(np.float32)
+    t3 = Tensor.placeholder(x3.shape, np.float32, "x3")
+    attrs = dict(pads=(1, 0, 1, 0, 1, 1), strides=(1, 2, 1), dilations=(2, 1, 1))
+    want = check_compiled(t3.conv(Tensor.const(w3), **attrs), [t3], [x3])[0]  # type: ignore[arg-type]
+    np.testing.assert_allclose(want, run_ort("Conv", [x3, w3], attrs, [np.float32])[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, (1, 1)),
+        ((3, 2), (1, 2), (2, 1), (0, 0, 0, 0), 2, (0, 1)),
+        ((2, 2), (3, 3), (1, 1), (2, 1, 0, 3), 1, (0, 0)),  # pads past dilation*(k-1): cropped
+    ],
+)
+def test_conv_transpose_matches_ort(case: tuple[Any, ...]) -> None:
+    k, s, d, p, g, op = case
+    x = RNG.standard_normal((2, 4, 5, 4)).astype(np.float32)
+    w = RNG.standard_normal((4, 6 // g, *k)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    y = xt.conv_transpose(
+        Tensor.const(w), Tensor.const(b), strides=s, pads=p, dilations=d, groups=g, output_padding=op
+    )
+    want = check_compiled(y, [xt], [x])[0]
+    attrs = dict(strides=s, dilations=d, pads=p, group=g, output_padding=op)
+    np.testing.assert_allclose(
+        want, run_ort("ConvTranspose", [x, w, b], attrs, [np.float32])[0], rtol=1e-4, atol=1e-4
+    )
+
+
+POOL_CASES = [  # kernel, strides, dilations, pads, ceil_mode, count_include_pad
+    ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 0, 0),
+    ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, 1),
+    ((2, 2), (2, 2), (1, 1), (0, 0, 0, 0), 1, 0),
+    ((3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, 1),
+    ((2, 2), (3, 3), (1, 1), (1, 1, 1, 1), 0, 0),
+    ((3, 3), (2, 2), (1, 1), (0, 1, 0, 1), 1, 0),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_pools_match_ort_and_compile(case: tuple[Any, ...]) -> None:
+    k, s, d, p, ceil, cip = case
+    x = RNG.standard_normal((2, 3, 7, 8)).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    mx = xt.max_pool(k, s, p, d, bool(ceil))
+    want = check_compiled(mx, [xt], [x])[0]
+    np.testing.assert_allclose(
+        want,
+        run_ort(
+            "MaxPool", [x], dict(kernel_shape=k, strides=s, dilations=d, pads=p, ceil_mode=ceil), [np.float32]
+        )[0],
+    )
+    av = xt.avg_pool(k, s, p, d, bool(ceil), bool(cip))
+    want = check_compiled(av, [xt], [x])[0]
+    if d == (1, 1):  # ORT 1.2x rejects dilated average pools
+        attrs = dict(kernel_shape=k, strides=s, pads=p, ceil_mode=ceil, count_include_pad=cip)
+        np.testing.assert_allclose(
+            want, run_ort("AveragePool", [x], attrs, [np.float32])[0], rtol=1e-5, atol=1e-6
+        )
+    xi = RNG.integers(-9, 9, x.shape).astype(np.int32)
+    ti = Tensor.placeholder(x.shape, np.int32, "xi")
+    check_compiled(ti.max_pool(k, s, p, d, bool(ceil)), [ti], [xi])
+
+
+def test_pool_edges() -> None:
+    """A window of padding only: max gives -inf, avg 0; a symbolic length in ceil mode."""
+    x = RNG.standard_normal((1, 1, 2)).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    mx, av = xt.max_pool(2, 3, pads=(3, 0)), xt.avg_pool(2, 3, pads=(3, 0))
+    got = check_compiled((mx, av), [xt], [x])
+    assert got[0][0, 0, 0] == -np.inf and got[1][0, 0, 0] == 0.0
+    n = Var("n", 1, 20)
+    xs = Tensor.placeholder((1, 2, n), np.float32, "xs")
+    y = xs.max_pool(3, 2, pads=1, ceil_mode=True)
+    exe = compile(y, [xs])
+    for nv in (1, 2, 5, 20):
+        xv = RNG.standard_normal((1, 2, nv)).astype(np.float32)
+        ref = run_ort(
+            "MaxPool", [xv], dict(kernel_shape=(3,), strides=(2,), pads=(1, 1), ceil_mode=1), [np.float32]
+        )[0]
+        np.testing.assert_array_equal(exe.run([xv], {"n": nv})[0], ref)
+
+
+@pytest.mark.parametrize("exclusive, reverse", list(itertools.product((False, True), repeat=2)))
+def test_cumsum(exclusive: bool, reverse: bool) -> None:
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    xi = RNG.integers(-9, 9, (4, 3)).astype(np.int64)
+    t = Var("t", 1, 6)
+    xt, it = Tensor.placeholder((3, t - 1), np.float32, "x"), Tensor.placeholder(xi.shape, np.int64, "i")
+    ys = (xt.cumsum(1, exclusive, reverse), it.cumsum(0, exclusive, reverse))
+    for tv in (0, 5):  # t - 1 == 0: an empty axis
+        check_compiled(ys, [xt, it], [x[:, :tv], xi], {"t": tv + 1})
+    attrs = dict(exclusive=int(exclusive), reverse=int(reverse))
+    want = reference.evaluate(ys[0], {xt: x}, {"t": 6})
+    np.testing.assert_allclose(want, run_ort("CumSum", [x, np.array(1)], attrs, [np.float32])[0], rtol=1e-6)
+
+
+def test_argmax_argmin_nan_and_ties() -> None:
+    x = RNG.integers(0, 4, (3, 7)).astype(np.float32)
+    x[1, 3] = np.nan
+    x[2, [1, 5]] = np.nan
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    for last in (False, True):
+        outs = (xt.argmax(1, False, last), xt.argmin(0, True, last), xt.argmax())
+        got = check_compiled(outs, [xt], [x])
+        np.testing.assert_array_equal(got[2], np.argmax(x))
+        clean = np.nan_to_num(x, nan=9.0)
+        ref = run_ort("ArgMax", [clean], dict(axis=1, keepdims=0, select_last_index=int(last)), [np.int64])[0]
+        np.testing.assert_array_equal(reference.evaluate(xt.argmax(1, False, last), {xt: clean}), ref)
+    with pytest.raises(TensorError, match="empty"):
+        Tensor.placeholder((3, Var("e", 1, 4) - 1), np.float32).argmax(1)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_and_take_along_axis(largest: bool) -> None:
+    x = RNG.integers(0, 4, (3, 7)).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    for k in (0, 1, 3, 7):
+        v, i = xt.topk(k, 1, largest)
+        got = check_compiled((v, i), [xt], [x])
+        rv, ri = run_ort(
+            "TopK", [x, np.array([k])], dict(axis=1, largest=int(largest)), [np.float32, np.int64]
+        )
+        np.testing.assert_array_equal(got[0], rv)
+        np.testing.assert_array_equal(got[1], ri)
+    xn = x.copy()
+    xn[0, [2, 4]] = np.nan
+    check_compiled(xt.topk(3, 0, largest), [xt], [xn])
+    xi = RNG.integers(-3, 3, (4, 6)).astype(np.int64)
+    ti = Tensor.placeholder(xi.shape, np.int64, "xi")
+    check_compiled(ti.topk(4, -1, largest), [ti], [xi])
+    idx = RNG.integers(-2, 9, (3, 4)).astype(np.int64)  # out of range clamps, like gather
+    it = Tensor.placeholder(idx.shape, np.int64, "idx")
+    taken = check_compiled(xt.take_along_axis(it, 1), [xt, it], [x, idx])[0]
+    np.testing.assert_array_equal(taken, np.take_along_axis(x, np.clip(idx, 0, 6), 1))
+    with pytest.raises(TensorError, match="exceed"):
+        Tensor.placeholder((3, Var("s", 1, 9)), np.float32).topk(2)

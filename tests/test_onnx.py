@@ -1,0 +1,207 @@
+"""``asyncjit.onnx``: the importer's folding and errors, the session's feed checks and async runs,
+the CLI. Small models are built with ``onnx.helper`` here; real ones are in test_onnx_silero.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package (the onnx extra)")
+from onnx import TensorProto, helper
+
+import asyncjit.onnx as ao
+from asyncjit.cli import main
+from asyncjit.errors import DTypeMismatchError, InputBufferNotFoundError, ShapeMismatchError, VarBoundsError
+from asyncjit.onnx import OnnxImportError, UnsupportedOpError
+from asyncjit.symbolic import Var
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None, opset: int = 18) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits or [])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return m.SerializeToString()
+
+
+def _reshape_by_shape_model() -> bytes:
+    """y = reshape(x, [shape(x)[0], -1]) * 2: the Shape -> Gather -> Concat chain of exports."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["b1", "minus1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Mul", ["r", "two"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+        helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("minus1", TensorProto.INT64, [1], [-1]),
+        helper.make_tensor("two", f, [], [2.0]),
+    ]
+    x = helper.make_tensor_value_info("x", f, ["batch", "T", 3])
+    y = helper.make_tensor_value_info("y", f, None)
+    return _model(nodes, [x], [y], inits)
+
+
+def test_shape_subgraph_folds_into_symbolic_dims() -> None:
+    """One plan serves every size in range: the reshape target is ``[batch, T*3]``, symbolic."""
+    model = ao.load(_reshape_by_shape_model(), {"batch": (1, 4), "T": (1, 10)})
+    (out,) = model.outputs
+    b, t = model.vars
+    assert isinstance(b, Var) and b.name == "batch"
+    assert out.shape == (b, t * 3)
+    sess = ao.InferenceSession(model)
+    for shape in [(1, 1, 3), (4, 10, 3), (2, 5, 3)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, (x * 2).reshape(shape[0], -1))
+
+
+def test_feed_errors_name_input_and_axis() -> None:
+    """Wrong name, dtype, rank, size out of bounds, fixed size: typed errors; nothing converted."""
+    sess = ao.InferenceSession(_reshape_by_shape_model(), {"batch": (1, 4), "T": (1, 10)})
+    ok = np.zeros((2, 3, 3), np.float32)
+    with pytest.raises(InputBufferNotFoundError, match="no input named 'z'"):
+        sess.run(None, {"x": ok, "z": ok})
+    with pytest.raises(InputBufferNotFoundError, match="'x' is missing"):
+        sess.run(None, {})
+    with pytest.raises(DTypeMismatchError, match="'x' expects float32, got float64"):
+        sess.run(None, {"x": ok.astype(np.float64)})
+    with pytest.raises(ShapeMismatchError, match="rank 3"):
+        sess.run(None, {"x": ok[0]})
+    with pytest.raises(VarBoundsError, match=r"input 'x' axis 1 \(T\) is 11, outside its bounds \[1, 10\]"):
+        sess.run(None, {"x": np.zeros((2, 11, 3), np.float32)})
+    with pytest.raises(ShapeMismatchError, match="axis 2 must be 3, got 4"):
+        sess.run(None, {"x": np.zeros((2, 3, 4), np.float32)})
+    with pytest.raises(InputBufferNotFoundError, match="no output named 'q'"):
+        sess.run(["q"], {"x": ok})
+
+
+def test_unbounded_dims_are_all_listed() -> None:
+    with pytest.raises(OnnxImportError, match=r"x axis 0 \('batch'\), x axis 1 \('T'\)"):
+        ao.load(_reshape_by_shape_model())
+    with pytest.raises(OnnxImportError, match="names no symbolic input dim"):
+        ao.load(_reshape_by_shape_model(), {"batch": 2, "T": 3, "Q": (1, 2)})
+
+
+def test_unsupported_ops_are_all_listed_at_load() -> None:
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok"),
+        helper.make_node("Det", ["a"], ["b"], name="det1"),
+        helper.make_node("NonMaxSuppression", ["b", "b"], ["y"], name="nms"),
+    ]
+    data = _model(
+        nodes, [helper.make_tensor_value_info("x", f, [2, 2])], [helper.make_tensor_value_info("y", f, None)]
+    )
+    with pytest.raises(UnsupportedOpError) as info:
+        ao.load(data)
+    assert {(n, op) for n, op, _ in info.value.nodes} == {("det1", "Det"), ("nms", "NonMaxSuppression")}
+    assert "det1" in str(info.value) and "nms" in str(info.value)
+
+
+def test_truncated_and_non_onnx_files_name_the_file(tmp_path: Path) -> None:
+    good = _reshape_by_shape_model()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(good[: len(good) // 2])
+    with pytest.raises(OnnxImportError, match=r"cut\.onnx"):
+        ao.load(cut, {"batch": 2, "T": 3})
+    text = tmp_path / "notes.onnx"
+    text.write_text("hello, I am not a model\n")
+    with pytest.raises(OnnxImportError, match=r"notes\.onnx"):
+        ao.load(text)
+    with pytest.raises(OnnxImportError, match="does not exist"):
+        ao.load(tmp_path / "missing.onnx")
+
+
+def test_if_with_folded_condition_is_inlined_and_fixed_values_are_checked() -> None:
+    """``If (sr == 16000)`` folds once ``sr`` is fixed; a feed of another ``sr`` is refused."""
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", f, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", f, None)]
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", f, [3]),
+        helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+    ]
+    data = _model(
+        nodes,
+        inputs,
+        [helper.make_tensor_value_info("y", f, None)],
+        [helper.make_tensor("k", TensorProto.INT64, [], [16000])],
+    )
+    sess = ao.InferenceSession(data, values={"sr": 16000})
+    assert [i.name for i in sess.get_inputs()] == ["x"]
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + x)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "sr": np.array(16000)})[0], x + x)
+    with pytest.raises(ValueError, match="fixed to 16000"):
+        sess.run(None, {"x": x, "sr": np.array(8000)})
+    sess8 = ao.InferenceSession(data, values={"sr": 8000})
+    np.testing.assert_array_equal(sess8.run(None, {"x": x})[0], -x)
+
+
+@pytest.mark.anyio
+async def test_run_async_and_execute() -> None:
+    sess = ao.InferenceSession(_reshape_by_shape_model(), {"batch": (1, 4), "T": (1, 10)})
+    x = np.ones((3, 2, 3), np.float32)
+    (y,) = await sess.run_async(["y"], {"x": x})
+    np.testing.assert_array_equal(y, np.full((3, 6), 2.0, np.float32))
+    bufs = sess.execute({"x": x})
+    np.testing.assert_array_equal(await bufs["y"].to_numpy(), y)
+
+
+def test_supported_ops_listed_in_docs() -> None:
+    """docs/onnx.md lists exactly the ops the table lowers."""
+    doc = (Path(__file__).parents[1] / "docs" / "onnx.md").read_text()
+    section = doc.split("<!-- supported-ops -->")[1]
+    listed = sorted(
+        op.strip("` ")
+        for op in section.split("<!-- /supported-ops -->")[0].replace("\n", " ").split(",")
+        if op.strip()
+    )
+    assert listed == ao.supported_ops()
+
+
+def test_cli_info_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_reshape_by_shape_model())
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "x: float32[batch, T, 3]" in out and "Shape 1" in out and "unsupported: none" in out
+    np.save(tmp_path / "x.npy", np.ones((2, 4, 3), np.float32))
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--dims",
+                "batch=1:4",
+                "T=1:8",
+                "--input",
+                f"x={tmp_path / 'x.npy'}",
+                "--repeat",
+                "2",
+                "--compare-ort",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "y: float32[2, 12] min 2 max 2" in out
+    assert "max abs difference 0" in out and "asyncjit/ORT" in out
+    assert main(["run", str(path)]) == 2  # unbounded dims: a clear error, not a traceback
+    assert "unbounded" in capsys.readouterr().err
