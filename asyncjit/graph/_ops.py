@@ -663,7 +663,8 @@ def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
     for g in range(groups):
         cols = windows[:, g * cin_g : (g + 1) * cin_g]  # [N, Cg, Lout, K]
         wg = w[g * og : (g + 1) * og]
-        out[:, g * og : (g + 1) * og, :] = np.einsum("nclk,ock->nol", cols, wg, optimize=True)
+        with np.errstate(all="ignore"):  # inf * 0 in a window is NaN, as in matmul
+            out[:, g * og : (g + 1) * og, :] = np.einsum("nclk,ock->nol", cols, wg, optimize=True)
     return _out(node, out)
 
 
