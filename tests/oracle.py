@@ -58,6 +58,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=np.float64).reshape(x.shape)
 
 
+def _erfc(x: np.ndarray) -> np.ndarray:
+    flat = [math.erfc(float(v)) for v in x.ravel()]
+    return np.array(flat, dtype=np.float64).reshape(x.shape)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -80,9 +85,10 @@ FLOAT_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "erf": _erf,
     "floor": np.floor,
     "ceil": np.ceil,
-    "gelu": lambda x: _at_neg_inf(x, 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))),
+    # gelu without cancellation for negative x: 1 + erf(z) = erfc(-z), (1 + tanh(u))/2 = 1/(1 + e^-2u)
+    "gelu": lambda x: _at_neg_inf(x, 0.5 * x * _erfc(-x / math.sqrt(2.0))),
     "gelu_tanh": lambda x: _at_neg_inf(
-        x, 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+        x, x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     ),
 }
 ANY_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {

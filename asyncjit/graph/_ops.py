@@ -156,11 +156,17 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _erfc(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erfc, otypes=[np.float64])(x) if x.size else x.astype(np.float64)
+
+
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    # Written without the cancellation of 1 + tanh(u) / 1 + erf(z) for negative x (which would
+    # flush gelu(-8) to -0.0): 0.5*(1 + tanh(u)) = sigmoid(2u), 1 + erf(z) = erfc(-z).
     if approximate == "tanh":
-        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+        y = x * _sigmoid(2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
     else:
-        y = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+        y = 0.5 * x * _erfc(-x / math.sqrt(2.0))
     # the formula is -inf * 0 = NaN at -inf; the limit (and what finite x -> -inf approach) is -0.0
     out: np.ndarray = np.where(np.isneginf(x), -0.0, y)
     return out
@@ -428,9 +434,9 @@ def _infer_matmul(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
 
 def _ref_matmul(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
     x, y = args
-    if x.dtype.kind == "f":
-        x, y = x.astype(np.float64), y.astype(np.float64)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # a signalling NaN's conversion sets "invalid"
+        if x.dtype.kind == "f":
+            x, y = x.astype(np.float64), y.astype(np.float64)
         return _out(node, np.matmul(x, y))
 
 
@@ -645,7 +651,8 @@ def _infer_conv1d(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
 
 
 def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, w = (v.astype(np.float64) for v in args)
+    with np.errstate(all="ignore"):  # a signalling NaN's conversion sets "invalid"
+        x, w = (v.astype(np.float64) for v in args)
     stride, dilation, groups = node.attrs["stride"], node.attrs["dilation"], node.attrs["groups"]
     pl, pr = (evaluate(p, b) for p in node.attrs["padding"])
     n, _, _ = x.shape
