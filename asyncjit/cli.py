@@ -13,6 +13,7 @@ from . import __version__
 from ._log import JsonFormatter
 from .errors import JitError
 from .onnx import _cli as onnx_cli
+from .plugins._cli import add_commands as plugin_commands
 
 __all__ = ["main"]
 
@@ -47,6 +48,23 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``asyncjit serve`` when the ``serve`` extra is installed, else a command that says so."""
+    try:
+        from .serve._cli import add_commands
+    except ImportError as exc:
+        why = str(exc)
+        missing = sub.add_parser("serve", help="(needs: pip install 'asyncjit[serve]')")
+        missing.set_defaults(func=lambda _a: _missing_extra("serve", why))
+        return
+    add_commands(sub)
+
+
+def _missing_extra(extra: str, why: str) -> int:
+    print(f"asyncjit: error: {why}; install it with: pip install 'asyncjit[{extra}]'", file=sys.stderr)
+    return 2
 
 
 def _add_logging_options(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -117,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="record a Chrome/Perfetto trace (device queues, kernels, mux batches, loop wake-ups)",
     )
     demo.set_defaults(func=_demo)
+    plugin_commands(sub)
     onnx_cli.add_commands(sub)
+    _add_serve(sub)
     for command in sub.choices.values():  # every subcommand, whoever registered it
         _add_logging_options(command, top=False)
     args = parser.parse_args(argv)

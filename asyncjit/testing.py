@@ -26,10 +26,11 @@ from ._log import capture_events
 from .compiler._executable import ArgSpec
 from .devices import HostExecutable
 from .errors import BufferDeletedError
+from .plugins._conformance import check_plugin_conformance as check_plugin_conformance
 from .runtime import Client, Device
 from .symbolic import Var
 
-__all__ = ["Gate", "capture_events", "check_device_conformance", "host_plan"]
+__all__ = ["Gate", "capture_events", "check_device_conformance", "check_plugin_conformance", "host_plan"]
 
 T = Var("t", 1, 8)
 """The var of ``host_plan`` plans: rows, 1 to 8."""

@@ -24,6 +24,7 @@ import structlog
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
 
 from asyncjit import Tensor, Var  # noqa: E402
+from asyncjit.codegen import _parallel  # noqa: E402
 from asyncjit.compiler import compile  # noqa: E402
 
 
@@ -53,6 +54,21 @@ def bench_elementwise() -> None:
         result: np.ndarray = np.abs(np.maximum((xv * 1.5 + 0.5) * xv - 0.25, xv) * 0.75 + 1.0) * 2.0
         return result
 
+    tmp, res = np.empty_like(xv), np.empty_like(xv)
+
+    def np_chain_inplace() -> np.ndarray:
+        """numpy's best honest form: every op with ``out=`` into two preallocated buffers."""
+        np.multiply(xv, 1.5, out=tmp)
+        np.add(tmp, 0.5, out=tmp)
+        np.multiply(tmp, xv, out=tmp)
+        np.subtract(tmp, 0.25, out=tmp)
+        np.maximum(tmp, xv, out=tmp)
+        np.multiply(tmp, 0.75, out=tmp)
+        np.add(tmp, 1.0, out=tmp)
+        np.abs(tmp, out=tmp)
+        np.multiply(tmp, 2.0, out=res)
+        return res
+
     dst = np.empty_like(xv)
     copy_exe = compile([x], [x], name="copy")  # a plan whose output is its input
     copy_lau = copy_exe.launcher()
@@ -61,6 +77,7 @@ def bench_elementwise() -> None:
     cases: dict[str, Callable[[], object]] = {
         "jit": lambda: lau(addrs, values),
         "numpy": np_chain,
+        "numpy_out": np_chain_inplace,
         "copy": lambda: np.copyto(dst, xv),
         "jit_copy": lambda: copy_lau(copy_addrs, values),
     }
@@ -69,12 +86,15 @@ def bench_elementwise() -> None:
         for key, fn in cases.items():
             times[key] = min(times[key], best(fn, repeat=1))
     t_jit, t_np, t_copy, t_jcopy = times["jit"], times["numpy"], times["copy"], times["jit_copy"]
+    t_np_out = times["numpy_out"]
     np.testing.assert_allclose(out, np_chain(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, np_chain_inplace(), rtol=1e-5, atol=1e-5)
     gbs = 2 * xv.nbytes / 1e9
     print(
-        f"elementwise 8-op chain, 16M f32: asyncjit {t_jit * 1e3:.2f} ms, numpy {t_np * 1e3:.2f} ms "
-        f"-> {t_np / t_jit:.2f}x numpy (goal >= 2.5x)"
+        f"elementwise 8-op chain, 16M f32: asyncjit {t_jit * 1e3:.2f} ms, numpy in place (out=) "
+        f"{t_np_out * 1e3:.2f} ms -> {t_np_out / t_jit:.2f}x numpy (goal >= 2.5x, scored on this form)"
     )
+    print(f"  numpy allocating temporaries {t_np * 1e3:.2f} ms -> {t_np / t_jit:.2f}x (not scored)")
     print(
         f"  copy bandwidth (np.copyto) {gbs / t_copy:.1f} GB/s; chain {gbs / t_jit:.1f} GB/s "
         f"= {t_copy / t_jit * 100:.0f}% of copy bandwidth (goal >= 80%)"
@@ -95,13 +115,22 @@ def bench_matmul() -> None:
     out = np.empty((m, m), np.float32)
     lau = exe.launcher()
     addrs = [av.ctypes.data, bv.ctypes.data, out.ctypes.data]
+    cores = _parallel.available_cores()
+    _parallel.set_intra_op_threads(1)
     t_jit = best(lambda: lau(addrs, ()), repeat=10)
+    _parallel.set_intra_op_threads(cores)
+    t_par = best(lambda: lau(addrs, ()), repeat=10)
+    _parallel.set_intra_op_threads(1)
     t_np = best(lambda: av @ bv, repeat=10)
     np.testing.assert_allclose(out, av @ bv, rtol=1e-3, atol=1e-3)
     flops = 2 * m**3
     print(
         f"matmul 512^3 f32, 1 thread: asyncjit {flops / t_jit / 1e9:.1f} GFLOP/s, numpy/OpenBLAS "
         f"{flops / t_np / 1e9:.1f} GFLOP/s -> {t_np / t_jit * 100:.0f}% of numpy (goal >= 60%)"
+    )
+    print(
+        f"  split over {cores} threads (codegen._parallel): {flops / t_par / 1e9:.1f} GFLOP/s = "
+        f"{t_jit / t_par:.2f}x one thread"
     )
 
 
@@ -172,6 +201,10 @@ def bench_compile() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _machine import machine_line
+
+    print(machine_line())
     bench_elementwise()
     bench_matmul()
     bench_replay()

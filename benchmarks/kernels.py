@@ -1,12 +1,15 @@
 """Throughput of the native kernels against numpy, measured in one run on this machine.
 
-    .venv/bin/python benchmarks/kernels.py [--quick]
+    .venv/bin/python benchmarks/kernels.py [--quick] [--goals] [--repeat N]
 
 Prints GFLOP/s and the ratio to numpy (single-threaded OpenBLAS: ``OPENBLAS_NUM_THREADS=1`` is
 set before numpy loads) for matmul at 512^3 and the small shapes of LSTM / linear layers, conv1d
 for the Silero VAD layers against numpy im2col + matmul, and math-function throughput over 16M
 floats against the numpy ufunc.  Every kernel is called through one pointer to an argument
-block, as the runtime does; best of several repetitions.
+block, as the runtime does; best of several repetitions. The tables run on one thread
+(intra-op threads set to 1); the closing goals section (alone with ``--goals``) gives, as medians
+of ``--repeat`` interleaved rounds (default 3), 512^3 matmul on all cores against one, ``tanh``
+against numpy, and a sum over axis 0 of 4096x4096 against the copy bandwidth.
 """
 
 from __future__ import annotations
@@ -281,11 +284,113 @@ def bench_math_size(obj: LoadedObject, ops: list[str], size: int) -> None:
         print(f"{op:>10} {size / t_ours / 1e9:13.2f} {size / t_np / 1e9:14.2f} {t_np / t_ours:6.2f}")
 
 
+def _arg(name: str, default: int) -> int:
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def bench_goals(rounds: int) -> None:
+    """The figures with goals, each a median over ``rounds`` interleaved rounds (best-of inside)."""
+    from asyncjit import Tensor
+    from asyncjit.codegen import _parallel
+    from asyncjit.compiler import compile
+
+    cores = _parallel.available_cores()
+    m = 512
+    a, b = Tensor.placeholder((m, m), name="a"), Tensor.placeholder((m, m), name="b")
+    mm = compile(a @ b, [a, b], name="goal_mm512").launcher()
+    rng = np.random.default_rng(3)
+    av, bv = rng.standard_normal((m, m)).astype(np.float32), rng.standard_normal((m, m)).astype(np.float32)
+    cv = np.empty((m, m), np.float32)
+    mm_addrs = [av.ctypes.data, bv.ctypes.data, cv.ctypes.data]
+
+    def mm_time(threads: int) -> float:
+        _parallel.set_intra_op_threads(threads)
+        try:
+            return best_time(lambda: mm(mm_addrs, ()), 0.3, 3)
+        finally:
+            _parallel.set_intra_op_threads(1)
+
+    r = 4096
+    x = Tensor.placeholder((r, r), name="x")
+    red0 = compile(x.sum(axis=0), [x], name="goal_sum_axis0").launcher()
+    red1 = compile(x.sum(axis=1), [x], name="goal_sum_axis1").launcher()
+    xv = rng.standard_normal((r, r)).astype(np.float32)
+    o0, o1, dst = np.empty(r, np.float32), np.empty(r, np.float32), np.empty_like(xv)
+    red0([xv.ctypes.data, o0.ctypes.data], ())
+    np.testing.assert_allclose(o0, xv.sum(0), atol=1e-2)
+    red1([xv.ctypes.data, o1.ctypes.data], ())
+    np.testing.assert_allclose(o1, xv.sum(1), atol=1e-2)
+
+    module = ir.Module("goal_math")
+    fn, bld = new_function(module, "m_tanh", [("args", PTR)], linkage="external")
+    slots = [bld.load(bld.gep(fn.args[0], [i64(i)], source_etype=I64), typ=I64) for i in range(3)]
+    xp, op, n = bld.inttoptr(slots[0], PTR), bld.inttoptr(slots[1], PTR), slots[2]
+    with for_range(bld, i64(0), n) as i:
+        v = bld.load(bld.gep(xp, [i], source_etype=F32), typ=F32, align=4)
+        bld.store(emit_unary(bld, "tanh", v), bld.gep(op, [i], source_etype=F32), align=4)
+    bld.ret_void()
+    obj, _ = compile_module(module)
+    tx = np.random.default_rng(0).uniform(-8, 8, 1 << 16).astype(np.float32)
+    t_out, t_out2 = np.empty_like(tx), np.empty_like(tx)
+    tanh_ours = caller(obj, "m_tanh", [tx.ctypes.data, t_out.ctypes.data, tx.size])
+
+    cases: dict[str, Callable[[], float]] = {
+        "mm1": lambda: mm_time(1),
+        "mmN": lambda: mm_time(cores),
+        "tanh": lambda: best_time(tanh_ours, 0.2, 3),
+        "tanh_np": lambda: best_time(lambda: np.tanh(tx, out=t_out2), 0.2, 3),
+        "sum0": lambda: best_time(lambda: red0([xv.ctypes.data, o0.ctypes.data], ()), 0.3, 3),
+        "sum1": lambda: best_time(lambda: red1([xv.ctypes.data, o1.ctypes.data], ()), 0.3, 3),
+        "sum0_np": lambda: best_time(lambda: np.sum(xv, axis=0, out=o0), 0.3, 3),
+        "copy": lambda: best_time(lambda: np.copyto(dst, xv), 0.3, 3),
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for key, case in cases.items():
+            times[key].append(case())
+
+    def med(key: str) -> float:
+        return float(np.median(times[key]))
+
+    def ratios(num: str, den: str) -> str:
+        return ", ".join(f"{d / n_:.2f}" for n_, d in zip(times[num], times[den], strict=True))
+
+    gb = xv.nbytes / 1e9
+    copy_gbs = 2 * gb / med("copy")  # read + write, what np.copyto moves
+    fraction = [(gb / t0) / (2 * gb / tc) for t0, tc in zip(times["sum0"], times["copy"], strict=True)]
+    flops = 2 * m**3
+    print(f"\n## goals (median of {rounds} interleaved rounds; each figure best-of inside a round)")
+    print(
+        f"matmul 512^3 f32: 1 thread {flops / med('mm1') / 1e9:.1f} GFLOP/s, {cores} threads "
+        f"{flops / med('mmN') / 1e9:.1f} GFLOP/s -> {med('mm1') / med('mmN'):.2f}x "
+        f"(goal >= 1.8x on 2 threads; rounds: {ratios('mmN', 'mm1')})"
+    )
+    print(
+        f"tanh, 65,536 f32 in L2: ours {tx.size / med('tanh') / 1e9:.2f} Gelem/s, numpy "
+        f"{tx.size / med('tanh_np') / 1e9:.2f} -> {med('tanh_np') / med('tanh'):.2f}x numpy "
+        f"(goal >= 1.0x; rounds: {ratios('tanh', 'tanh_np')})"
+    )
+    print(
+        f"sum over axis 0 of 4096x4096 f32: {gb / med('sum0'):.1f} GB/s read = "
+        f"{float(np.median(fraction)):.2f} of copy bandwidth {copy_gbs:.1f} GB/s (goal >= 0.8); "
+        f"axis 1 {gb / med('sum1'):.1f} GB/s; numpy axis 0 {gb / med('sum0_np'):.1f} GB/s"
+    )
+
+
 def main() -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _machine import machine_line
+
+    from asyncjit.codegen import _parallel
+
+    _parallel.set_intra_op_threads(1)  # the tables are single-threaded, as OpenBLAS is here
+    print(machine_line())
     print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
-    bench_matmul()
-    bench_conv()
-    bench_math()
+    if "--goals" not in sys.argv:
+        bench_matmul()
+        bench_conv()
+        bench_math()
+    bench_goals(_arg("--repeat", 3))
 
 
 if __name__ == "__main__":

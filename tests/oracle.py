@@ -11,12 +11,18 @@ import numpy as np
 
 from asyncjit import Tensor
 
-_RANK = {"bool": 0, "int32": 1, "int64": 2, "float16": 3, "float32": 4}
-_NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float16": np.float16, "float32": np.float32}
+RANK = {"bool": 0, "int32": 1, "int64": 2, "float16": 3, "float32": 4}
+NP_TYPES = {
+    "bool": np.bool_,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float16": np.float16,
+    "float32": np.float32,
+}
 
 
 def promote(*dtypes: np.dtype[Any]) -> np.dtype[Any]:
-    return np.dtype(max((d.name for d in dtypes), key=_RANK.__getitem__))
+    return np.dtype(max((d.name for d in dtypes), key=RANK.__getitem__))
 
 
 def weak_dtype(value: object, other: np.dtype[Any]) -> np.dtype[Any]:
@@ -28,7 +34,7 @@ def weak_dtype(value: object, other: np.dtype[Any]) -> np.dtype[Any]:
     return other if other.kind == "f" else np.dtype(np.float32)
 
 
-def _round(value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+def round_to(value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """Round a float64 result to ``dtype`` (floats go through float32, as the spec says)."""
     with np.errstate(all="ignore"):
         if dtype.kind == "f":
@@ -42,13 +48,14 @@ def oracle_cast(x: np.ndarray, to: np.dtype[Any]) -> np.ndarray:
     if to == np.bool_:
         return np.asarray(x != 0)
     with np.errstate(all="ignore"):
-        if to.kind == "i" and x.dtype.kind == "f":
-            bits = to.itemsize * 8
+        if to.kind in "iu" and x.dtype.kind == "f":
+            bits = to.itemsize * 8 - (1 if to.kind == "i" else 0)  # value bits
             y = np.trunc(x.astype(np.float64))
             y = np.where(np.isnan(y), 0.0, y)
-            big, small = y >= 2.0 ** (bits - 1), y < -(2.0 ** (bits - 1))
+            least = -(2.0**bits) if to.kind == "i" else 0.0
+            big, small = y >= 2.0**bits, y < least
             inside = np.where(big | small, 0.0, y).astype(to)
-            top, bottom = np.array(2 ** (bits - 1) - 1, to), np.array(-(2 ** (bits - 1)), to)
+            top, bottom = np.array(2**bits - 1, to), np.array(int(least), to)
             return np.where(big, top, np.where(small, bottom, inside)).astype(to)
         return x.astype(to)
 
@@ -115,7 +122,7 @@ def oracle_unary(name: str, x: np.ndarray) -> np.ndarray:
         if name in ("floor", "ceil") and x.dtype.kind != "f":
             return x
         xf = x if x.dtype.kind == "f" else oracle_cast(x, np.dtype(np.float32))
-        return _round(FLOAT_UNARY_ORACLE[name](xf.astype(np.float64)), xf.dtype)
+        return round_to(FLOAT_UNARY_ORACLE[name](xf.astype(np.float64)), xf.dtype)
 
 
 def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -145,7 +152,7 @@ def _arith(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
                 "maximum": np.maximum,
                 "minimum": np.minimum,
             }
-            return _round(fns[op](a, b), dtype)
+            return round_to(fns[op](a, b), dtype)
         ifns: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
             "add": np.add,
             "sub": np.subtract,
@@ -257,7 +264,7 @@ def oracle_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool)
         total = oracle_reduce("sum", xf, axes, keepdims)
         count = math.prod(x.shape[a] for a in axes)
         with np.errstate(all="ignore"):
-            return _round(total.astype(np.float64) / count, xf.dtype)
+            return round_to(total.astype(np.float64) / count, xf.dtype)
     with np.errstate(all="ignore"):
         if x.dtype.kind == "f":
             work = x.astype(np.float64)
@@ -272,7 +279,7 @@ def oracle_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool)
         else:
             fn2 = np.max if op == "max" else np.min
             y = fn2(work, axis=axes, keepdims=keepdims, initial=ident)
-    return _round(np.asarray(y), x.dtype)
+    return round_to(np.asarray(y), x.dtype)
 
 
 def oracle_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -280,7 +287,7 @@ def oracle_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     x, y = oracle_cast(x, common), oracle_cast(y, common)
     with np.errstate(all="ignore"):
         if common.kind == "f":
-            return _round(np.matmul(x.astype(np.float64), y.astype(np.float64)), common)
+            return round_to(np.matmul(x.astype(np.float64), y.astype(np.float64)), common)
         return np.asarray(np.matmul(x, y)).astype(common)
 
 
@@ -305,7 +312,7 @@ def oracle_conv1d(
                 out[:, g * og : (g + 1) * og] = np.einsum(
                     "nclk,ock->nol", windows, w[g * og : (g + 1) * og].astype(np.float64)
                 )
-    return _round(out, x.dtype)
+    return round_to(out, x.dtype)
 
 
 def oracle_gather(x: np.ndarray, axis: int, idx: np.ndarray) -> np.ndarray:

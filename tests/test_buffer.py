@@ -96,9 +96,10 @@ class TestHostBufferSemantics:
         assert released.wait(10)
 
     def test_dtypes(self, client: Client) -> None:
-        """float64 needs an explicit ``dtype=``; the conversion is a copy."""
-        with pytest.raises(TypeError, match="float64"):
-            client.buffer_from_host(np.zeros(3))
+        """float64 stays float64; complex is refused; ``dtype=`` converts, as a copy."""
+        assert client.buffer_from_host(np.zeros(3)).dtype.name == "float64"
+        with pytest.raises(TypeError, match="complex64"):
+            client.buffer_from_host(np.zeros(3, np.complex64))
         src = np.zeros(3)
         buf = client.buffer_from_host(src, dtype="float32", semantics=S.MUTABLE_ZERO_COPY)
         src[:] = 5  # the converted copy, not ``src``, is what the buffer may alias

@@ -253,3 +253,36 @@ def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
     yv = rng.standard_normal((3, 17, 20)).astype(np.float32)
     want = np.swapaxes(xv, 1, 2) @ np.swapaxes(yv, 1, 2)
     np.testing.assert_allclose(exe2.run([xv, yv])[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "op"),
+    [
+        ((37, 1000), (0,), "sum"),  # a partial last block of 512
+        ((5, 7, 40), (0, 1), "max"),
+        ((6, 9, 33), (1,), "min"),
+        ((3, 4, 517), (0,), "prod"),
+        ((64, 16), (0,), "sum"),
+    ],
+)
+def test_reductions_keeping_the_last_axis_read_rows(
+    shape: tuple[int, ...], axes: tuple[int, ...], op: str
+) -> None:
+    """A reduction over leading axes accumulates row blocks (``_reduce_rows``): equal to numpy,
+    with the same per-element order as the plain loop, for static and bounded shapes and ints."""
+    rng = np.random.default_rng(len(shape) + sum(shape))
+    t = Var("t", 1, shape[0] + 3)
+    for dims, bind in ((shape, {}), ((t, *shape[1:]), {"t": shape[0]})):
+        x = Tensor.placeholder(dims, name="x")
+        y = getattr(x, op)(axis=axes)
+        exe = compile(y, [x])
+        xv = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        (got,) = exe.run([xv], bind)
+        np.testing.assert_allclose(got, getattr(np, op)(xv, axis=axes), rtol=1e-5)
+    xi = Tensor.placeholder(shape, dtype="int32", name="xi")
+    exe = compile(xi.sum(axis=axes), [xi])
+    iv = rng.integers(-1000, 1000, shape).astype(np.int32)
+    (got,) = exe.run([iv], {})
+    np.testing.assert_array_equal(got, iv.sum(axis=axes, dtype=np.int32))
+    asm = emit_assembly(exe.ir_text() if callable(exe.ir_text) else exe.ir_text)
+    assert re.search(r"vpadd[dq]\s+.*[yz]mm", asm), "the row loop is not vectorised"

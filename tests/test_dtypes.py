@@ -14,14 +14,21 @@ from asyncjit.dtypes import (
     bool_,
     float16,
     float32,
+    float64,
     from_numpy,
+    int8,
+    int16,
     int32,
     int64,
     result_type,
     scalar_dtype,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 
-ORDER = [bool_, int32, int64, float16, float32]
+ORDER = [bool_, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, float32, float64]
 
 
 class TestDType:
@@ -32,6 +39,13 @@ class TestDType:
             (float16, np.float16, 2, "f"),
             (int32, np.int32, 4, "i"),
             (int64, np.int64, 8, "i"),
+            (int8, np.int8, 1, "i"),
+            (int16, np.int16, 2, "i"),
+            (uint8, np.uint8, 1, "u"),
+            (uint16, np.uint16, 2, "u"),
+            (uint32, np.uint32, 4, "u"),
+            (uint64, np.uint64, 8, "u"),
+            (float64, np.float64, 8, "f"),
             (bool_, np.bool_, 1, "b"),
         ],
     )
@@ -40,11 +54,12 @@ class TestDType:
         assert dtype.np == np.dtype(npd)
         assert dtype.itemsize == size == np.dtype(npd).itemsize
         assert dtype.kind == kind
-        assert (dtype.is_float, dtype.is_int, dtype.is_bool) == (kind == "f", kind == "i", kind == "b")
+        assert (dtype.is_float, dtype.is_int, dtype.is_bool) == (kind == "f", kind in "iu", kind == "b")
+        assert (dtype.is_signed, dtype.is_unsigned) == (kind == "i", kind == "u")
         assert repr(dtype) == f"asyncjit.{dtype.name}"
 
     def test_all_listed_once(self) -> None:
-        """DTYPES lists every supported dtype once, in promotion order."""
+        """DTYPES lists every supported dtype once: bool, unsigned, signed, float, narrow first."""
         assert list(DTYPES) == ORDER
 
     def test_value_semantics(self) -> None:
@@ -62,13 +77,13 @@ class TestFromNumpy:
         assert from_numpy(dtype.name) is dtype
         assert from_numpy(dtype) is dtype
 
-    @pytest.mark.parametrize("bad", [np.float64, np.uint8, np.complex64, "int8", np.int16])
+    @pytest.mark.parametrize("bad", [np.complex64, np.longdouble, "U4", np.datetime64])
     def test_unsupported(self, bad: object) -> None:
         """Unsupported numpy dtypes raise TypeError naming the supported ones."""
         with pytest.raises(
             TypeError,
-            match=r"asyncjit does not support dtype \w+ \(supported: bool, int32, int64, float16, "
-            r"float32\); cast it first",
+            match=r"asyncjit does not support dtype \S+ \(supported: bool, uint8, uint16, uint32, uint64, "
+            r"int8, int16, int32, int64, float16, float32, float64\); cast it first",
         ):
             from_numpy(bad)
 
@@ -81,9 +96,27 @@ class TestFromNumpy:
 class TestPromotion:
     @pytest.mark.parametrize(("a", "b"), list(itertools.product(ORDER, ORDER)))
     def test_table(self, a: DType, b: DType) -> None:
-        """Two dtypes promote to the later one in bool < int32 < int64 < float16 < float32."""
-        assert result_type(a, b) == ORDER[max(ORDER.index(a), ORDER.index(b))]
-        assert result_type(a, b) == result_type(b, a)
+        """Promotion is symmetric and, for dtypes of one kind (or bool), picks the wider; a
+        float beats any int; mixed signedness gives a signed int that holds both (but uint64)."""
+        r = result_type(a, b)
+        assert r == result_type(b, a)
+        if a.kind == b.kind or a.is_bool or b.is_bool or (a.is_float or b.is_float):
+            by_rank = ORDER[max(ORDER.index(a), ORDER.index(b))]
+            assert r == (by_rank if a.kind == b.kind or a.is_bool or b.is_bool else (a if a.is_float else b))
+        else:
+            s, u = (a, b) if a.is_signed else (b, a)
+            assert r.is_signed and r.itemsize >= s.itemsize
+            if u != uint64:
+                assert np.iinfo(r.np).max >= np.iinfo(u.np).max
+                assert r.itemsize == max(s.itemsize, 2 * u.itemsize)
+
+    def test_mixed_signedness(self) -> None:
+        """uint8 + int8 -> int16; uint32 + int32 -> int64; uint8 + int32 -> int32; uint64 + int8 -> int64."""
+        assert result_type(uint8, int8) is int16
+        assert result_type(uint32, int32) is int64
+        assert result_type(uint8, int32) is int32
+        assert result_type(uint64, int8) is int64
+        assert result_type(uint8, uint16, int8) is int32
 
     def test_int_meets_float16_is_float16(self) -> None:
         """int64 with float16 gives float16 (as JAX does; numpy would give float64)."""

@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import NN_KINDS, WIDE_INT_DTYPES, GraphCase, assert_outputs_match, graph_cases
 
 from asyncjit import Tensor, Var, reference
 from asyncjit.compiler import compile
@@ -250,3 +253,58 @@ def test_topk_and_take_along_axis(largest: bool) -> None:
     np.testing.assert_array_equal(taken, np.take_along_axis(x, np.clip(idx, 0, 6), 1))
     with pytest.raises(TensorError, match="exceed"):
         Tensor.placeholder((3, Var("s", 1, 9)), np.float32).topk(2)
+
+
+def _fuzz_check(case: GraphCase) -> None:
+    """The reference against the strategies' independent loop oracles, then the compiled plan
+    against the reference at the drawn binding and every var's bounds."""
+    assert_outputs_match(reference.evaluate(case.outputs, case.inputs, case.var_values()), case.expected())
+    exe = compile(case.outputs, case.placeholders)
+    lows, highs = {v.name: v.min for v in case.variables}, {v.name: v.max for v in case.variables}
+    corners = [dict(case.bindings), lows, highs]
+    for bindings in corners:
+        feed = case.make_inputs(bindings)
+        want = reference.evaluate(case.outputs, feed, case.var_values(bindings))
+        got = exe.run(
+            [feed[p] for p in case.placeholders], {v.name: bindings[v.name] for v in exe.signature.vars}
+        )
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            tol = 1e-2 if g.dtype == np.float16 else 1e-4
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=case.describe())
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(graph_cases(kinds=(*NN_KINDS, "unary", "binary", "reduce", "permute"), max_steps=4))
+def test_fuzz_nn_ops(case: GraphCase) -> None:
+    """Random graphs mixing the new ops with elementwise ops and views, symbolic dims."""
+    _fuzz_check(case)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(
+    st.sampled_from(WIDE_INT_DTYPES).flatmap(
+        lambda d: graph_cases(
+            kinds=(
+                "unary",
+                "binary",
+                "cast",
+                "reduce",
+                "cumsum",
+                "argext",
+                "topk",
+                "pool",
+                "take_along_axis",
+            ),
+            dtypes=(d, np.dtype(np.bool_)),
+            max_steps=4,
+        )
+    )
+)
+def test_fuzz_wide_int_dtypes(case: GraphCase) -> None:
+    """int8/int16/uint8/uint16/uint32/uint64 graphs (one int dtype each, with bool)."""
+    _fuzz_check(case)

@@ -113,8 +113,9 @@ class TestInputErrors:
                 r"input 'w': expected dtype float32, got int32 \(convert with .astype\(np.float32\)\)",
             ),
             (np.ones(3, np.float16), r"input 'w': expected dtype float32, got float16"),
-            (np.ones(3), r"input 'w': asyncjit does not support dtype float64"),
-            ([1.0, 2.0, 3.0], r"input 'w': asyncjit does not support dtype float64"),
+            (np.ones(3), r"input 'w': expected dtype float32, got float64"),
+            ([1.0, 2.0, 3.0], r"input 'w': expected dtype float32, got float64"),
+            (np.ones(3, np.complex64), r"input 'w': asyncjit does not support dtype complex64"),
         ],
     )
     def test_wrong_dtype(self, graph: tuple[Tensor, Tensor, Tensor], value: object, message: str) -> None:

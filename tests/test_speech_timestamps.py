@@ -177,3 +177,58 @@ class TestHandWorked:
     def test_bad_arguments(self, probs: Any, kw: dict[str, Any], match: str) -> None:
         with pytest.raises(ValueError, match=match):
             speech_timestamps(probs, **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    probs=_probabilities(),
+    threshold=st.sampled_from([0.3, 0.5]),
+    min_speech_duration_ms=st.sampled_from([0, 100, 250]),
+    max_speech_duration_s=st.sampled_from([math.inf, 0.5, 2.5]),
+    min_silence_duration_ms=st.sampled_from([0, 100, 300]),
+    speech_pad_ms=st.sampled_from([0, 30, 100]),
+    use_max=st.booleans(),
+)
+def test_tracker_edges_are_the_batch_segments(
+    probs: list[float],
+    threshold: float,
+    min_speech_duration_ms: int,
+    max_speech_duration_s: float,
+    min_silence_duration_ms: int,
+    speech_pad_ms: int,
+    use_max: bool,
+) -> None:
+    """``SpeechTracker`` fed one probability at a time reports the segments ``speech_timestamps``
+    finds: alternating start/end edges, one pair per segment, each within the pad of the batch's
+    (the batch splits the gap between close neighbours; a live stream cannot see the next one)."""
+    from asyncjit.models import SpeechTracker
+
+    kw: dict[str, Any] = {
+        "threshold": threshold,
+        "min_speech_duration_ms": min_speech_duration_ms,
+        "max_speech_duration_s": max_speech_duration_s,
+        "min_silence_duration_ms": min_silence_duration_ms,
+        "speech_pad_ms": speech_pad_ms,
+        "use_max_poss_sil_at_max_speech": use_max,
+    }
+    batch = speech_timestamps(probs, 16000, **kw)
+    tracker = SpeechTracker(16000, window_size_samples=512, **kw)
+    edges = [e for p in probs for e in tracker.push(p)] + tracker.finish()
+    assert [e.kind for e in edges] == ["start", "end"] * len(batch)
+    pad = 16000 * speech_pad_ms / 1000
+    for seg, start, end in zip(batch, edges[::2], edges[1::2], strict=True):
+        assert abs(start.sample - seg.start) <= pad
+        assert abs(end.sample - seg.end) <= pad
+        assert start.sample <= end.sample
+
+
+def test_tracker_reports_a_start_before_the_segment_ends() -> None:
+    """A start is reported once the segment is long enough to be kept, not when it closes."""
+    from asyncjit.models import SpeechTracker
+
+    tracker = SpeechTracker(16000, window_size_samples=512)
+    probs = [0.0] * 5 + [0.9] * 40 + [0.0] * 10
+    reported = [(i, e.kind) for i, p in enumerate(probs) for e in tracker.push(p)]
+    # 250 ms = 7.8 chunks of 32 ms: certain at chunk 12 (from chunk 5); silence from chunk 45 ends
+    # it once it has lasted 100 ms (1,600 samples: 4 chunks later)
+    assert reported == [(12, "start"), (49, "end")]

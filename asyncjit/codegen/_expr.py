@@ -177,11 +177,18 @@ class Emitter:
         ty = storage_type(node.dtype)
         return v if ty == I64 else self.b.trunc(v, ty)
 
+    def index_value(self, ind: Node, idx: tuple[Dim, ...]) -> ir.Value:
+        """An int index tensor's element as ``i64``, as the reference's ``astype(int64)``:
+        signed and unsigned narrower ints extend by their kind; uint64 keeps its bits."""
+        raw = self.value(ind, idx)
+        if raw.type == I64:
+            return raw
+        return self.b.zext(raw, I64) if ind.dtype.is_unsigned else self.b.sext(raw, I64)
+
     def _gather(self, node: Node, idx: tuple[Dim, ...]) -> ir.Value:
         x, ind = node.inputs
         axis = node.attrs["axis"]
-        raw = self.value(ind, (idx[axis],))
-        v = raw if raw.type == I64 else self.b.sext(raw, I64)
+        v = self.index_value(ind, (idx[axis],))
         hi = self.b.sub(self.dim(x.shape[axis]), i64(1))
         v = self.b.select(self.b.icmp_signed("<", v, i64(0)), i64(0), v)
         v = self.b.select(self.b.icmp_signed(">", v, hi), hi, v)
@@ -192,8 +199,7 @@ class Emitter:
         """``x`` at ``index[idx]`` along the axis (clamped), elsewhere at ``idx``."""
         x, ind = node.inputs
         axis = node.attrs["axis"]
-        raw = self.value(ind, idx)
-        v = raw if raw.type == I64 else self.b.sext(raw, I64)
+        v = self.index_value(ind, idx)
         hi = self.b.sub(self.dim(x.shape[axis]), i64(1))
         v = self.b.select(self.b.icmp_signed(">", v, hi), hi, v)
         v = self.b.select(self.b.icmp_signed("<", v, i64(0)), i64(0), v)

@@ -23,10 +23,10 @@ from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
+from ._reduce_rows import emit_reduce_rows, rows_worthwhile
 from ._scalar import intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
-from ._target import F64
-from ._types import F16, F32, I64, PTR, VOID, compute_type, const, storage_type
+from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
 __all__ = ["emit_kernel", "scratch_bytes"]
 
@@ -198,21 +198,34 @@ def _wide(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return v if v.type == F64 else b.fpext(v, F64)
 
 
-def _combine(ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool) -> ir.Value:
+def _combine(
+    ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool, unsigned: bool = False
+) -> ir.Value:
     b = ctx.b
     if is_float:
         if op == "sum":
             return b.fadd(acc, _wide(b, v), flags=_REDUCE_FLAGS)
         if op == "prod":
             return b.fmul(acc, _wide(b, v), flags=_REDUCE_FLAGS)
-        name = "llvm.maximum.f32" if op == "max" else "llvm.minimum.f32"
-        return intrinsic(b, name, F32, [acc, v])
+        sfx = "f64" if acc.type == F64 else "f32"
+        name = f"llvm.maximum.{sfx}" if op == "max" else f"llvm.minimum.{sfx}"
+        return intrinsic(b, name, acc.type, [acc, v])
     if op == "sum":
         return b.add(acc, v)
     if op == "prod":
         return b.mul(acc, v)
     pick = ">" if op == "max" else "<"
-    return b.select(b.icmp_signed(pick, acc, v), acc, v)
+    cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+    return b.select(cmp(pick, acc, v), acc, v)
+
+
+def _float_acc(node: Node) -> ir.Type:
+    """Float sum/prod accumulate in double and round once (the reference semantics, graph._ops):
+    a float32 sum cannot overflow midway, and the unspecified order costs < 1 ulp. max/min are
+    exact in the dtype's own width (float16 in float32)."""
+    if node.op == "reduce" and node.attrs["op"] in ("sum", "prod"):
+        return F64
+    return F64 if node.dtype.itemsize == 8 else F32
 
 
 def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
@@ -220,32 +233,41 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
     x = node.inputs[0]
     op, axes = node.attrs["op"], tuple(node.attrs["axes"])
     is_float = node.dtype.is_float
-    # float sum/prod accumulate in double and round once (the reference semantics, graph._ops):
-    # a float32 sum cannot overflow midway, and the unspecified order costs < 1 ulp
-    wide = is_float and op in ("sum", "prod")
-    acc_ty = F64 if wide else F32 if is_float else compute_type(node.dtype)
+    acc_ty = _float_acc(node) if is_float else compute_type(node.dtype)
     init = reduce_identity(op, node.dtype)
+    init_value = ir.Constant(acc_ty, float(init)) if is_float else const(node.dtype, init)
+    unsigned = node.dtype.is_unsigned
+
+    def value_at(full: tuple[Dim, ...]) -> ir.Value:
+        v = ctx.em.value(x, full)
+        return ctx.b.fpext(v, F32) if v.type == F16 else v
+
+    def combine(acc_v: ir.Value, v: ir.Value) -> ir.Value:
+        return _combine(ctx, op, acc_v, v, is_float, unsigned)
+
+    def finish(idx: tuple[Dim, ...], result: ir.Value) -> None:
+        if result.type == F64 and node.dtype.name in ("float32", "float16"):
+            result = ctx.b.fptrunc(result, F32)  # double -> float -> half, as the reference
+        if node.dtype.name == "float16":  # rounds float64 -> float32 -> float16
+            result = ctx.b.fptrunc(result, F16)
+        ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
+
+    if rows_worthwhile(x.shape, axes):  # the last axis kept: read rows, not columns
+        emit_reduce_rows(ctx, node.shape, x.shape, axes, acc_ty, init_value, value_at, combine, finish)
+        return
     acc = ctx.alloca(acc_ty)
 
     def outer(idx: tuple[Dim, ...]) -> None:
-        ctx.b.store(ir.Constant(acc_ty, float(init) if is_float else int(init)), acc)
+        ctx.b.store(init_value, acc)
 
         def inner(red: tuple[Dim, ...]) -> None:
             full = list(idx)
             for ax, r in zip(axes, red, strict=True):
                 full[ax] = r
-            v = ctx.em.value(x, tuple(full))
-            if v.type == F16:
-                v = ctx.b.fpext(v, F32)
-            ctx.b.store(_combine(ctx, op, ctx.b.load(acc, typ=acc_ty), v, is_float), acc)
+            ctx.b.store(combine(ctx.b.load(acc, typ=acc_ty), value_at(tuple(full))), acc)
 
         ctx.nest([x.shape[a] for a in axes], inner)
-        result = ctx.b.load(acc, typ=acc_ty)
-        if wide and node.dtype.name in ("float32", "float16"):
-            result = ctx.b.fptrunc(result, F32)  # then to half: double -> float -> half, as
-        if node.dtype.name == "float16":  # the reference rounds float64 -> float32 -> float16
-            result = ctx.b.fptrunc(result, F16)
-        ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
+        finish(idx, ctx.b.load(acc, typ=acc_ty))
 
     ctx.nest(node.shape, outer)
 
@@ -265,7 +287,7 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
         ctx.b.call(fn, [a_ptr, b_ptr, ctx.out, ctx.scratch, *dims])
         return
     is_float = node.dtype.is_float
-    acc_ty = F32 if is_float else compute_type(node.dtype)
+    acc_ty = _float_acc(node) if is_float else compute_type(node.dtype)
     acc = ctx.alloca(acc_ty)
     b_ = ctx.b
 
@@ -350,12 +372,13 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
         ctx.b.call(fn, args)
         return
     og = cout // groups
-    acc = ctx.alloca(F32)
+    acc_ty = _float_acc(node)
+    acc = ctx.alloca(acc_ty)
     b = ctx.b
 
     def cell(idx: tuple[Dim, ...]) -> None:
         nn, o, ll = idx
-        b.store(ir.Constant(F32, 0.0), acc)
+        b.store(ir.Constant(acc_ty, 0.0), acc)
         ov = em.dim(o)
         g = b.udiv(ov, i64(og))
         for kk in range(k):
@@ -373,12 +396,12 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
                 wv = em.load(w, (o, c, kk))
                 if xv.type == F16:
                     xv, wv = b.fpext(xv, F32), b.fpext(wv, F32)
-                xv = b.select(valid, xv, ir.Constant(F32, 0.0))
-                cur = b.load(acc, typ=F32)
+                xv = b.select(valid, xv, ir.Constant(acc_ty, 0.0))
+                cur = b.load(acc, typ=acc_ty)
                 b.store(b.fadd(cur, b.fmul(xv, wv, flags=("contract",)), flags=_REDUCE_FLAGS), acc)
 
             ctx.loop(cin_g, chan)
-        out = b.load(acc, typ=F32)
+        out = b.load(acc, typ=acc_ty)
         if node.dtype.name == "float16":
             out = b.fptrunc(out, F16)
         em.store(ctx.out, node, linearize(idx, node.shape), out)
@@ -395,8 +418,7 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
     extent = x.shape[axis]
 
     def each(i: Index) -> None:
-        raw = em.value(ind, (i,))
-        j = raw if raw.type == I64 else b.sext(raw, I64)
+        j = em.index_value(ind, (i,))
         ok = b.and_(b.icmp_signed(">=", j, i64(0)), b.icmp_signed("<", j, em.dim(extent)))
         with b.if_then(ok):
             em._memo.append({})

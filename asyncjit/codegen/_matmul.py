@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ._matmul_split import PART_FIELDS, call_driver, column_part
+from ._parallel import MAX_THREADS, emit_parallel_for, threads_value
 from ._target import (
     F32,
     I1,
@@ -48,7 +50,12 @@ from ._target import (
     vector_width,
 )
 
-__all__ = ["MatmulTiling", "emit_matmul", "matmul_scratch_bytes", "matmul_tiling"]
+__all__ = ["PARALLEL_MIN_MACS", "MatmulTiling", "emit_matmul", "matmul_scratch_bytes", "matmul_tiling"]
+
+PARALLEL_MIN_MACS = 1 << 26
+"""Multiply-adds from which one matmul (of a batch) splits its columns over the intra-op threads
+(see ``_parallel``): ~1.7 ms on one core, so spawning and joining (20-60 µs a thread) stays
+under 5%. The Silero VAD's batched steps (at most 2^25 at b = 256) stay on one thread."""
 
 
 class MatmulTiling:
@@ -97,9 +104,24 @@ def matmul_scratch_bytes(m_max: int, n_max: int, k_max: int) -> int:
     if min(m_max, n_max, k_max) < 0:
         raise ValueError(f"matmul maxima must be >= 0, got {(m_max, n_max, k_max)}")
     t = matmul_tiling()
-    kc = min(t.kc, max(k_max, 1))
-    a_block = _round_up(_round_up(min(t.mc, max(m_max, 1)), t.mr) * kc, 16)
-    b_block = _round_up(min(t.nc, max(n_max, 1)), t.nr) * kc
+    single = _region_bytes(t, m_max, n_max, k_max)
+    if m_max * n_max * k_max < PARALLEL_MIN_MACS:
+        return single
+    # split over T threads: T regions for ceil(N / T) columns each (rounded up to NR)
+    return max(
+        single,
+        *(
+            parts * _region_bytes(t, m_max, _round_up(-(-n_max // parts), t.nr), k_max)
+            for parts in range(2, MAX_THREADS + 1)
+        ),
+    )
+
+
+def _region_bytes(t: MatmulTiling, m: int, n: int, k: int) -> int:
+    """Scratch of one driver call (mirrored in IR by ``_matmul_split.column_part``)."""
+    kc = min(t.kc, max(k, 1))
+    a_block = _round_up(_round_up(min(t.mc, max(m, 1)), t.mr) * kc, 16)
+    b_block = _round_up(min(t.nc, max(n, 1)), t.nr) * kc
     return 64 + 4 * (a_block + b_block)
 
 
@@ -697,6 +719,15 @@ def emit_matmul(
         b.and_(b.icmp_signed("==", a_cs, i64(1)), b.icmp_signed("==", b_rs, i64(1))),
         b.icmp_signed("<=", mv, i64(t.dot_m_max)),
     )
+    # Columns split over the intra-op threads for a big product (the driver is chosen once, from
+    # the whole product, so every column is computed exactly as on one thread).
+    big = b.icmp_signed(">=", b.mul(b.mul(mv, nv), kv), i64(PARALLEL_MIN_MACS))
+    col_tiles = b.sdiv(b.add(nv, i64(t.nr - 1)), i64(t.nr))
+    parts = smin(b, b.select(big, threads_value(b), i64(1)), col_tiles)
+    which = b.select(use_direct, i64(0), b.select(use_dot, i64(1), i64(2)))
+    drivers = (direct, dot, packed)
+    part = column_part(module, t, drivers)
+    job = b.alloca(I64, size=len(PART_FIELDS))
     with for_range(b, i64(0), batch, name="p") as p:
         ap = b.gep(a, [b.mul(p, a_bs)], source_etype=F32)
         bpp = b.gep(bp, [b.mul(p, b_bs)], source_etype=F32)
@@ -705,13 +736,13 @@ def emit_matmul(
         with b.if_else(b.icmp_signed("<=", kv, i64(0))) as (zero_k, nonzero_k):
             with zero_k, for_range(b, i64(0), mv, name="zi") as i, for_range(b, i64(0), nv, name="zj") as j:
                 _store_f32(b, ir.Constant(F32, 0.0), cp, b.add(b.mul(i, c_rs), j))
-            with nonzero_k, b.if_else(use_direct) as (d_then, d_else):
-                with d_then:
-                    b.call(direct, call_args)
-                with d_else, b.if_else(use_dot) as (t_then, t_else):
-                    with t_then:
-                        b.call(dot, call_args)
-                    with t_else:
-                        b.call(packed, call_args)
+            with nonzero_k, b.if_else(b.icmp_signed(">", parts, i64(1))) as (par, serial):
+                with par:
+                    for f, v in enumerate([*call_args, which]):
+                        slot = b.gep(job, [i64(f)], source_etype=I64)
+                        b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
+                    emit_parallel_for(b, part, job, parts)
+                with serial:
+                    call_driver(b, drivers, use_direct, use_dot, call_args)
     b.ret_void()
     return fn

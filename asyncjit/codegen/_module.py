@@ -3,6 +3,10 @@
 The argument block holds, in order: input addresses, output addresses, constant addresses, the
 arena address, then the var values (``ArgLayout``). The entry point loads each slot once and calls
 every kernel in order (invariant 4: one foreign call per replay).
+
+A plan with partitions run by a plugin's dispatch runtime is a sequence of segments: every run of
+CPU kernels between two dispatch calls gets its own entry point (``plan``, then ``plan_seg<i>``; one
+foreign call per CPU segment); the launcher calls the segments and the dispatch runtime in plan order.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from ._index import i64
 from ._kernels import emit_kernel
 from ._types import I8, I64, PTR, VOID
 
-__all__ = ["ENTRY", "ENTRY_PROFILED", "TICKS", "ArgLayout", "PluginCall", "build_module"]
+__all__ = [
+    "ENTRY",
+    "ENTRY_PROFILED",
+    "TICKS",
+    "ArgLayout",
+    "PluginCall",
+    "build_module",
+    "cpu_segments",
+    "segment_entries",
+]
 
 ENTRY = "plan"
 # ``void plan_profiled(int64_t *args, int64_t *ticks)``: the same kernel calls, with the cycle
@@ -56,10 +69,38 @@ class ArgLayout:
 
 @attrs.frozen
 class PluginCall:
-    """A kernel compiled by a plugin: LLVM IR defining ``void symbol(ptr out, ptr in..., ptr vars)``."""
+    """A kernel compiled by a plugin: LLVM IR defining
+    ``void symbol(ptr out_0, ..., ptr in_0, ..., ptr vars)``."""
 
     symbol: str
     ir_text: str
+
+
+def cpu_segments(plan: FusionPlan, linked: Mapping[int, PluginCall]) -> list[tuple[int, int]]:
+    """``[start, stop)`` kernel ranges between dispatch kernels (plugin kernels not in ``linked``).
+
+    One range covering everything when nothing is dispatched (even an empty plan); otherwise only
+    the non-empty ranges.
+    """
+    cuts = [i for i, k in enumerate(plan.kernels) if k.kind == "plugin" and k.partition not in linked]
+    if not cuts:
+        return [(0, len(plan.kernels))]
+    out, start = [], 0
+    for c in (*cuts, len(plan.kernels)):
+        if c > start:
+            out.append((start, c))
+        start = c + 1
+    return out
+
+
+def segment_entries(n_segments: int, dispatched: bool) -> list[tuple[str, str]]:
+    """(entry, profiled entry) symbol names of each CPU segment."""
+    if not dispatched:
+        return [(ENTRY, ENTRY_PROFILED)]
+    return [
+        (ENTRY, ENTRY_PROFILED) if i == 0 else (f"{ENTRY}_seg{i}", f"{ENTRY}_seg{i}_profiled")
+        for i in range(n_segments)
+    ]
 
 
 def build_module(
@@ -70,21 +111,32 @@ def build_module(
     vars: Sequence[Var],
     plugins: Mapping[int, PluginCall] | None = None,
 ) -> ir.Module:
-    """The plan's module: every kernel plus the entry point (plugin kernels are only declared)."""
+    """The plan's module: every CPU kernel plus the segment entry points.
+
+    ``plugins`` maps partition index to the LLVM IR a plugin compiled it to (only declared here,
+    linked in later); other plugin kernels are dispatched by the launcher between segments.
+    """
     plugins = plugins or {}
     module = ir.Module(name=name)
     kernel_fns: dict[str, ir.Function] = {}
     for k in plan.kernels:
         if k.kind == "plugin":
-            call = plugins[k.node.id]
-            fnty = ir.FunctionType(VOID, [PTR] * (len(k.reads) + 2))
+            call = plugins.get(k.partition) if k.partition is not None else None
+            if call is None:
+                continue
+            fnty = ir.FunctionType(VOID, [PTR] * (len(k.outputs) + len(k.reads) + 1))
             fn = module.globals.get(call.symbol) or ir.Function(module, fnty, call.symbol)
             kernel_fns[k.name] = fn
         else:
             kernel_fns[k.name] = emit_kernel(module, k, plan.materialized, vars)
     counter = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
-    _emit_entry(module, ENTRY, plan, memory, layout, vars, kernel_fns, None)
-    _emit_entry(module, ENTRY_PROFILED, plan, memory, layout, vars, kernel_fns, counter)
+    segments = cpu_segments(plan, plugins)
+    names = segment_entries(len(segments), len(segments) != 1 or segments[0] != (0, len(plan.kernels)))
+    if not segments:  # every kernel dispatched: the (empty) entry still names the object's plan
+        segments, names = [(0, 0)], [(ENTRY, ENTRY_PROFILED)]
+    for (start, stop), (entry, profiled) in zip(segments, names, strict=True):
+        _emit_entry(module, entry, plan, memory, layout, vars, kernel_fns, None, start, stop)
+        _emit_entry(module, profiled, plan, memory, layout, vars, kernel_fns, counter, start, stop)
     ticks_fn = ir.Function(module, ir.FunctionType(I64, []), TICKS)
     ticks_fn.attributes.add("nounwind")
     tb = ir.IRBuilder(ticks_fn.append_basic_block("entry"))
@@ -101,9 +153,11 @@ def _emit_entry(
     vars: Sequence[Var],
     kernel_fns: Mapping[str, ir.Function],
     counter: ir.Function | None,
+    start: int,
+    stop: int,
 ) -> None:
-    """One entry point calling every kernel in order; with ``counter``, it also takes a ``ticks``
-    pointer and records the cycle counter around the kernel calls."""
+    """One entry point calling kernels ``start..stop-1`` in order; with ``counter``, it also takes a
+    ``ticks`` pointer and records the cycle counter before and after each kernel call."""
     params = [PTR, PTR] if counter is not None else [PTR]
     b = ir.IRBuilder(ir.Function(module, ir.FunctionType(VOID, params), name).append_basic_block("entry"))
     entry = b.function
@@ -141,11 +195,12 @@ def _emit_entry(
         return pointer("output", k.target) if k.target is not None else buffer(k.node.id)
 
     stamp(0)
-    for i, k in enumerate(plan.kernels):
+    for i, k in enumerate(plan.kernels[start:stop]):
         reads = [buffer(n.id) for n in k.reads]
         fn = kernel_fns[k.name]
         if k.kind == "plugin":
-            b.call(fn, [out_ptr(k), *reads, var_block])
+            outs = [out_ptr(k), *(buffer(n.id) for n in k.extra)]
+            b.call(fn, [*outs, *reads, var_block])
         else:
             b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
         stamp(i + 1)

@@ -16,10 +16,12 @@ from llvmlite import ir
 
 from ..graph import Node, reduce_identity
 from ..symbolic import Dim, Index, prod
+from ._conv import _valid_range
 from ._expr import linearize
 from ._index import i64
 from ._scalar import intrinsic
-from ._types import F16, F32, I1, I64, compute_type
+from ._target import for_range
+from ._types import F16, F32, I1, I64, compute_type, const
 
 if TYPE_CHECKING:
     from ..passes import Kernel
@@ -70,12 +72,13 @@ def _is_float(ty: ir.Type) -> bool:
     return isinstance(ty, ir.FloatType | ir.DoubleType | ir.HalfType)
 
 
-def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = False) -> ir.Value:
     """NaN-propagating float max/min (``llvm.maximum``), signed or unsigned int max/min."""
     if _is_float(x.type):
         sfx = "f64" if isinstance(x.type, ir.DoubleType) else "f32"
         return intrinsic(b, f"llvm.{'maximum' if op == 'max' else 'minimum'}.{sfx}", x.type, [x, y])
-    return b.select(b.icmp_signed(">" if op == "max" else "<", x, y), x, y)
+    cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+    return b.select(cmp(">" if op == "max" else "<", x, y), x, y)
 
 
 def emit_conv_loop(ctx: _Ctx, kernel: Kernel) -> None:
@@ -128,9 +131,12 @@ def emit_conv_loop(ctx: _Ctx, kernel: Kernel) -> None:
 
 
 def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
-    """Max/avg pool: per output element, the taps of its window (static kernel, unrolled by
-    LLVM when short), padding excluded by ``select``; the avg count is accumulated alongside."""
+    """Max/avg pool: float32 by output rows (``_pool_rows``); other dtypes per output element,
+    the taps of its window, padding excluded by ``select``, the avg count accumulated alongside."""
     node = kernel.node
+    if node.dtype.name == "float32":
+        _pool_rows(ctx, kernel)
+        return
     (x,) = node.inputs
     mode = node.attrs["mode"]
     ks, strides, dilations = node.attrs["kernel"], node.attrs["strides"], node.attrs["dilations"]
@@ -141,7 +147,7 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
     acc = ctx.alloca(acc_ty)
     cnt = ctx.alloca(I64)
     ident = reduce_identity("max", node.dtype) if mode == "max" else 0
-    ident_c = ir.Constant(acc_ty, float(ident) if _is_float(acc_ty) else int(ident))
+    ident_c = ir.Constant(acc_ty, float(ident)) if _is_float(acc_ty) else const(node.dtype, ident)
 
     def cell(idx: tuple[Dim, ...]) -> None:
         b.store(ident_c, acc)
@@ -163,7 +169,7 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
             v = _widen(b, em.load(x, (idx[0], idx[1], *atoms)), acc_ty)
             cur = b.load(acc, typ=acc_ty)
             if mode == "max":
-                b.store(b.select(valid, _max(b, "max", cur, v), cur), acc)
+                b.store(b.select(valid, _max(b, "max", cur, v, x.dtype.is_unsigned), cur), acc)
                 return
             b.store(b.fadd(cur, b.select(valid, v, ir.Constant(acc_ty, 0.0))), acc)
             hit = counted if include else valid
@@ -178,6 +184,106 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
         em.store(ctx.out, node, linearize(idx, node.shape), _narrow(b, out, node))
 
     ctx.nest(node.shape, cell)
+
+
+def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
+    """Pool one output row (last axis) at a time, accumulating into the row itself: for every
+    tap of the outer axes whose input row exists, and every tap of the last axis, the output
+    range that reads inside the input is computed once, then a plain loop (contiguous for
+    stride 1, so it vectorises) combines ``x`` into the row. The avg divisor is the product of
+    per-axis counts, computed the same way."""
+    node = kernel.node
+    (x,) = node.inputs
+    mode, include = node.attrs["mode"], node.attrs["count_include_pad"]
+    ks, strides, dils, pads = (
+        node.attrs["kernel"],
+        node.attrs["strides"],
+        node.attrs["dilations"],
+        node.attrs["pads"],
+    )
+    r = len(ks)
+    em, b = ctx.em, ctx.b
+    sizes = [em.dim(d) for d in x.shape[2:]]
+    outs = [em.dim(d) for d in node.shape[2:]]
+    his = [em.dim(p[1]) for p in pads]
+    los = [em.dim(p[0]) for p in pads]
+    xbuf = ctx.buffers[x.id]
+    chans = b.mul(em.dim(x.shape[0]), em.dim(x.shape[1]))
+    in_plane: ir.Value = i64(1)
+    out_plane: ir.Value = i64(1)
+    for sz, o in zip(sizes, outs, strict=True):
+        in_plane, out_plane = b.mul(in_plane, sz), b.mul(out_plane, o)
+    ident = ir.Constant(F32, float(reduce_identity("max", node.dtype)) if mode == "max" else 0.0)
+    last = r - 1
+
+    def tap_range(ax: int, o: ir.Value, t: int) -> tuple[ir.Value, ir.Value]:
+        pos = b.sub(b.add(b.mul(o, i64(strides[ax])), i64(t * dils[ax])), los[ax])
+        return pos, b.and_(b.icmp_signed(">=", pos, i64(0)), b.icmp_signed("<", pos, sizes[ax]))
+
+    def count(ax: int, o: ir.Value) -> ir.Value:
+        total: ir.Value = i64(0)
+        for t in range(ks[ax]):
+            pos, ok = tap_range(ax, o, t)
+            if include:
+                ok = b.icmp_signed("<", pos, b.add(sizes[ax], his[ax]))
+            total = b.add(total, b.zext(ok, I64))
+        return total
+
+    with for_range(b, i64(0), chans, name="nc") as nc:
+        xplane = b.gep(xbuf, [b.mul(nc, in_plane)], source_etype=F32)
+        yplane = b.gep(ctx.out, [b.mul(nc, out_plane)], source_etype=F32)
+
+        def rows(
+            ax: int,
+            xoff: ir.Value,
+            yoff: ir.Value,
+            outer_count: ir.Value,
+            outer_ok: list[tuple[int, ir.Value]],
+        ) -> None:
+            if ax < last:
+                with for_range(b, i64(0), outs[ax], name=f"o{ax}") as o:
+                    ystride: ir.Value = i64(1)
+                    for a2 in range(ax + 1, r):
+                        ystride = b.mul(ystride, outs[a2])
+                    cnt = b.mul(outer_count, count(ax, o)) if mode == "avg" else outer_count
+                    rows(ax + 1, xoff, b.add(yoff, b.mul(o, ystride)), cnt, [*outer_ok, (ax, o)])
+                return
+            row = b.gep(yplane, [yoff], source_etype=F32)
+            with for_range(b, i64(0), outs[last], name="init") as j:
+                b.store(ident, b.gep(row, [j], source_etype=F32), align=4)
+            n_outer = [ks[a] for a, _ in outer_ok]
+
+            def outer_taps(level: int, src: ir.Value) -> None:
+                if level == len(outer_ok):
+                    for t in range(ks[last]):
+                        off = b.sub(i64(t * dils[last]), los[last])
+                        lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
+                        with for_range(b, lo, hi, name="j") as j:
+                            xi = b.add(src, b.add(b.mul(j, i64(strides[last])), off))
+                            v = b.load(b.gep(xplane, [xi], source_etype=F32), typ=F32, align=4)
+                            yp = b.gep(row, [j], source_etype=F32)
+                            cur = b.load(yp, typ=F32, align=4)
+                            new = _max(b, "max", cur, v) if mode == "max" else b.fadd(cur, v)
+                            b.store(new, yp, align=4)
+                    return
+                ax2, o = outer_ok[level]
+                xstride: ir.Value = i64(1)
+                for a2 in range(ax2 + 1, r):
+                    xstride = b.mul(xstride, sizes[a2])
+                for t in range(n_outer[level]):
+                    pos, ok = tap_range(ax2, o, t)
+                    with b.if_then(ok):
+                        outer_taps(level + 1, b.add(src, b.mul(pos, xstride)))
+
+            outer_taps(0, xoff)
+            if mode == "avg":
+                with for_range(b, i64(0), outs[last], name="div") as j:
+                    n = b.mul(outer_count, count(last, j))
+                    yp = b.gep(row, [j], source_etype=F32)
+                    q = b.fdiv(b.load(yp, typ=F32, align=4), b.sitofp(n, F32))
+                    b.store(b.select(b.icmp_signed(">", n, i64(0)), q, ir.Constant(F32, 0.0)), yp, align=4)
+
+        rows(0, i64(0), i64(0), i64(1), [])
 
 
 def _outer(node: Node, axis: int) -> list[Dim]:
@@ -217,12 +323,12 @@ def emit_cumsum(ctx: _Ctx, kernel: Kernel) -> None:
     ctx.nest(_outer(node, axis), row)
 
 
-def _better(b: ir.IRBuilder, op: str, v: ir.Value, best: ir.Value, ties: bool) -> ir.Value:
+def _better(b: ir.IRBuilder, op: str, v: ir.Value, best: ir.Value, ties: bool, unsigned: bool) -> ir.Value:
     """Whether ``v`` displaces ``best``: strictly more extreme (or equal, with ``ties``); NaN is
     the most extreme float and the first NaN stays unless ``ties``."""
     if not _is_float(v.type):
         sym = (">" if op == "max" else "<") + ("=" if ties else "")
-        return b.icmp_signed(sym, v, best)
+        return (b.icmp_unsigned if unsigned else b.icmp_signed)(sym, v, best)
     sym = (">" if op == "max" else "<") + ("=" if ties else "")
     v_nan = b.fcmp_unordered("uno", v, v)
     best_ok = b.fcmp_ordered("ord", best, best)
@@ -248,7 +354,7 @@ def emit_argext(ctx: _Ctx, kernel: Kernel) -> None:
         def step(i: Index) -> None:
             v = _widen(b, em.value(x, _with(rest, axis, i)), vty)
             cur = b.load(best, typ=vty)
-            take = _better(b, op, v, cur, last)
+            take = _better(b, op, v, cur, last, x.dtype.is_unsigned)
             b.store(b.select(take, v, cur), best)
             b.store(b.select(take, em.dim(i), b.load(at, typ=I64)), at)
 
@@ -280,7 +386,7 @@ def emit_topk(ctx: _Ctx, kernel: Kernel) -> None:
     def worse(v: ir.Value, u: ir.Value) -> ir.Value:
         """``u`` ranks strictly below ``v`` (so ``v`` moves ahead of it)."""
         if not _is_float(vty):
-            return b.icmp_signed(">" if largest else "<", v, u)
+            return (b.icmp_unsigned if x.dtype.is_unsigned else b.icmp_signed)(">" if largest else "<", v, u)
         v_nan, u_nan = b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", u, u)
         if largest:
             return b.or_(b.and_(v_nan, b.not_(u_nan)), b.fcmp_ordered(">", v, u))

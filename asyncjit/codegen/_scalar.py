@@ -3,11 +3,14 @@
 Values arrive and leave in their compute types (``_types.compute_type``). float16 ops extend to
 float, compute and round once. Float arithmetic carries only the ``contract`` flag (FMA
 formation); nothing that could change NaN/inf behaviour. Integer division and modulo are floor
-operations guarded against zero and ``INT_MIN / -1`` (both trap on x86).
+operations guarded against zero and ``INT_MIN / -1`` (both trap on x86); unsigned dtypes use the
+unsigned division, comparisons and extensions. float64 computes in double: its transcendental
+functions call libm (``exp``, ``tanh``, ``erf``...), which numpy's float64 reference also uses.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from llvmlite import ir
@@ -16,7 +19,7 @@ from ..dtypes import DType
 from ..errors import CompileError
 from ..graph import Node
 from . import _mathfn
-from ._types import F16, F32, I1, compute_type
+from ._types import F16, F32, F64, I1, compute_type
 
 __all__ = ["cast_value", "emit_elementwise", "intrinsic"]
 
@@ -37,7 +40,13 @@ def _suffix(ty: ir.Type) -> str:
         return "f32"
     if ty == F16:
         return "f16"
+    if ty == F64:
+        return "f64"
     return f"i{ty.width}"
+
+
+def _float_width(ty: ir.Type) -> int:
+    return 64 if ty == F64 else 32 if ty == F32 else 16
 
 
 def cast_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
@@ -50,49 +59,87 @@ def cast_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value
             return b.fcmp_unordered("!=", v, ir.Constant(sty, 0.0))
         return b.icmp_unsigned("!=", v, ir.Constant(sty, 0))
     if src.is_float and dst.is_float:
-        return b.fpext(v, dty) if dty == F32 else b.fptrunc(v, dty)
+        wider = _float_width(dty) > _float_width(sty)
+        return b.fpext(v, dty) if wider else b.fptrunc(v, dty)
     if src.is_float:
-        name = f"llvm.fptosi.sat.{_suffix(dty)}.{_suffix(sty)}"
-        return intrinsic(b, name, dty, [v])
+        kind = "fptoui" if dst.is_unsigned else "fptosi"
+        return intrinsic(b, f"llvm.{kind}.sat.{_suffix(dty)}.{_suffix(sty)}", dty, [v])
     if dst.is_float:
-        return b.uitofp(v, dty) if src.is_bool else b.sitofp(v, dty)
-    if src.is_bool:
-        return b.zext(v, dty)
+        return b.uitofp(v, dty) if src.is_bool or src.is_unsigned else b.sitofp(v, dty)
+    if sty.width == dty.width:
+        return v  # signed <-> unsigned of one width: the same bits
     if sty.width > dty.width:
         return b.trunc(v, dty)
-    return b.sext(v, dty)
+    return b.zext(v, dty) if src.is_bool or src.is_unsigned else b.sext(v, dty)
 
 
 def _float_unary(b: ir.IRBuilder, node: Node, x: ir.Value) -> ir.Value:
     op = node.op
-    one = ir.Constant(F32, 1.0)
+    ty = x.type
+    one = ir.Constant(ty, 1.0)
+    sfx = _suffix(ty)
+    if ty == F64 and (op in _TRANSCENDENTAL or op == "gelu"):
+        return _f64_unary(b, node, x)
     if op in _TRANSCENDENTAL:
         return _mathfn.emit_unary(b, op, x)
     if op == "gelu":
         name = "gelu_tanh" if node.attrs.get("approximate", "none") == "tanh" else "gelu"
         return _mathfn.emit_unary(b, name, x)
     if op in ("sqrt", "floor", "ceil"):
-        return intrinsic(b, f"llvm.{op}.f32", F32, [x])
+        return intrinsic(b, f"llvm.{op}.{sfx}", ty, [x])
     if op == "rsqrt":
-        return b.fdiv(one, intrinsic(b, "llvm.sqrt.f32", F32, [x]))
+        return b.fdiv(one, intrinsic(b, f"llvm.sqrt.{sfx}", ty, [x]))
     if op == "recip":
         return b.fdiv(one, x)
     if op == "neg":
         return b.fneg(x)
     if op == "abs":
-        return intrinsic(b, "llvm.fabs.f32", F32, [x])
+        return intrinsic(b, f"llvm.fabs.{sfx}", ty, [x])
     if op == "relu":
-        return intrinsic(b, "llvm.maximum.f32", F32, [x, ir.Constant(F32, 0.0)])
+        return intrinsic(b, f"llvm.maximum.{sfx}", ty, [x, ir.Constant(ty, 0.0)])
     raise CompileError(f"unsupported by codegen (an asyncjit bug): float unary op {op!r}")
 
 
-def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
+def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+    fn = b.module.globals.get(name)
+    if not isinstance(fn, ir.Function):
+        fn = ir.Function(b.module, ir.FunctionType(F64, [F64]), name)
+    return b.call(fn, [x])
+
+
+def _f64_unary(b: ir.IRBuilder, node: Node, x: ir.Value) -> ir.Value:
+    """float64 transcendentals through libm (the reference's own functions)."""
+    op = node.op
+    one, half = ir.Constant(F64, 1.0), ir.Constant(F64, 0.5)
+    if op in ("exp", "log", "sin", "cos"):
+        return intrinsic(b, f"llvm.{op}.f64", F64, [x])
+    if op in ("tanh", "erf"):
+        return _libm(b, op, x)
+    if op == "sigmoid":  # the reference's form: exp of -|x| only, so no overflow
+        e = intrinsic(b, "llvm.exp.f64", F64, [b.fneg(intrinsic(b, "llvm.fabs.f64", F64, [x]))])
+        d = b.fadd(one, e)
+        return b.select(b.fcmp_ordered(">=", x, ir.Constant(F64, 0.0)), b.fdiv(one, d), b.fdiv(e, d))
+    if op == "gelu" and node.attrs.get("approximate", "none") == "tanh":
+        inner = b.fmul(x, b.fadd(one, b.fmul(ir.Constant(F64, 0.044715), b.fmul(x, x))))
+        t = _libm(b, "tanh", b.fmul(ir.Constant(F64, math.sqrt(2.0 / math.pi)), inner))
+        return b.fmul(b.fmul(half, x), b.fadd(one, t))
+    if op == "gelu":
+        e = _libm(b, "erf", b.fdiv(x, ir.Constant(F64, math.sqrt(2.0))))
+        return b.fmul(b.fmul(half, x), b.fadd(one, e))
+    raise CompileError(f"unsupported by codegen (an asyncjit bug): float64 op {op!r}")
+
+
+def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value, unsigned: bool = False) -> ir.Value:
     zero = ir.Constant(x.type, 0)
     if op == "neg":
         return b.sub(zero, x)
     if op == "abs":
+        if unsigned:
+            return x
         return intrinsic(b, f"llvm.abs.{_suffix(x.type)}", x.type, [x, ir.Constant(I1, 0)])
     if op == "relu":
+        if unsigned:
+            return x
         return b.select(b.icmp_signed(">", x, zero), x, zero)
     if op == "not":
         return b.xor(x, ir.Constant(x.type, 1))
@@ -100,6 +147,7 @@ def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
 
 
 def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    sfx = _suffix(x.type)
     if op == "add":
         return b.fadd(x, y, flags=_FLAGS)
     if op == "sub":
@@ -109,9 +157,11 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Valu
     if op == "div":
         return b.fdiv(x, y)
     if op == "pow":
+        if x.type == F64:
+            return intrinsic(b, "llvm.pow.f64", F64, [x, y])
         return _mathfn.emit_pow(b, x, y)
     if op in ("maximum", "minimum"):
-        return intrinsic(b, f"llvm.{op}.f32", F32, [x, y])
+        return intrinsic(b, f"llvm.{op}.{sfx}", x.type, [x, y])
     if op == "mod":
         return _float_mod(b, x, y)
     if op in ("lt", "le", "gt", "ge", "eq"):
@@ -124,17 +174,22 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Valu
 
 def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """numpy's float ``mod``: ``fmod`` moved to the divisor's sign; a zero result takes its sign."""
-    zero = ir.Constant(F32, 0.0)
+    zero = ir.Constant(x.type, 0.0)
     r = b.frem(x, y)
     differ = b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero))
     moved = b.select(b.and_(b.fcmp_unordered("!=", r, zero), differ), b.fadd(r, y), r)
-    signed_zero = intrinsic(b, "llvm.copysign.f32", F32, [zero, y])
+    signed_zero = intrinsic(b, f"llvm.copysign.{_suffix(x.type)}", x.type, [zero, y])
     return b.select(b.fcmp_ordered("==", moved, zero), signed_zero, moved)
 
 
-def _int_divmod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+def _int_divmod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = False) -> ir.Value:
     ty = x.type
     zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+    if unsigned:  # floor == truncation; only division by zero needs a guard
+        by_zero = b.icmp_unsigned("==", y, zero)
+        safe = b.select(by_zero, one, y)
+        out = b.udiv(x, safe) if op == "idiv" else b.urem(x, safe)
+        return b.select(by_zero, zero, out)
     int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
     by_zero = b.icmp_signed("==", y, zero)
     overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, ir.Constant(ty, -1)))
@@ -145,20 +200,19 @@ def _int_divmod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(by_zero, zero, out)
 
 
-def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = False) -> ir.Value:
     simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}
     if op in simple:
         return simple[op](x, y)
     if op in ("idiv", "mod"):
-        return _int_divmod(b, op, x, y)
+        return _int_divmod(b, op, x, y, unsigned)
+    cmp = b.icmp_unsigned if unsigned or x.type == I1 else b.icmp_signed
     if op in ("maximum", "minimum"):
         pick = ">" if op == "maximum" else "<"
-        return b.select(b.icmp_signed(pick, x, y), x, y)
+        return b.select(cmp(pick, x, y), x, y)
     sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
     if op in sym:
-        if x.type == I1:
-            return b.icmp_unsigned(sym[op], x, y)
-        return b.icmp_signed(sym[op], x, y)
+        return cmp(sym[op], x, y)
     raise CompileError(f"unsupported by codegen (an asyncjit bug): int binary op {op!r}")
 
 
@@ -176,6 +230,7 @@ def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> i
         if node.dtype == src and src.name == "float16":
             return b.fptrunc(out, F16)
         return out
+    unsigned = src.is_unsigned
     if len(args) == 1:
-        return _int_unary(b, op, args[0])
-    return _int_binary(b, op, args[0], args[1])
+        return _int_unary(b, op, args[0], unsigned)
+    return _int_binary(b, op, args[0], args[1], unsigned)

@@ -176,7 +176,7 @@ class LoadedObject:
     linkage are visible (kernels themselves are internal; callers expose a wrapper).
     """
 
-    __slots__ = ("_engine", "_keepalive")
+    __slots__ = ("__weakref__", "_engine", "_keepalive")
 
     def __init__(self, obj: bytes, required: tuple[str, ...] = ()) -> None:
         _initialize()
@@ -189,6 +189,13 @@ class LoadedObject:
             self._keepalive = llvm.ObjectFileRef.from_data(obj)
             self._engine.add_object_file(self._keepalive)
             self._engine.finalize_object()
+        from ._parallel import register_plan  # a plan that splits kernels reads its thread count
+
+        register_plan(self)
+
+    def global_address(self, name: str) -> int:
+        """The address of the external global variable ``name``, or 0 if it is absent."""
+        return int(self._engine.get_global_value_address(name))
 
     def address(self, name: str) -> int:
         """The address of the external symbol ``name``; ``KeyError`` if it is absent."""

@@ -17,9 +17,13 @@ from ._executable import ArgSpec as ArgSpec
 from ._executable import Executable as Executable
 from ._executable import Launcher as Launcher
 from ._executable import Signature as Signature
+from ._partition import CompiledResult as CompiledResult
 from ._partition import CompilerPlugin as CompilerPlugin
+from ._partition import Fallback as Fallback
+from ._partition import PartitionResult as PartitionResult
 from ._partition import PluginKernel as PluginKernel
 from ._partition import Subgraph as Subgraph
+from ._partition import partition as partition
 from ._partition import register_plugin as register_plugin
 from ._partition import registered_plugins as registered_plugins
 from ._partition import unregister_plugin as unregister_plugin
@@ -30,12 +34,15 @@ __all__ = [
     "ArgSpec",
     "CacheDirectoryWarning",
     "CompileStats",
+    "CompiledResult",
     "CompilerPlugin",
     "CpuExecutable",
     "CpuLauncher",
     "Executable",
+    "Fallback",
     "KernelInfo",
     "Launcher",
+    "PartitionResult",
     "PluginKernel",
     "ReferenceExecutable",
     "Signature",
@@ -44,6 +51,7 @@ __all__ = [
     "compile",
     "compile_stats",
     "deserialize",
+    "partition",
     "register_plugin",
     "registered_plugins",
     "unregister_plugin",

@@ -16,8 +16,9 @@ from ..symbolic import Var, upper
 from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
 from ._cost import kernel_infos
 from ._cpu import CpuExecutable
+from ._dispatch import BufferRef, DispatchCall, Payload
 from ._lower import Lowered, lower
-from ._partition import registered_plugins
+from ._partition import CompilerPlugin, plugin_identity, plugin_options, registered_plugins
 
 __all__ = ["as_node", "compile"]
 
@@ -28,7 +29,9 @@ _PLANS_MAX = 256
 _LOCK = threading.Lock()
 
 
-def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple[Hashable, ...]:
+def _plan_key(
+    graph: Graph, name: str, fixed: Mapping[str, int] | None, plugins: Sequence[CompilerPlugin]
+) -> tuple[Hashable, ...]:
     """An exact, shallow key: each node's structural key over interned input keys."""
     interned: dict[Hashable, int] = {}
     ids: dict[int, int] = {}
@@ -39,9 +42,76 @@ def _plan_key(graph: Graph, name: str, fixed: Mapping[str, int] | None) -> tuple
         else:
             key = structural_key(n, (ids[i.id] for i in n.inputs))
         ids[n.id] = interned.setdefault(key, len(interned))
-    plugins = tuple(p.name for p in registered_plugins())
+    chosen = tuple(plugin_identity(p) for p in plugins)
     fixed_key = tuple(sorted((fixed or {}).items()))
-    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, plugins)
+    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, chosen)
+
+
+def _dispatch_program(
+    lowered: Lowered,
+) -> tuple[list[tuple[int, int]], list[DispatchCall], list[Payload], dict[str, CompilerPlugin]]:
+    """The CPU segments, dispatch calls and payloads of a lowered plan with dispatched partitions."""
+    from ..codegen._module import cpu_segments
+
+    if not lowered.dispatched:
+        return [], [], [], {}
+    entry_of: dict[int, tuple[int, str]] = {}
+    payloads = []
+    plugins: dict[str, CompilerPlugin] = {}
+    for p, d in enumerate(lowered.dispatched):
+        payloads.append(
+            Payload(
+                d.plugin.name,
+                plugin_identity(d.plugin),
+                d.result.bytecode,
+                d.result.entries,
+                plugin_options(d.plugin),
+            )
+        )
+        plugins[d.plugin.name] = d.plugin
+        for part, entry in zip(d.partitions, d.result.entries, strict=True):
+            entry_of[part] = (p, entry)
+    slots = lowered.memory.slots
+
+    def ref(node_id: int, shape: Any, dtype: Any) -> BufferRef:
+        s = slots[node_id]
+        return BufferRef(s.kind, s.index, s.offset, tuple(shape), dtype)
+
+    calls = []
+    for k, kern in enumerate(lowered.fusion.kernels):
+        if kern.kind == "plugin" and kern.partition in entry_of:
+            payload, entry = entry_of[kern.partition]
+            calls.append(
+                DispatchCall(
+                    k,
+                    payload,
+                    entry,
+                    tuple(ref(n.id, n.shape, n.dtype) for n in kern.reads),
+                    tuple(ref(n.id, n.shape, n.dtype) for n in kern.outputs),
+                )
+            )
+    return cpu_segments(lowered.fusion, lowered.linked), calls, payloads, plugins
+
+
+def resolve_plugins(plugins: Sequence[CompilerPlugin | str] | None) -> tuple[CompilerPlugin, ...]:
+    """Plugin objects for a compile: names are looked up among installed plugins.
+
+    Raises:
+        CompileError: a name no installed plugin has.
+    """
+    if plugins is None:
+        return registered_plugins()
+    if isinstance(plugins, str):
+        plugins = [plugins]
+    out = []
+    for p in plugins:
+        if isinstance(p, str):
+            from ..plugins import get_plugin
+
+            out.append(get_plugin(p))
+        else:
+            out.append(p)
+    return tuple(out)
 
 
 def _flops(lowered: Lowered) -> int:
@@ -74,6 +144,7 @@ def compile(
     *,
     name: str | None = None,
     fixed: Mapping[str, int] | None = None,
+    plugins: Sequence[CompilerPlugin | str] | None = None,
 ) -> CpuExecutable:
     """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
 
@@ -83,6 +154,8 @@ def compile(
         vars: the plan's vars in the order var values travel (default: every var used, by name).
         name: a label for logs and ``repr`` (does not change the code).
         fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
+        plugins: compiler plugins for this compile, in order of preference (objects, or names of
+            installed plugins); ``None`` means those registered with ``register_plugin``.
 
     Raises:
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
@@ -99,7 +172,8 @@ def compile(
         raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
     graph = Graph.of(outs, ins, vars)
     label = name or "plan"
-    key = _plan_key(graph, label, fixed)
+    chosen = resolve_plugins(plugins)
+    key = _plan_key(graph, label, fixed, chosen)
     with _LOCK:
         hit = _PLANS.get(key)
         if hit is not None:
@@ -108,7 +182,7 @@ def compile(
         count_memory_hit()
         return hit
     t0 = time.perf_counter()
-    lowered = lower(graph, label, fixed)
+    lowered = lower(graph, label, fixed, chosen)
     ir_text: str | Callable[[], str] = lowered.emit_ir
     found = None
     phash = None
@@ -123,6 +197,7 @@ def compile(
         code_key, obj, loaded = get_code(ir_text, label)
         if phash is not None:
             record_plan(phash, code_key)
+    segments, calls, payloads, by_name = _dispatch_program(lowered)
     exe = CpuExecutable(
         name=label,
         signature=lowered.signature,
@@ -137,6 +212,10 @@ def compile(
         fixed=lowered.fixed,
         flops=_flops(lowered),
         kernels=kernel_infos(lowered.fusion),
+        segments=segments,
+        dispatch=calls,
+        payloads=payloads,
+        plugins=by_name,
     )
     log.info(
         "plan_compiled",

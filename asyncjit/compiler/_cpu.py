@@ -16,15 +16,17 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout
+from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout, segment_entries
 from ..codegen._target import LoadedObject
 from ..dtypes import check_array_dtype
 from ..errors import DeviceError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
 from ..profiler import _state as _trace
 from ._cost import KernelInfo
+from ._dispatch import DispatchCall, Payload, SegmentedLauncher
 from ._executable import Executable, Launcher, Signature
 
 __all__ = ["BoundCall", "CpuExecutable", "CpuLauncher"]
@@ -48,6 +50,13 @@ def _seconds_per_tick(ticks_address: int) -> float:
     if best <= 0.0:
         raise DeviceError("the cycle counter does not advance on this host; kernel profiling is unavailable")
     return 1.0 / best
+
+
+def _address_or_zero(loaded: LoadedObject, symbol: str) -> int:
+    try:
+        return loaded.address(symbol)
+    except KeyError:
+        return 0
 
 
 class CpuLauncher:
@@ -128,6 +137,10 @@ class CpuExecutable(Executable):
         fixed: Mapping[str, int],
         flops: int = 0,
         kernels: Sequence[KernelInfo] | None = None,
+        segments: Sequence[tuple[int, int]] = (),
+        dispatch: Sequence[DispatchCall] = (),
+        payloads: Sequence[Payload] = (),
+        plugins: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.signature = signature
@@ -140,9 +153,17 @@ class CpuExecutable(Executable):
         self.object_code = object_code
         self.fixed = dict(fixed)
         self._loaded = loaded
-        self.entry_address = loaded.address(ENTRY)
+        self.dispatch = tuple(dispatch)
+        self.payloads = tuple(payloads)
+        self.segments = tuple(segments) if self.dispatch else ((0, len(self.kernel_names)),)
+        self._plugins = dict(plugins or {})
+        self._runtimes: dict[int, tuple[Any, Any]] = {}
+        self._runtime_lock = threading.Lock()
+        names = segment_entries(len(self.segments), bool(self.dispatch))
+        self.segment_addresses = tuple((loaded.address(e), _address_or_zero(loaded, p)) for e, p in names)
+        self.entry_address = 0 if self.dispatch else loaded.address(ENTRY)
         try:
-            self.profiled_address = loaded.address(ENTRY_PROFILED)
+            self.profiled_address = loaded.address(ENTRY_PROFILED)  # segmented: profile() handles it
             self._ticks_address = loaded.address(TICKS)
         except KeyError:  # object code from before the profiled entry existed
             self.profiled_address = self._ticks_address = 0
@@ -155,6 +176,7 @@ class CpuExecutable(Executable):
             raise ValueError(f"{len(self.kernels)} kernel records for {len(self.kernel_names)} kernels")
         self._flops = flops
         self._local = threading.local()
+        self.chosen_payload = ""  # the CPU payload a bundle load picked ("on-device": compiled here)
 
     def __repr__(self) -> str:
         return (
@@ -174,7 +196,21 @@ class CpuExecutable(Executable):
         return self._flops
 
     def launcher(self) -> Launcher:
-        return CpuLauncher(self)
+        return SegmentedLauncher(self) if self.dispatch else CpuLauncher(self)
+
+    def dispatch_runtime(self, payload: int) -> tuple[Any, Any]:
+        """``(plugin, handle)`` for a payload: the plugin's ``load(bytecode)``, once per executable."""
+        with self._runtime_lock:
+            hit = self._runtimes.get(payload)
+            if hit is None:
+                p = self.payloads[payload]
+                plugin = self._plugins.get(p.plugin)
+                if plugin is None:
+                    raise DeviceError(
+                        f"executable {self.name!r} needs plugin {p.plugin!r}, which is not loaded"
+                    )
+                hit = self._runtimes[payload] = (plugin, plugin.load(p.bytecode))
+        return hit
 
     def serialize(self) -> bytes:
         from ._serialize import serialize_cpu
@@ -266,13 +302,13 @@ class CpuExecutable(Executable):
             The errors of ``run``; DeviceError: no cycle counter or no profiled entry.
         """
         values, arrays, outs = self._checked_call(inputs, var_values)
-        if not self.profiled_address:
+        if not (self.profiled_address or (self.dispatch and self._ticks_address)):
             raise DeviceError(f"executable {self.name!r} has no profiled entry point (recompile it)")
         per_tick = _seconds_per_tick(self._ticks_address)
         ticks = np.zeros(len(self.kernels) + 1, dtype=np.int64)
         addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
         launcher = self._thread_launcher()
-        assert isinstance(launcher, CpuLauncher)
+        assert isinstance(launcher, CpuLauncher | SegmentedLauncher)
         launcher.profile(addrs, values, ticks)
         bindings = dict(zip(self.signature.var_names, values, strict=True))
         bindings.update(self.fixed)

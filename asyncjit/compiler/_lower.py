@@ -6,7 +6,7 @@ compile caches (DESIGN.md invariant 9).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 import llvmlite.binding as llvm
@@ -16,11 +16,61 @@ from ..codegen._module import ArgLayout, PluginCall, build_module
 from ..codegen._target import parse_and_verify
 from ..errors import CompileError
 from ..graph import Node
-from ..passes import FusionPlan, Graph, MemoryPlan, fuse, optimize_graph, plan_memory
+from ..passes import Claimed, FusionPlan, Graph, MemoryPlan, fuse, optimize_graph, plan_memory
 from ._executable import ArgSpec, Signature
-from ._partition import CompilerPlugin, Subgraph, partition
+from ._partition import CompiledResult, CompilerPlugin, PluginKernel, Subgraph, partition
 
-__all__ = ["Lowered", "lower"]
+__all__ = ["Dispatched", "Lowered", "lower"]
+
+
+@attrs.frozen
+class Dispatched:
+    """One plugin's bytecode and the plan partitions its entries run (entry ``i`` runs
+    partition ``partitions[i]``)."""
+
+    plugin: CompilerPlugin = attrs.field(eq=False)
+    result: CompiledResult
+    partitions: tuple[int, ...]
+
+
+def _compile_plugins(
+    parts: Sequence[tuple[CompilerPlugin, Subgraph]],
+) -> tuple[dict[int, PluginCall], tuple[Dispatched, ...]]:
+    """Ask each plugin once to compile all of its partitions (LiteRT's compile step)."""
+    linked: dict[int, PluginCall] = {}
+    dispatched: list[Dispatched] = []
+    by_plugin: dict[str, tuple[CompilerPlugin, list[int]]] = {}
+    for i, (plugin, _) in enumerate(parts):
+        by_plugin.setdefault(plugin.name, (plugin, []))[1].append(i)
+    for plugin, indices in by_plugin.values():
+        subs = [parts[i][1] for i in indices]
+        try:
+            result = plugin.compile(subs)
+        except CompileError:
+            raise
+        except Exception as exc:
+            raise CompileError(
+                f"plugin {plugin.name!r} failed to compile {len(subs)} partition(s): {exc}"
+            ) from exc
+        if isinstance(result, CompiledResult):
+            if len(result.entries) != len(subs) or not all(isinstance(e, str) for e in result.entries):
+                raise CompileError(
+                    f"plugin {plugin.name!r} returned {len(result.entries)} entry points "
+                    f"for {len(subs)} partitions"
+                )
+            for attr in ("load", "invoke"):
+                if not callable(getattr(plugin, attr, None)):
+                    raise CompileError(f"plugin {plugin.name!r} returned bytecode but has no {attr}()")
+            dispatched.append(Dispatched(plugin, result, tuple(indices)))
+            continue
+        kernels = list(result)
+        if len(kernels) != len(subs) or not all(isinstance(k, PluginKernel) for k in kernels):
+            raise CompileError(
+                f"plugin {plugin.name!r} must return a CompiledResult or one PluginKernel per partition"
+            )
+        for i, k in zip(indices, kernels, strict=True):
+            linked[i] = PluginCall(k.symbol, k.ir_text)
+    return linked, tuple(dispatched)
 
 
 @attrs.frozen
@@ -39,6 +89,8 @@ class Lowered:
     signature: Signature
     fixed: Mapping[str, int]
     claims: tuple[tuple[CompilerPlugin, Subgraph], ...]
+    linked: Mapping[int, PluginCall] = attrs.field(factory=dict)
+    dispatched: tuple[Dispatched, ...] = ()
 
     @property
     def kernel_names(self) -> tuple[str, ...]:
@@ -54,16 +106,12 @@ class Lowered:
         Raises:
             CompileError: LLVM rejects the generated IR (an asyncjit or plugin bug).
         """
-        plugin_calls = {}
-        for plugin, sub in self.claims:
-            kernel = plugin.compile(sub)
-            plugin_calls[sub.output.id] = PluginCall(kernel.symbol, kernel.ir_text)
         module = build_module(
-            "asyncjit_plan", self.fusion, self.memory, self.layout, self.graph.vars, plugin_calls
+            "asyncjit_plan", self.fusion, self.memory, self.layout, self.graph.vars, self.linked
         )
         try:
             ref = parse_and_verify(str(module))
-            for call in plugin_calls.values():
+            for call in self.linked.values():
                 ref.link_in(llvm.parse_assembly(call.ir_text))
             ref.verify()
         except RuntimeError as exc:
@@ -77,21 +125,41 @@ def signature_of(graph: Graph, fixed: Mapping[str, int] | None = None) -> Signat
     return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}))
 
 
-def lower(graph: Graph, name: str, fixed: Mapping[str, int] | None = None) -> Lowered:
-    """Run the graph passes, the partition stage, fusion and memory planning.
+def lower(
+    graph: Graph,
+    name: str,
+    fixed: Mapping[str, int] | None = None,
+    plugins: Sequence[CompilerPlugin] | None = None,
+) -> Lowered:
+    """Run the graph passes, the partition stage, the plugins' compile step, fusion and memory
+    planning (``plugins``: ``None`` means the registered ones).
 
     Raises:
-        CompileError: a plugin claim is malformed. VarBoundsError: a bad ``fixed`` value.
+        CompileError: a plugin claim is malformed or a plugin failed. VarBoundsError: a bad ``fixed``.
     """
     from ..passes._refine import fixed_values
 
     fixed_map = fixed_values(graph, fixed)
     graph = optimize_graph(graph, fixed)
-    claims = tuple(partition(graph))
-    claimed = {sub.output.id: plugin.name for plugin, sub in claims}
-    interior = frozenset(n.id for _, sub in claims for n in sub.nodes if n.id != sub.output.id)
-    fusion = fuse(graph, claimed, interior)
+    claims = partition(graph, plugins).partitions
+    linked, dispatched = _compile_plugins(claims)
+    claimed = [
+        Claimed(plugin.name, frozenset(n.id for n in sub.nodes), sub.inputs, sub.outputs)
+        for plugin, sub in claims
+    ]
+    fusion = fuse(graph, claimed)
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
     memory = plan_memory(fusion, scratch)
     layout = ArgLayout(len(graph.inputs), len(graph.outputs), len(memory.consts), len(graph.vars))
-    return Lowered(name, graph, fusion, memory, layout, signature_of(graph, fixed_map), fixed_map, claims)
+    return Lowered(
+        name,
+        graph,
+        fusion,
+        memory,
+        layout,
+        signature_of(graph, fixed_map),
+        fixed_map,
+        claims,
+        linked,
+        dispatched,
+    )

@@ -136,9 +136,10 @@ def _ref_conv(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nd
         kk = "".join("pqrs"[:r])
         for g in range(groups):
             cols = win[:, g * cin_g : (g + 1) * cin_g]
-            out[:, g * og : (g + 1) * og] = np.einsum(
-                f"nc{sp}{kk},oc{kk}->no{sp}", cols, w[g * og : (g + 1) * og], optimize=True
-            )
+            with np.errstate(all="ignore"):
+                out[:, g * og : (g + 1) * og] = np.einsum(
+                    f"nc{sp}{kk},oc{kk}->no{sp}", cols, w[g * og : (g + 1) * og], optimize=True
+                )
     if len(args) == 3:
         out += args[2].astype(acc).reshape((-1,) + (1,) * r)
     return _out(node, out)
@@ -216,10 +217,10 @@ def _ref_pool(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nd
     if mode == "max":
         with np.errstate(all="ignore"):
             return _out(node, np.max(np.where(valid, win, ident), axis=axes, initial=ident))
-    total = np.sum(np.where(valid, win, 0.0), axis=axes)
     mask = _windows(counted[None, None], k, s, d, shape[2:]) if node.attrs["count_include_pad"] else valid
     count = np.sum(mask, axis=axes)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # inf - inf in a window is NaN, as in the kernels
+        total = np.sum(np.where(valid, win, 0.0), axis=axes)
         return _out(node, np.where(count > 0, total / np.maximum(count, 1), 0.0))
 
 

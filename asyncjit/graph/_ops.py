@@ -4,10 +4,13 @@ The reference semantics *define* asyncjit: every compiler must reproduce them. D
 numpy leaves open or that would be undefined behaviour in native code are fixed here:
 
 * Elementwise ops take operands of one shape and dtype (``Tensor`` inserts broadcasts and casts);
-  float16 ops compute in float32 and round once per op.
+  float16 ops compute in float32 and round once per op; float64 ops compute in float64.
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
+  Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
+  uint8 is 255) and ``abs``/``relu`` are the identity.
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
-  LLVM's ``fptosi.sat``; int to narrower int wraps; anything to bool is ``!= 0``.
+  LLVM's ``fptosi.sat``/``fptoui.sat`` (a negative float to an unsigned int is 0); int to
+  narrower int, and between signed and unsigned, wraps; anything to bool is ``!= 0``.
 * Integer ``add``/``sub``/``mul``/``neg``/``abs`` wrap (two's complement); ``INT_MIN // -1``
   wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0 (native code must not trap on them).
 * ``maximum``/``minimum`` propagate NaN, as numpy does; so does ``relu`` (``max(x, 0)``).
@@ -212,7 +215,8 @@ def _ref_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Reference:
         (x,) = args
         with np.errstate(all="ignore"):
             if node.dtype.is_float:
-                return _out(node, fn(x.astype(np.float64)).astype(np.float32))
+                wide = fn(x.astype(np.float64))
+                return _out(node, wide if node.dtype.itemsize == 8 else wide.astype(np.float32))
             return _out(node, fn(x))
 
     return ref

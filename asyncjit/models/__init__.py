@@ -15,6 +15,8 @@ from ._audio import context_samples as context_samples
 from ._audio import read_audio as read_audio
 from ._audio import read_wav as read_wav
 from ._ort import OnnxRuntimeVad as OnnxRuntimeVad
+from ._speech_tracker import SpeechEdge as SpeechEdge
+from ._speech_tracker import SpeechTracker as SpeechTracker
 from ._timestamps import SpeechSegment as SpeechSegment
 from ._timestamps import speech_timestamps as speech_timestamps
 
@@ -22,6 +24,8 @@ __all__ = [
     "SAMPLE_RATES",
     "AudioFormatError",
     "OnnxRuntimeVad",
+    "SpeechEdge",
+    "SpeechTracker",
     "SpeechSegment",
     "check_chunk",
     "check_sample_rate",

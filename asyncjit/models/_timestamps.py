@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from ._speech_tracker import SpeechTracker
+
 __all__ = ["SpeechSegment", "speech_timestamps"]
 
 
@@ -134,91 +136,23 @@ def speech_timestamps(
     if audio_length_samples is None:
         audio_length_samples = len(p) * window_size_samples
 
-    # The names and the float arithmetic below follow utils_vad.py on purpose; see the module doc.
-    min_speech_samples = sample_rate * min_speech_duration_ms / 1000
-    speech_pad_samples = sample_rate * speech_pad_ms / 1000
-    max_speech_samples = sample_rate * max_speech_duration_s - window_size_samples - 2 * speech_pad_samples
-    min_silence_samples = sample_rate * min_silence_duration_ms / 1000
-    min_silence_samples_at_max_speech = sample_rate * min_silence_at_max_speech / 1000
-    if neg_threshold is None:
-        neg_threshold = max(threshold - 0.15, 0.01)
-
-    triggered = False
-    speeches: list[dict[str, int]] = []
-    current: dict[str, int] = {}
-    temp_end = 0  # where a possible end of speech began (silence is tolerated for a while)
-    prev_end = next_start = 0  # split points for segments that reach the maximum length
-    possible_ends: list[tuple[int, int]] = []
-
-    for i, prob in enumerate(p.tolist()):
-        cur_sample = window_size_samples * i
-
-        # speech came back after a tentative end: remember that silence as a split point
-        if prob >= threshold and temp_end:
-            sil_dur = cur_sample - temp_end
-            if sil_dur > min_silence_samples_at_max_speech:
-                possible_ends.append((temp_end, sil_dur))
-            temp_end = 0
-            if next_start < prev_end:
-                next_start = cur_sample
-
-        if prob >= threshold and not triggered:
-            triggered = True
-            current["start"] = cur_sample
-            continue
-
-        if triggered and cur_sample - current["start"] > max_speech_samples:
-            if use_max_poss_sil_at_max_speech and possible_ends:
-                prev_end, dur = max(possible_ends, key=lambda e: e[1])
-                current["end"] = prev_end
-                speeches.append(current)
-                current = {}
-                next_start = prev_end + dur
-                if next_start < prev_end + cur_sample:  # kept as written in utils_vad.py
-                    current["start"] = next_start
-                else:
-                    triggered = False
-                prev_end = next_start = temp_end = 0
-                possible_ends = []
-            elif prev_end:
-                current["end"] = prev_end
-                speeches.append(current)
-                current = {}
-                if next_start < prev_end:
-                    triggered = False
-                else:
-                    current["start"] = next_start
-                prev_end = next_start = temp_end = 0
-                possible_ends = []
-            else:
-                current["end"] = cur_sample
-                speeches.append(current)
-                current = {}
-                prev_end = next_start = temp_end = 0
-                triggered = False
-                possible_ends = []
-                continue
-
-        if prob < neg_threshold and triggered:
-            if not temp_end:
-                temp_end = cur_sample
-            sil_dur_now = cur_sample - temp_end
-            if not use_max_poss_sil_at_max_speech and sil_dur_now > min_silence_samples_at_max_speech:
-                prev_end = temp_end
-            if sil_dur_now < min_silence_samples:
-                continue
-            current["end"] = temp_end
-            if current["end"] - current["start"] > min_speech_samples:
-                speeches.append(current)
-            current = {}
-            prev_end = next_start = temp_end = 0
-            triggered = False
-            possible_ends = []
-            continue
-
-    if current and audio_length_samples - current["start"] > min_speech_samples:
-        current["end"] = audio_length_samples
-        speeches.append(current)
+    tracker = SpeechTracker(
+        sample_rate,
+        threshold=threshold,
+        neg_threshold=neg_threshold,
+        min_speech_duration_ms=min_speech_duration_ms,
+        max_speech_duration_s=max_speech_duration_s,
+        min_silence_duration_ms=min_silence_duration_ms,
+        speech_pad_ms=speech_pad_ms,
+        window_size_samples=window_size_samples,
+        min_silence_at_max_speech=min_silence_at_max_speech,
+        use_max_poss_sil_at_max_speech=use_max_poss_sil_at_max_speech,
+    )
+    for prob in p.tolist():
+        tracker.push(prob)
+    tracker.finish(audio_length_samples)
+    speeches = [dict(s) for s in tracker.speeches]
+    speech_pad_samples = tracker.speech_pad_samples
 
     for i, speech in enumerate(speeches):
         if i == 0:

@@ -4,6 +4,7 @@ from ._cse import cse as cse
 from ._dce import dce as dce
 from ._dce import live_nodes as live_nodes
 from ._fold import fold_constants as fold_constants
+from ._fusion import Claimed as Claimed
 from ._fusion import FusionPlan as FusionPlan
 from ._fusion import Kernel as Kernel
 from ._fusion import fuse as fuse
@@ -20,6 +21,7 @@ from ._simplify import simplify as simplify
 
 __all__ = [
     "ALIGN",
+    "Claimed",
     "FusionPlan",
     "Graph",
     "Kernel",

@@ -12,15 +12,16 @@ index arithmetic on loads (tinygrad's view idea), so fused values never touch me
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 import attrs
 
 from ..graph import OPS, Node
 from ._graph import Graph
 
-__all__ = ["FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
+__all__ = ["Claimed", "FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
 
 OWN_LOOP_OPS = frozenset(
     {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero"}
@@ -44,6 +45,23 @@ class Kernel:
     reads: tuple[Node, ...]
     target: int | None = None
     plugin: str | None = None
+    extra: tuple[Node, ...] = ()
+    partition: int | None = None
+
+    @property
+    def outputs(self) -> tuple[Node, ...]:
+        """Every node this kernel writes (a plugin partition may write several)."""
+        return (self.node, *self.extra)
+
+
+@attrs.frozen
+class Claimed:
+    """A plugin partition as fusion sees it: one kernel reading ``inputs``, writing ``outputs``."""
+
+    plugin: str
+    nodes: frozenset[int]
+    inputs: tuple[Node, ...]
+    outputs: tuple[Node, ...]
 
 
 @attrs.frozen
@@ -109,27 +127,25 @@ def _disjoint_slices(users: list[Node]) -> bool:
     return True
 
 
-def _materialize(graph: Graph, claimed: Mapping[int, str], interior: frozenset[int]) -> set[int]:
-    nodes = [n for n in graph.nodes if n.id not in interior]
+def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
+    inside = {i for c in claimed for i in c.nodes}
+    nodes = [n for n in graph.nodes if n.id not in inside]
     consumers: dict[int, set[int]] = {}
     for n in nodes:
         for i in n.inputs:
             consumers.setdefault(i.id, set()).add(n.id)
     by_id = {n.id: n for n in nodes}
     mat: set[int] = {n.id for n in graph.outputs}
+    for c in claimed:
+        mat.update(n.id for n in (*c.inputs, *c.outputs))
     for n in nodes:
-        if (
-            n.op == "placeholder"
-            or (n.op == "const" and not _is_scalar_const(n))
-            or n.op in OWN_LOOP_OPS
-            or n.id in claimed
-        ):
+        if n.op == "placeholder" or (n.op == "const" and not _is_scalar_const(n)) or n.op in OWN_LOOP_OPS:
             mat.add(n.id)
         if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
             for i in n.inputs:
                 src = transposed_source(i)
                 mat.add(src.id if src is not None else i.id)
-        elif n.op in _DENSE_OPERANDS or n.id in claimed:
+        elif n.op in _DENSE_OPERANDS:
             mat.update(i.id for i in n.inputs)
     memo: dict[int, bool] = {}
     for n in nodes:  # inputs before users, so _computes sees earlier decisions
@@ -172,43 +188,82 @@ def _name(index: int, kind: str, root: Node, fused: tuple[Node, ...]) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", f"k{index}_{prefix}_{label}")
 
 
-def fuse(
-    graph: Graph, claimed: Mapping[int, str] | None = None, interior: frozenset[int] = frozenset()
-) -> FusionPlan:
+def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
     """Group ``graph`` into kernels.
 
-    ``claimed`` maps the output node of each plugin subgraph to the plugin's name; ``interior``
-    holds the other nodes plugins claimed (the CPU compiler emits nothing for them).
+    ``claimed`` are plugin partitions: each becomes one ``plugin`` kernel (the CPU compiler emits
+    nothing for its nodes) reading its inputs' buffers and writing its outputs' buffers. Kernels
+    run in a topological order of their buffers, which exists because partitions never form a
+    cycle (the partition stage guarantees it).
     """
-    claimed = dict(claimed or {})
-    mat = _materialize(graph, claimed, interior)
+    mat = _materialize(graph, claimed)
     kernels: list[Kernel] = []
     first_output: dict[int, int] = {}
     for j, out in enumerate(graph.outputs):
         first_output.setdefault(out.id, j)
+    position = {n.id: k for k, n in enumerate(graph.nodes)}
+    last_member = {max(c.nodes, key=position.__getitem__): i for i, c in enumerate(claimed)}
+    inside = {i for c in claimed for i in c.nodes}
     for n in graph.nodes:
-        if n.id not in mat or n.id in interior or n.op == "placeholder" or n.op == "const":
+        index = last_member.get(n.id)
+        if index is not None:
+            c = claimed[index]
+            kernels.append(
+                Kernel(
+                    f"k{len(kernels)}_plugin_{_label(c.plugin)}",
+                    "plugin",
+                    c.outputs[0],
+                    (),
+                    c.inputs,
+                    target=first_output.get(c.outputs[0].id),
+                    plugin=c.plugin,
+                    extra=c.outputs[1:],
+                    partition=index,
+                )
+            )
+            continue
+        if n.id not in mat or n.id in inside or n.op == "placeholder" or n.op == "const":
             continue
         fused, reads = _walk(n, mat)
-        if n.id in claimed:
-            kind, fused, reads = "plugin", (), n.inputs
-        elif n.op in OWN_LOOP_OPS:
-            kind = n.op
-        else:
-            kind = "loop"
+        kind = n.op if n.op in OWN_LOOP_OPS else "loop"
         kernels.append(
-            Kernel(
-                _name(len(kernels), kind, n, fused),
-                kind,
-                n,
-                fused,
-                reads,
-                target=first_output.get(n.id),
-                plugin=claimed.get(n.id),
-            )
+            Kernel(_name(len(kernels), kind, n, fused), kind, n, fused, reads, target=first_output.get(n.id))
         )
+    kernels = _ordered(kernels) if claimed else kernels
     for j, out in enumerate(graph.outputs):
         if first_output[out.id] != j or out.op in ("placeholder", "const"):
             name = _name(len(kernels), "copy", out, ())
             kernels.append(Kernel(name, "copy", out, (), (out,) if out.id in mat else (), target=j))
     return FusionPlan(graph, tuple(kernels), frozenset(mat))
+
+
+def _label(plugin: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", plugin)
+
+
+def _ordered(kernels: list[Kernel]) -> list[Kernel]:
+    """A stable topological order of ``kernels`` by the buffers they read and write (renumbered)."""
+    producer = {n.id: k for k, kern in enumerate(kernels) for n in kern.outputs}
+    deps = [{producer[r.id] for r in kern.reads if r.id in producer} - {k} for k, kern in enumerate(kernels)]
+    users: list[list[int]] = [[] for _ in kernels]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    pending = [len(ds) for ds in deps]
+    ready = [k for k, p in enumerate(pending) if p == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(kernels):
+        raise ValueError("plugin partitions form a cycle with CPU kernels")
+    out = []
+    for new, k in enumerate(order):
+        kern = kernels[k]
+        out.append(attrs.evolve(kern, name=re.sub(r"^k\d+_", f"k{new}_", kern.name)))
+    return out

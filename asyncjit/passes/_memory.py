@@ -78,19 +78,21 @@ def plan_memory(plan: FusionPlan, scratch_bytes: int = 0) -> MemoryPlan:
     live: list[tuple[int, int, int]] = []  # (offset, size, last use)
     arena = 0
     for t, k in enumerate(plan.kernels):
-        n = k.node
-        if n.id in slots or k.kind == "copy":
+        if k.kind == "copy":
             continue
-        size = _round(capacity_bytes(n))
         live = [iv for iv in live if iv[2] >= t]
-        offset = 0
-        for start, sz, _ in sorted(live):
-            if offset + size <= start:
-                break
-            offset = max(offset, start + sz)
-        live.append((offset, size, last_use.get(n.id, t)))
-        slots[n.id] = Slot("arena", offset=offset)
-        arena = max(arena, offset + size)
+        for n in k.outputs:  # a plugin kernel writes several; none may overlap what it reads
+            if n.id in slots:
+                continue
+            size = _round(capacity_bytes(n))
+            offset = 0
+            for start, sz, _ in sorted(live):
+                if offset + size <= start:
+                    break
+                offset = max(offset, start + sz)
+            live.append((offset, size, last_use.get(n.id, t)))
+            slots[n.id] = Slot("arena", offset=offset)
+            arena = max(arena, offset + size)
     scratch_offset = _round(arena) if scratch_bytes else arena
     total = scratch_offset + (_round(scratch_bytes) if scratch_bytes else 0)
     return MemoryPlan(slots, tuple(consts), total, scratch_offset, scratch_bytes)

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
+from ..codegen import _parallel
 from ..compiler._executable import Executable
 from ..devices import Compiler, Deserializer, get_deserializer, get_device_kind
 from ..dtypes import DType, from_numpy
@@ -72,6 +73,9 @@ class Client:
         max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
         inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
             device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
+        intra_op_threads: threads a big kernel (a matmul of >= 2^26 multiply-adds) splits over,
+            spawned and joined by the plan itself; process-wide, like OpenBLAS's setting
+            (``codegen._parallel``). None: the cores over this client's CPU devices.
     """
 
     def __init__(
@@ -80,8 +84,11 @@ class Client:
         *,
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
+        intra_op_threads: int | None = None,
     ) -> None:
         kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
+        if intra_op_threads is not None and intra_op_threads < 1:
+            raise ValueError(f"intra_op_threads must be >= 1 or None, got {intra_op_threads}")
         self._closed = False
         self._devices: list[Device] = []
         try:
@@ -92,6 +99,13 @@ class Client:
         except BaseException:
             self.close()
             raise
+        # Big kernels split over threads the plan spawns (codegen._parallel): the cores over this
+        # client's CPU device actors, so actors that each run a split kernel do not oversubscribe.
+        cpu_devices = sum(1 for d in self._devices if d.kind == "cpu")
+        if intra_op_threads is None and cpu_devices:
+            intra_op_threads = max(1, _parallel.available_cores() // cpu_devices)
+        if intra_op_threads is not None:
+            _parallel.set_intra_op_threads(intra_op_threads)
 
     def __repr__(self) -> str:
         devs = ", ".join(f"{d.kind}:{d.id}" for d in self._devices)
@@ -198,7 +212,7 @@ class Client:
                 ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
 
         Raises:
-            TypeError: a dtype asyncjit does not compute with (float64: pass ``dtype=``).
+            TypeError: a dtype asyncjit does not compute with (complex, strings...).
             ClosedError: the device is closed.
         """
         space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space

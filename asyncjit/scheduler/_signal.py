@@ -137,10 +137,14 @@ def signal_factory() -> SignalFactory:
 
 
 def loop_clock() -> Callable[[], float]:
-    """The running loop's clock (what anyio deadlines use), picked once: ``loop.time`` or trio's."""
+    """The running loop's clock (what anyio deadlines use), picked once: ``loop.time`` or trio's.
+
+    On trio, the run's clock object's own ``current_time`` (a mock clock in tests): one call
+    instead of three layers through ``trio.current_time``, which the mux calls once per step.
+    """
     loop = _get_running_loop()
     if loop is not None:
         return loop.time
     import trio
 
-    return trio.current_time
+    return trio.lowlevel.current_clock().current_time

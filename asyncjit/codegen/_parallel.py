@@ -1,0 +1,173 @@
+"""Intra-op parallelism: a kernel splits its work over threads that the plan itself spawns and joins.
+
+**The choice.** A plan stays one foreign call per replay (invariant 4): the entry point, not
+Python, starts ``T - 1`` helper threads with ``pthread_create`` for a big kernel, runs part 0
+itself, and joins them before the next kernel. No callback into Python (which would need the
+GIL) and no per-range calls from the runtime. Threads are created per parallel kernel rather
+than kept in a pool: creating and joining one costs 20-60 µs, so only kernels whose cost is
+well above that split (the cost threshold is each emitter's: ``PARALLEL_MIN_MACS`` for matmul),
+and nothing idles or spins between kernels on a machine whose cores the event loop and the
+device actors share. A failed ``pthread_create`` runs that part on the calling thread.
+
+**How many.** ``intra_op_threads()`` (default: the cores this process may run on), capped at
+``MAX_THREADS``, which the scratch sizing assumes. Each loaded plan reads it from its own
+global ``asyncjit_intra_op_threads`` at every replay; ``set_intra_op_threads(n)`` writes every
+live plan's copy, and ``runtime.Client`` sizes it to the cores over its CPU devices, so device
+actors that each run a split kernel do not oversubscribe the machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from typing import Any
+
+from llvmlite import ir
+
+from ._target import I32, I64, PTR, for_range, i64, new_function
+
+__all__ = [
+    "MAX_THREADS",
+    "available_cores",
+    "THREADS_SYMBOL",
+    "emit_parallel_for",
+    "intra_op_threads",
+    "register_plan",
+    "set_intra_op_threads",
+    "threads_value",
+]
+
+MAX_THREADS = 8
+"""Most threads one kernel splits over; scratch is sized for it, so it is part of the IR."""
+THREADS_SYMBOL = "asyncjit_intra_op_threads"
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_lock = threading.Lock()
+_threads = available_cores()
+_plans: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def intra_op_threads() -> int:
+    """Threads a big kernel splits over now (1: no splitting)."""
+    return _threads
+
+
+def set_intra_op_threads(n: int) -> int:
+    """Set the threads big kernels split over, for every plan loaded now and later; returns the
+    previous value.
+
+    Raises:
+        ValueError: ``n`` < 1.
+    """
+    global _threads
+    if n < 1:
+        raise ValueError(f"intra-op threads must be >= 1, got {n}")
+    with _lock:
+        old, _threads = _threads, n
+        for plan in list(_plans):
+            _write(plan, n)
+    return old
+
+
+def register_plan(loaded: Any) -> None:
+    """Give a freshly loaded object the current thread count if it has the global (else no-op)."""
+    with _lock:
+        if _write(loaded, _threads):
+            _plans.add(loaded)
+
+
+def _write(loaded: Any, n: int) -> bool:
+    addr = loaded.global_address(THREADS_SYMBOL)
+    if not addr:
+        return False
+    ctypes.c_int64.from_address(addr).value = min(n, MAX_THREADS)
+    return True
+
+
+def threads_value(b: ir.IRBuilder) -> ir.Value:
+    """Load the plan's thread count (the module global, created on first use), clamped to 1..MAX."""
+    module = b.module
+    gv = module.globals.get(THREADS_SYMBOL)
+    if gv is None:
+        gv = ir.GlobalVariable(module, I64, THREADS_SYMBOL)
+        gv.initializer = ir.Constant(I64, 1)
+    n = b.load(gv, typ=I64)
+    n = b.select(b.icmp_signed("<", n, i64(1)), i64(1), n)
+    return b.select(b.icmp_signed(">", n, i64(MAX_THREADS)), i64(MAX_THREADS), n)
+
+
+def _decl(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    fn = module.globals.get(name)
+    if isinstance(fn, ir.Function):
+        return fn
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+I8 = ir.IntType(8)
+_JOB = 3  # i64 fields of a job: ctx (as an integer), part, parts
+
+
+def _trampoline(module: ir.Module, body: ir.Function) -> ir.Function:
+    """``void* tramp(job*)``: the pthread start routine that calls ``body(ctx, part, parts)``."""
+    name = f"{body.name}.tramp"
+    existing = module.globals.get(name)
+    if isinstance(existing, ir.Function):
+        return existing
+    fn = ir.Function(module, ir.FunctionType(PTR, [PTR]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    job = fn.args[0]
+    ctx, part, parts = (b.load(b.gep(job, [i64(i)], source_etype=I64), typ=I64) for i in range(_JOB))
+    fields = [b.inttoptr(ctx, PTR), part, parts]
+    b.call(body, fields)
+    b.ret(ir.Constant(PTR, None))
+    return fn
+
+
+def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: ir.Value) -> None:
+    """Run ``body(ctx, p, parts)`` for ``p`` in ``0..parts-1`` (``parts`` <= MAX_THREADS), parts
+    1.. on spawned threads and part 0 here, and return when all are done."""
+    module = b.module
+    create = _decl(module, "pthread_create", I32, [PTR, PTR, PTR, PTR])
+    join = _decl(module, "pthread_join", I32, [I64, PTR])
+    tramp = _trampoline(module, body)
+    entry = b.function.entry_basic_block  # allocas in the entry block: a loop must not grow the stack
+    eb = ir.IRBuilder(entry)
+    eb.position_at_start(entry)
+    jobs = eb.alloca(I64, size=_JOB * MAX_THREADS)
+    tids = eb.alloca(I64, size=MAX_THREADS)
+    started = eb.alloca(I8, size=MAX_THREADS)
+    zero = ir.Constant(I32, 0)
+    with for_range(b, i64(1), parts, name="spawn") as p:
+        job = b.gep(jobs, [b.mul(p, i64(_JOB))], source_etype=I64)
+        for i, v in enumerate((b.ptrtoint(ctx, I64), p, parts)):
+            b.store(v, b.gep(job, [i64(i)], source_etype=I64))
+        tid = b.gep(tids, [p], source_etype=I64)
+        rc = b.call(create, [tid, ir.Constant(PTR, None), tramp, job])
+        ok = b.icmp_signed("==", rc, zero)
+        flag = b.gep(started, [p], source_etype=I8)
+        b.store(b.zext(ok, I8), flag)
+        with b.if_then(b.not_(ok)):  # no thread: do that part here
+            b.call(body, [ctx, p, parts])
+    b.call(body, [ctx, i64(0), parts])
+    with for_range(b, i64(1), parts, name="join") as p:
+        flag = b.gep(started, [p], source_etype=I8)
+        with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0))):
+            tid = b.load(b.gep(tids, [p], source_etype=I64), typ=I64)
+            b.call(join, [tid, ir.Constant(PTR, None)])
+
+
+def new_part_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    """``void name(ptr ctx, i64 part, i64 parts)``: the body type ``emit_parallel_for`` calls."""
+    return new_function(module, name, [("ctx", PTR), ("part", I64), ("parts", I64)], inline="noinline")

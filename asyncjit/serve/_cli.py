@@ -1,0 +1,177 @@
+"""``asyncjit serve``: the parser and the handler (registered by ``asyncjit/cli.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+__all__ = ["add_commands"]
+
+EPILOG = """\
+examples:
+  asyncjit serve                                   # Wyoming on tcp://127.0.0.1:10400
+  asyncjit serve --wyoming tcp://0.0.0.0:10400 --websocket ws://0.0.0.0:8765 --metrics :9100
+  asyncjit serve --backend trio --max-streams 2048 --idle-timeout 60
+
+Wyoming clients (Home Assistant) get voice-started/voice-stopped; WebSocket clients send binary
+PCM and get JSON events; http://HOST:PORT/ on the WebSocket port is a microphone page;
+/health and /metrics (Prometheus) on the WebSocket and metrics ports. SIGTERM or Ctrl-C: stop
+accepting, answer the chunks in flight, close every connection with "shutdown", exit 0.
+See docs/serve.md.
+"""
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve`` to the ``asyncjit`` command's subparsers."""
+    p = sub.add_parser(
+        "serve",
+        help="a streaming voice-activity service (Wyoming and WebSocket) on one StreamMux",
+        description="Serve a voice-activity model to many Wyoming and WebSocket clients at once.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="silero-vad", help="the built-in model (default: silero-vad)")
+    p.add_argument(
+        "--model-path",
+        metavar="X.onnx",
+        help="a recurrent ONNX model, served through asyncjit.onnx.recurrent_step (with --state, "
+        "--context, --dim, --value; its output's first element is the speech probability)",
+    )
+    p.add_argument(
+        "--state",
+        metavar="IN:OUT[,IN:OUT]",
+        help="the ONNX model's state inputs and the outputs feeding them",
+    )
+    p.add_argument("--context", type=int, default=0, help="ONNX: samples of the last chunk put before each")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N|LO:HI",
+        help="ONNX: a symbolic dim's size/bounds",
+    )
+    p.add_argument("--value", action="append", default=[], metavar="NAME=V", help="ONNX: an input fixed to V")
+    p.add_argument("--batch-dim", default="batch", help="ONNX: the chunk input's batch dim (default: batch)")
+    p.add_argument("--sample-rate", type=int, default=16000, help="the model's rate, 16000 or 8000")
+    p.add_argument(
+        "--wyoming",
+        default="tcp://127.0.0.1:10400",
+        metavar="tcp://HOST:PORT",
+        help="Wyoming listener ('' off)",
+    )
+    p.add_argument("--websocket", default="", metavar="ws://HOST:PORT", help="WebSocket + HTTP listener")
+    p.add_argument("--metrics", default="", metavar="[HOST]:PORT", help="Prometheus /metrics and /health")
+    p.add_argument(
+        "--max-streams", type=int, default=1024, help="connections streaming at once (default 1024)"
+    )
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without input before closing")
+    p.add_argument("--write-timeout", type=float, default=10.0, help="seconds a client may not read")
+    p.add_argument("--grace", type=float, default=3.0, help="seconds to drain at shutdown before cancelling")
+    p.add_argument("--max-batch-size", type=int, default=None, help="streams per native call")
+    p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
+    p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning"),
+        default=None,
+        help="asyncjit's log level on stderr (default info: a line per connection; -v/--log-json apply)",
+    )
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..errors import JitError
+    from ._model import load_model
+    from ._server import ServeConfig, VadServer
+
+    if args.log_level is not None:  # a server logs its connections at info level unless told otherwise
+        logging.getLogger("asyncjit").setLevel(getattr(logging, args.log_level.upper()))
+    elif not args.verbose:
+        logging.getLogger("asyncjit").setLevel(logging.INFO)
+    try:
+        model = load_model(
+            args.model,
+            sample_rate=args.sample_rate,
+            model_path=args.model_path,
+            state=args.state,
+            context=args.context,
+            dims=dict(_assignment(d, "--dim", _dim) for d in args.dim),
+            values=dict(_assignment(v, "--value", _number) for v in args.value),
+            batch_dim=args.batch_dim,
+            max_streams=args.max_streams,
+            max_batch_size=args.max_batch_size,
+        )
+    except ValueError as exc:
+        if isinstance(exc, JitError):
+            raise
+        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = ServeConfig(
+            wyoming=args.wyoming or None,
+            websocket=args.websocket or None,
+            metrics=args.metrics or None,
+            max_streams=args.max_streams,
+            idle_timeout=args.idle_timeout,
+            write_timeout=args.write_timeout,
+            grace=args.grace,
+            max_batch_size=args.max_batch_size,
+            max_queue_delay=args.max_queue_delay,
+        )
+    except ValueError as exc:
+        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
+        return 2
+    if not (config.wyoming or config.websocket):
+        print("asyncjit serve: error: no listener; give --wyoming and/or --websocket", file=sys.stderr)
+        return 2
+    server = VadServer(model, config)
+    anyio.run(run_until_signal, server, backend=args.backend)
+    return 0
+
+
+def _assignment(text: str, flag: str, parse: Any) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not (sep and name and value):
+        raise ValueError(f"{flag} takes NAME=VALUE, got {text!r}")
+    return name, parse(value)
+
+
+def _dim(text: str) -> int | tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    return (int(lo), int(hi)) if sep else int(text)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+async def run_until_signal(server: Any) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully; prints the bound addresses."""
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    server.log.info("serve.signal", signal=signal.Signals(signum).name)
+                    server.shutdown()
+                    return
+
+        async def serve(*, task_status: Any) -> None:
+            await server.serve(task_status=task_status)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch_signals)
+        addresses = await tg.start(serve)
+        scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
+        shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in addresses.items())
+        print(f"asyncjit serve: {server.model.name} listening {shown}", flush=True)

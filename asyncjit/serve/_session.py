@@ -1,0 +1,306 @@
+"""One connection: a reader task that turns audio into steps, a responder that answers in order.
+
+The **reader** (the protocol's ``read_loop``) parses messages, converts audio to the model's
+rate (``PcmConverter``), cuts it into chunks (``Rechunker``), submits each chunk to the
+connection's ``MuxStream`` and puts the futures in the **outbox**, a bounded channel. Pings and
+control replies go through the same outbox, so they are answered after every chunk sent before.
+
+The **responder** awaits the futures in order, feeds the probabilities to a ``SpeechTracker``,
+encodes the edges it reports and writes them out, one socket write for everything ready.
+
+Backpressure: a slow client stalls the responder's writes, the outbox fills, the reader stops
+reading, and TCP pushes back; a connection holds at most ``OUTBOX_ITEMS`` messages and
+``queue_depth`` chunks. The server's sweeper closes connections idle for ``idle_timeout`` and
+writers stuck for ``write_timeout`` (counters compared between sweeps: no clock per message).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from ..audio import PcmConverter, PcmFormat
+from ..errors import AudioFormatError, JitError
+from ..models._speech_tracker import SpeechEdge, SpeechTracker
+from ..scheduler import MuxStream, Rechunker
+from ._errors import ClientError
+
+if TYPE_CHECKING:
+    from ._server import VadServer
+
+__all__ = ["Connection", "Utterance"]
+
+OUTBOX_ITEMS = 16
+"""Messages (each up to one client message's chunks) a connection holds between reader and responder."""
+MAX_MESSAGE_BYTES = 1 << 20
+"""The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
+
+LINGER = 2.0
+"""Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
+
+AUDIO, PING, STOP, RAW, CLOSE = range(5)
+
+
+class Utterance:
+    """One ``audio-start`` .. ``audio-stop``: a mux stream, its converter, chunker and tracker."""
+
+    __slots__ = ("chunks", "converter", "probabilities", "rechunker", "samples", "stream", "tracker")
+
+    def __init__(self, stream: MuxStream, fmt: PcmFormat, server: VadServer, probabilities: bool) -> None:
+        model = server.model
+        self.stream = stream
+        self.converter = PcmConverter(fmt, model.sample_rate)
+        self.rechunker = Rechunker(model.chunk_samples)
+        self.tracker = SpeechTracker(model.sample_rate, window_size_samples=model.chunk_samples)
+        self.probabilities = probabilities
+        self.samples = 0  # model-rate samples received
+        self.chunks = 0  # chunks answered
+
+
+class Connection:
+    """The protocol-independent half of a connection; ``WyomingConnection`` and
+    ``WebSocketConnection`` add ``read_loop`` and the encoders."""
+
+    protocol = "?"
+
+    def __init__(self, server: VadServer, stream: anyio.abc.ByteStream, peer: str) -> None:
+        self.server = server
+        self.stream = stream
+        self.peer = peer
+        self.log = server.log.bind(protocol=self.protocol, peer=peer, conn=next(server.conn_ids))
+        self.utt: Utterance | None = None
+        self.received = 0  # messages read (the sweeper's idle check compares it between sweeps)
+        self.written = 0  # socket writes done
+        self.writing = False
+        self.reason: tuple[str, str] | None = None  # set by whoever decides the connection ends
+        self.read_scope = anyio.CancelScope()
+        self.scope = anyio.CancelScope()
+        self._send, self._recv = anyio.create_memory_object_stream[tuple[Any, ...]](OUTBOX_ITEMS)
+        self._wbuf = bytearray()
+        self._streams: set[MuxStream] = set()
+        self._t0 = time.monotonic()
+        self.quiet = False  # a plain HTTP request: its close is logged at debug level
+
+    def idle(self) -> bool:
+        """Waiting for the client (nothing of ours queued or being written)."""
+        return not self.writing and self._send.statistics().current_buffer_used == 0
+
+    # -- to be provided by the protocol ----------------------------------------------------
+    async def read_loop(self) -> None:
+        raise NotImplementedError
+
+    def on_edge(self, utt: Utterance, edge: SpeechEdge) -> None:
+        raise NotImplementedError
+
+    def on_probability(self, utt: Utterance, p: float) -> None:
+        """A per-chunk probability (only when the client asked for them)."""
+
+    def on_pong(self, token: Any) -> None:
+        raise NotImplementedError
+
+    def on_stopped(self, utt: Utterance) -> None:
+        """The utterance's last chunk is answered."""
+
+    def on_close(self, code: str, message: str) -> None:
+        raise NotImplementedError
+
+    async def opening(self) -> None:
+        """Anything the protocol sends or reads before the read loop (a handshake, admission);
+        it sends through the outbox (``put((RAW, data))``), as the responder already runs."""
+
+    # -- the reader's side -----------------------------------------------------------------
+    def end(self, code: str, message: str) -> None:
+        """Decide why the connection ends (the first reason wins) and stop the reader."""
+        if self.reason is None:
+            self.reason = (code, message)
+        self.read_scope.cancel()
+
+    async def put(self, item: tuple[Any, ...]) -> None:
+        try:
+            self._send.send_nowait(item)
+        except anyio.WouldBlock:
+            await self._send.send(item)
+
+    async def begin(self, fmt: PcmFormat, *, probabilities: bool = False) -> None:
+        """Start an utterance (ending the current one): open a mux stream for it."""
+        if self.utt is not None:
+            await self.finish()
+        try:
+            converter_check = fmt.checked()
+        except AudioFormatError as exc:
+            raise ClientError("bad_audio", str(exc)) from None
+        stream = self.server.mux.open_stream(name=f"{self.protocol}:{self.peer}")
+        await stream.__aenter__()  # a slot is free or about to be (connections <= max_streams)
+        self._streams.add(stream)
+        self.utt = Utterance(stream, converter_check, self.server, probabilities)
+        self.log.debug("audio.start", rate=fmt.rate, channels=fmt.channels, encoding=fmt.encoding)
+
+    async def audio(self, data: bytes) -> None:
+        """Convert and submit one message of PCM."""
+        utt = self.utt
+        if utt is None:
+            raise ClientError("no_audio_start", "audio arrived before audio-start; send audio-start first")
+        try:
+            samples = utt.converter.push(data)
+        except AudioFormatError as exc:
+            raise ClientError("bad_audio", str(exc)) from None
+        utt.samples += samples.size
+        chunks = utt.rechunker.push(samples)
+        if chunks:
+            stream = utt.stream
+            futures = [await stream.submit(chunk) for chunk in chunks]
+            await self.put((AUDIO, utt, futures, time.perf_counter()))
+
+    async def finish(self) -> None:
+        """End the utterance: the converter's and chunker's last samples (zero-padded), then STOP."""
+        utt = self.utt
+        if utt is None:
+            return
+        self.utt = None
+        tail = utt.converter.flush()
+        utt.samples += tail.size
+        chunks = utt.rechunker.push(tail) + utt.rechunker.flush(pad=True)
+        if chunks:
+            futures = [await utt.stream.submit(chunk) for chunk in chunks]
+            await self.put((AUDIO, utt, futures, time.perf_counter()))
+        await self.put((STOP, utt))
+
+    # -- the responder's side --------------------------------------------------------------
+    async def _respond(self) -> None:
+        recv, model, metrics = self._recv, self.server.model, self.server.metrics
+        latency, chunks = metrics.step_latency, metrics.chunks
+        while True:
+            try:
+                item = recv.receive_nowait()
+            except anyio.WouldBlock:
+                if self._wbuf:
+                    await self.flush()
+                try:
+                    item = await recv.receive()
+                except anyio.EndOfStream:
+                    return
+            except anyio.EndOfStream:
+                return
+            kind = item[0]
+            if kind == AUDIO:
+                utt = item[1]
+                tracker = utt.tracker
+                for fut in item[2]:
+                    try:
+                        p = model.probability(await fut)
+                    except JitError as exc:
+                        code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
+                        self.log.warning("step.failed", error=str(exc))
+                        self.end(code, str(exc))
+                        p = 0.0
+                        continue
+                    utt.chunks += 1
+                    if utt.probabilities:
+                        self.on_probability(utt, p)
+                    edges = tracker.push(p)
+                    if edges:
+                        for edge in edges:
+                            self.on_edge(utt, edge)
+                latency.observe(time.perf_counter() - item[3])
+                chunks.inc(len(item[2]))
+            elif kind == PING:
+                self.on_pong(item[1])
+            elif kind == STOP:
+                utt = item[1]
+                for edge in utt.tracker.finish(utt.samples):
+                    self.on_edge(utt, edge)
+                self._close_stream(utt.stream)
+                self.on_stopped(utt)
+            elif kind == RAW:
+                self._wbuf += item[1]
+            else:  # CLOSE
+                self.on_close(item[1], item[2])
+                await self.flush()
+                return
+            if len(self._wbuf) > 65536:
+                await self.flush()
+
+    async def flush(self) -> None:
+        data = bytes(self._wbuf)
+        self._wbuf.clear()
+        self.writing = True
+        await self.stream.send(data)
+        self.writing = False
+        self.written += 1
+
+    def write(self, data: bytes) -> None:
+        self._wbuf += data
+
+    def _close_stream(self, stream: MuxStream) -> None:
+        stream.close()
+        self._streams.discard(stream)
+
+    # -- the whole connection --------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until it ends; then tell the client why and close the socket."""
+        server = self.server
+        self.log.debug("connection.open")
+        try:
+            with self.scope:
+                await self._run()
+        finally:
+            self._send.close()
+            self._recv.close()
+            for stream in list(self._streams):
+                self._close_stream(stream)
+            code, message = self.reason or ("internal_error", "cancelled")
+            server.metrics.closes.labels(self.protocol, code).inc()
+            (self.log.debug if self.quiet else self.log.info)(
+                "connection.closed",
+                reason=code,
+                detail=message,
+                seconds=round(time.monotonic() - self._t0, 3),
+                messages=self.received,
+            )
+            with anyio.move_on_after(LINGER):  # not shielded: a shutdown's grace period cuts it
+                await self._linger()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await self.stream.aclose()
+
+    async def _linger(self) -> None:
+        """Half-close, then read and drop what the client still sends until it closes too: closing
+        a socket with unread input makes the kernel reset it, and the client could lose the close
+        reason we just sent."""
+        try:
+            await self.stream.send_eof()
+            while await self.stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+
+    async def _run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            try:
+                with self.read_scope:
+                    tg.start_soon(self._respond)
+                    await self.opening()
+                    await self.read_loop()
+                    self.end("done", "the client closed the connection")
+                if self.reason is None:  # cancelled from outside: shutdown, idle or slow reader set it
+                    self.reason = ("internal_error", "the reader was cancelled")
+            except ClientError as exc:
+                self.end(exc.code, exc.message)
+            except (
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
+                self.end("done", "the client went away")
+            except JitError as exc:
+                self.log.warning("connection.failed", error=str(exc))
+                self.end("internal_error", str(exc))
+            code, message = self.reason or ("done", "")
+            if code == "done" and self.utt is not None:
+                await self.finish()  # the client hung up mid-utterance: answer what it sent
+            self.utt = None
+            await self.put((CLOSE, code, message))
+            self._send.close()

@@ -1,0 +1,483 @@
+"""``asyncjit serve`` under load, against a Wyoming VAD server written the usual way, in one run.
+
+Run (loopback only; bounded: every phase has a fixed length and the script stops by itself)::
+
+    .venv/bin/python benchmarks/serve.py                 # 60 s real-time phases
+    .venv/bin/python benchmarks/serve.py --seconds 20    # shorter
+
+Processes: the server under test (``asyncjit serve``, asyncio then trio), the **peer** (a Wyoming
+VAD service as existing ones are written: ``wyoming.server.AsyncTcpServer``, one
+``AsyncEventHandler`` per connection, ONNX Runtime called per 512-sample chunk on the loop, one
+intra-op thread), and a **load generator** (asyncio protocols writing pre-encoded Wyoming
+frames of the built-in speech; each frame of 1,024 samples is followed by a ``ping``, and the
+``pong`` that answers it, sent after every earlier chunk, gives that chunk's lag).
+
+Phases: (1) the peer's capacity (clients as fast as possible) gives the connections it can keep
+in real time; that many stream in real time against it to check. (2) asyncjit serve, on asyncio
+and on trio: ``max(1000, 5 x peer)`` connections stream in real time for ``--seconds``: dropped,
+refused, answered, lag p50/p99/max, server RSS over the run, CPU of server and load generator;
+then the same connections as fast as possible, chunks/s. (3) in-process ``vad_mux`` with as many
+streams, chunks/s, for the ratio (goal >= 0.6x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import wave
+from collections import deque
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]  # benchmarks/silero_vad.py
+
+FRAME = 1024  # samples per Wyoming audio-chunk (the wyoming package's default)
+CHUNKS_PER_FRAME = 2  # Silero chunks (512 samples) per frame
+PERIOD = FRAME / 16000  # seconds of audio per frame, 64 ms
+FMT = {"rate": 16000, "width": 2, "channels": 1}
+
+
+# -- pre-encoded frames -------------------------------------------------------------------------
+def encode(kind: str, data: dict[str, Any] | None = None, payload: bytes = b"") -> bytes:
+    import io
+
+    from wyoming.event import Event, write_event
+
+    buf = io.BytesIO()
+    write_event(Event(kind, data or {}, payload or None), buf)
+    return buf.getvalue()
+
+
+def speech_frames() -> list[bytes]:
+    from asyncjit.models import speech_sample_path
+
+    with wave.open(speech_sample_path()) as w:
+        pcm = w.readframes(w.getnframes())
+    step = FRAME * 2
+    return [
+        encode("audio-chunk", FMT, pcm[i : i + step]) + encode("ping", {"text": "p"})
+        for i in range(0, len(pcm) - step + 1, step)
+    ]
+
+
+# -- load generator (its own process) -----------------------------------------------------------
+class LoadClient(asyncio.Protocol):
+    def __init__(self, gen: LoadGen, index: int) -> None:
+        self.gen, self.index = gen, index
+        self.buf = bytearray()
+        self.sent: deque[float] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.frame = index * 7 % len(gen.frames)
+        self.pongs = 0
+        self.closed = False
+        self.error: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.write(self.gen.start)  # type: ignore[attr-defined]
+        if self.gen.fast:
+            for _ in range(self.gen.window):
+                self.send()
+
+    def send(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self.gen.frames[self.frame])
+        self.frame = (self.frame + 1) % len(self.gen.frames)
+        self.sent.append(time.perf_counter())
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        while True:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            header = bytes(buf[pos:nl])
+            need = nl + 1
+            i = header.find(b'"data_length": ')
+            if i >= 0:
+                j = i + 15
+                k = j
+                while k < len(header) and header[k : k + 1].isdigit():
+                    k += 1
+                need += int(header[j:k])
+            if len(buf) < need:
+                break
+            if b'"pong"' in header:
+                now = time.perf_counter()
+                self.gen.lags.append(now - self.sent.popleft())
+                self.pongs += 1
+                if self.gen.fast and self.gen.running:
+                    self.send()
+            elif b'"error"' in header:
+                self.error = json.loads(buf[nl + 1 : need]).get("code", "?")
+            pos = need
+        del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+
+class LoadGen:
+    def __init__(self, port: int, conns: int, seconds: float, fast: bool, window: int) -> None:
+        self.port, self.conns, self.seconds, self.fast, self.window = port, conns, seconds, fast, window
+        self.frames = speech_frames()
+        self.start = encode("audio-start", FMT)
+        self.lags: list[float] = []
+        self.running = True
+
+    async def run(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        clients: list[LoadClient] = []
+        for i in range(self.conns):
+            try:
+                _, client = await loop.create_connection(
+                    lambda i=i: LoadClient(self, i), "127.0.0.1", self.port
+                )
+            except OSError:
+                continue
+            clients.append(client)
+            if i % 50 == 49:
+                await asyncio.sleep(0.01)  # a ramp, not a SYN flood
+        await asyncio.sleep(0.5)
+        self.lags.clear()
+        for c in clients:
+            c.pongs = 0
+        cpu0, t0 = _cpu_seconds(os.getpid()), time.perf_counter()
+        sent_frames = 0
+        if self.fast:
+            await asyncio.sleep(self.seconds)
+        else:
+            # real time: each connection sends one frame per 64 ms, phases spread over the period
+            groups = 16
+            tick = PERIOD / groups
+            k = 0
+            next_t = time.perf_counter()
+            while time.perf_counter() - t0 < self.seconds:
+                for c in clients[k % groups :: groups]:
+                    if not c.closed:
+                        c.send()
+                        sent_frames += 1
+                k += 1
+                next_t += tick
+                await asyncio.sleep(max(0.0, next_t - time.perf_counter()))
+            await asyncio.sleep(1.0)  # the last answers
+        wall = time.perf_counter() - t0
+        self.running = False
+        cpu = _cpu_seconds(os.getpid()) - cpu0
+        answered = sum(c.pongs for c in clients)
+        outstanding = sum(len(c.sent) for c in clients)
+        lags = sorted(self.lags)
+        result = {
+            "connections": len(clients),
+            "refused": self.conns - len(clients) + sum(1 for c in clients if c.error == "server_full"),
+            "dropped": sum(1 for c in clients if c.closed),
+            "errors": sorted({c.error for c in clients if c.error}),
+            "frames_sent": sent_frames,
+            "answered": answered,
+            "unanswered": outstanding if not self.fast else 0,
+            "chunks_per_s": answered * CHUNKS_PER_FRAME / (wall if self.fast else self.seconds),
+            "lag_ms": {
+                "p50": 1000 * lags[len(lags) // 2] if lags else None,
+                "p99": 1000 * lags[int(len(lags) * 0.99)] if lags else None,
+                "max": 1000 * lags[-1] if lags else None,
+            },
+            "loadgen_cpu_pct": 100 * cpu / wall,
+        }
+        for c in clients:
+            if c.transport is not None:
+                c.transport.close()
+        return result
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- the peer: a Wyoming VAD service as they are usually written -----------------------------------
+def run_peer(port_file: str) -> None:
+    import numpy as np
+    import onnxruntime as ort
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.event import Event
+    from wyoming.ping import Ping, Pong
+    from wyoming.server import AsyncEventHandler, AsyncTcpServer
+    from wyoming.vad import VoiceStarted, VoiceStopped
+
+    from asyncjit.models import OnnxRuntimeVad
+    from asyncjit.models.silero_vad import default_model_path
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(default_model_path()), opts, providers=["CPUExecutionProvider"])
+
+    class VadHandler(AsyncEventHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.vad = OnnxRuntimeVad(session=session)
+            self.audio = np.zeros(0, np.float32)
+            self.samples = 0
+            self.speaking = False
+
+        async def handle_event(self, event: Event) -> bool:
+            if AudioChunk.is_type(event.type):
+                chunk = AudioChunk.from_event(event)
+                x = np.frombuffer(chunk.audio, "<i2").astype(np.float32) / 32768.0
+                self.audio = np.concatenate([self.audio, x])
+                while self.audio.size >= 512:
+                    p = float(self.vad(self.audio[:512])[0, 0])
+                    self.audio = self.audio[512:]
+                    self.samples += 512
+                    if p >= 0.5 and not self.speaking:
+                        self.speaking = True
+                        await self.write_event(VoiceStarted(timestamp=self.samples // 16).event())
+                    elif p < 0.35 and self.speaking:
+                        self.speaking = False
+                        await self.write_event(VoiceStopped(timestamp=self.samples // 16).event())
+            elif Ping.is_type(event.type):
+                await self.write_event(Pong(text=Ping.from_event(event).text).event())
+            elif AudioStart.is_type(event.type):
+                self.vad.reset()
+            return True
+
+    async def main() -> None:
+        server = AsyncTcpServer("127.0.0.1", 0)
+        await server.start(VadHandler)
+        port = server._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        with open(port_file, "w") as f:
+            f.write(str(port))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- in-process vad_mux ---------------------------------------------------------------------------
+def run_inproc(streams: int, seconds: float, backend: str) -> None:
+    import logging
+
+    import anyio
+    import numpy as np
+    import structlog
+
+    from asyncjit.models import read_wav, speech_sample_path
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    from asyncjit.models.silero_vad import vad_mux
+
+    audio, _ = read_wav(speech_sample_path())
+    chunks = audio[: audio.size // 512 * 512].reshape(-1, 512).astype(np.float32)
+    count = [0]
+
+    async def main() -> None:
+        mux = vad_mux(16000, max_streams=streams, idle_timeout=None, metrics_interval=None)
+        async with mux:
+            stop = anyio.current_time() + seconds
+
+            async def stream(k: int) -> None:
+                async with mux.open_stream() as s:
+                    i = k * 7
+                    while anyio.current_time() < stop:
+                        await s.step(chunks[i % len(chunks)])
+                        i += 1
+                        count[0] += 1
+
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for k in range(streams):
+                    tg.start_soon(stream, k)
+            print(json.dumps({"chunks_per_s": count[0] / (time.perf_counter() - t0)}))
+
+    anyio.run(main, backend=backend)
+
+
+# -- orchestration ----------------------------------------------------------------------------------
+def _python(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, *args], text=True, **kw)
+
+
+def loadgen(
+    port: int, conns: int, seconds: float, fast: bool, window: int, server_pid: int
+) -> dict[str, Any]:
+    proc = _python(
+        __file__,
+        "--loadgen",
+        str(port),
+        str(conns),
+        str(seconds),
+        "1" if fast else "0",
+        str(window),
+        stdout=subprocess.PIPE,
+    )
+    rss: list[float] = []
+    cpu0, t0 = _cpu_seconds(server_pid), time.perf_counter()
+    while proc.poll() is None:
+        time.sleep(1.0)
+        rss.append(_rss_mb(server_pid))
+    wall = time.perf_counter() - t0
+    out, _ = proc.communicate()
+    result: dict[str, Any] = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    result["server_cpu_pct"] = 100 * (_cpu_seconds(server_pid) - cpu0) / wall
+    if len(rss) >= 4:
+        result["server_rss_mb"] = {"at_25pct": rss[len(rss) // 4], "end": rss[-1], "max": max(rss)}
+    return result
+
+
+def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str], int]:
+    proc = _python(
+        "-m",
+        "asyncjit.cli",
+        "serve",
+        "--backend",
+        backend,
+        "--wyoming",
+        "tcp://127.0.0.1:0",
+        "--max-streams",
+        str(max_streams),
+        "--idle-timeout",
+        "300",
+        "--log-level",
+        "warning",
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening" not in line:
+        proc.kill()
+        raise SystemExit(f"asyncjit serve did not start: {line!r}")
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def stop_server(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    return {"exit_code": code, "exit_seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _wait_for_port(path: str) -> int:
+    while True:
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+            if text:
+                return int(text)
+        time.sleep(0.1)
+
+
+def show(name: str, r: dict[str, Any]) -> None:
+    lag = r["lag_ms"]
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    rss = r.get("server_rss_mb")
+    rss_text = f" rss {rss['at_25pct']:.0f}->{rss['end']:.0f} MB (max {rss['max']:.0f})" if rss else ""
+    print(
+        f"{name:38s} conns {r['connections']:5d} refused {r['refused']} dropped {r['dropped']} "
+        f"answered {r['answered']} unanswered {r.get('unanswered', 0)} "
+        f"chunks/s {r['chunks_per_s']:8.0f} "
+        f"lag p50/p99/max {fmt(lag['p50'])}/{fmt(lag['p99'])}/{fmt(lag['max'])} ms "
+        f"cpu server {r['server_cpu_pct']:.0f}% loadgen {r['loadgen_cpu_pct']:.0f}%{rss_text}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="each real-time phase (default 60)")
+    parser.add_argument("--fast-seconds", type=float, default=15.0, help="each as-fast-as-possible phase")
+    parser.add_argument(
+        "--connections", type=int, default=0, help="asyncjit's connections (default max(1000, 5x peer))"
+    )
+    parser.add_argument("--backends", default="asyncio,trio")
+    parser.add_argument("--window", type=int, default=4, help="frames in flight per connection, fast phases")
+    parser.add_argument("--peer-connections", type=int, default=0, help="skip the peer's capacity search")
+    parser.add_argument("--loadgen", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--peer", metavar="PORT_FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--inproc", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loadgen:
+        port, conns, seconds, fast, window = args.loadgen
+        result = asyncio.run(LoadGen(int(port), int(conns), float(seconds), fast == "1", int(window)).run())
+        print(json.dumps(result))
+        return
+    if args.peer:
+        run_peer(args.peer)
+        return
+    if args.inproc:
+        run_inproc(int(args.inproc[0]), float(args.inproc[1]), args.inproc[2])
+        return
+
+    print(f"load before: {os.getloadavg()}  cpus: {os.cpu_count()}", flush=True)
+    # 1. the peer
+    port_file = f"/tmp/asyncjit-serve-peer-{os.getpid()}"
+    peer = _python(__file__, "--peer", port_file)
+    try:
+        peer_port = _wait_for_port(port_file)
+        if args.peer_connections:
+            peer_rt = args.peer_connections
+        else:
+            cap = loadgen(peer_port, 64, args.fast_seconds, True, args.window, peer.pid)
+            show("peer, as fast as possible", cap)
+            peer_rt = int(cap["chunks_per_s"] / (16000 / 512))
+            print(
+                f"peer capacity {cap['chunks_per_s']:.0f} chunks/s = {peer_rt} real-time connections",
+                flush=True,
+            )
+        rt = loadgen(peer_port, peer_rt, args.seconds, False, args.window, peer.pid)
+        show(f"peer, {peer_rt} real-time connections", rt)
+    finally:
+        peer.kill()
+        peer.wait()
+        os.unlink(port_file)
+    # 2. asyncjit serve
+    n = args.connections or max(1000, 5 * peer_rt)
+    fast_figures: dict[str, float] = {}
+    for backend in args.backends.split(","):
+        server, port = start_server(backend, n + 64)
+        try:
+            rt = loadgen(port, n, args.seconds, False, args.window, server.pid)
+            show(f"asyncjit serve ({backend}), real time", rt)
+            fast = loadgen(port, n, args.fast_seconds, True, args.window, server.pid)
+            show(f"asyncjit serve ({backend}), as fast as possible", fast)
+            fast_figures[backend] = fast["chunks_per_s"]
+        finally:
+            print(f"  SIGTERM: {stop_server(server)}", flush=True)
+        # 3. in-process vad_mux, same streams
+        inproc = _python(
+            __file__, "--inproc", str(n), str(args.fast_seconds), backend, stdout=subprocess.PIPE
+        )
+        out, _ = inproc.communicate()
+        mux_cps = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])["chunks_per_s"]
+        print(
+            f"in-process vad_mux ({backend}), {n} streams: {mux_cps:.0f} chunks/s; through the server "
+            f"{fast_figures[backend] / mux_cps:.2f}x of it (goal >= 0.6x); real-time connections "
+            f"{n} = {n / max(peer_rt, 1):.1f}x the peer's {peer_rt} (goal >= 5x, >= 1000)",
+            flush=True,
+        )
+    print(f"load after: {os.getloadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Intra-op parallelism (``codegen._parallel``): a big matmul splits its columns over threads the
+plan spawns and joins itself; results are bit for bit those of one thread, at any thread count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from asyncjit import Tensor
+from asyncjit.codegen import _parallel
+from asyncjit.codegen._matmul import PARALLEL_MIN_MACS, _region_bytes, matmul_scratch_bytes, matmul_tiling
+from asyncjit.compiler import compile
+from asyncjit.runtime import Client
+
+
+@pytest.fixture(autouse=True)
+def restore_threads() -> Iterator[None]:
+    old = _parallel.intra_op_threads()
+    yield
+    _parallel.set_intra_op_threads(old)
+
+
+@pytest.mark.parametrize(
+    ("batch", "m", "n", "k"),
+    [(1, 512, 520, 300), (3, 96, 1030, 700), (1, 1000, 70, 1000)],  # N not a multiple of NR
+)
+def test_split_matmul_equals_one_thread_bit_for_bit(batch: int, m: int, n: int, k: int) -> None:
+    assert m * n * k >= PARALLEL_MIN_MACS  # each product of the batch is split
+    a = Tensor.placeholder((batch, m, k), name="a")
+    b = Tensor.placeholder((batch, k, n), name="b")
+    exe = compile(a @ b, [a, b], name=f"split_mm_{batch}_{m}_{n}_{k}")
+    rng = np.random.default_rng(m + n + k)
+    av = rng.standard_normal((batch, m, k)).astype(np.float32)
+    bv = rng.standard_normal((batch, k, n)).astype(np.float32)
+    outs = {}
+    count = exe._loaded.global_address(_parallel.THREADS_SYMBOL)
+    assert count, "the plan does not read the intra-op thread count"
+    for threads in (1, 2, 3, 8):
+        _parallel.set_intra_op_threads(threads)  # applies to plans already loaded
+        assert ctypes.c_int64.from_address(count).value == threads
+        (outs[threads],) = exe.run([av, bv], {})
+    np.testing.assert_allclose(outs[1], av @ bv, rtol=2e-3, atol=2e-3)
+    for threads, out in outs.items():
+        assert np.array_equal(out, outs[1]), threads
+
+
+def test_scratch_covers_every_split() -> None:
+    """The scratch bound holds the per-thread regions of any split up to MAX_THREADS, each as
+    large as the part function lays it out (``w`` columns, rounded up to NR)."""
+    t = matmul_tiling()
+    for m, n, k in [(512, 512, 512), (96, 1030, 700), (1000, 70, 1000)]:
+        total = matmul_scratch_bytes(m, n, k)
+        for parts in range(1, _parallel.MAX_THREADS + 1):
+            cols = (n + parts - 1) // parts
+            w = (cols + t.nr - 1) // t.nr * t.nr
+            assert total >= parts * _region_bytes(t, m, w, k), (m, n, k, parts)
+
+
+def test_thread_count_is_checked_and_sized_by_the_client() -> None:
+    with pytest.raises(ValueError, match=">= 1"):
+        _parallel.set_intra_op_threads(0)
+    with pytest.raises(ValueError, match="intra_op_threads"):
+        Client("cpu", intra_op_threads=0)
+    cores = len(os.sched_getaffinity(0))
+    with Client("cpu:2"):
+        assert _parallel.intra_op_threads() == max(1, cores // 2)
+    with Client("cpu", intra_op_threads=3):
+        assert _parallel.intra_op_threads() == 3

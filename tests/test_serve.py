@@ -1,0 +1,430 @@
+"""``asyncjit serve``: real Wyoming and WebSocket clients against the server on asyncio and on trio.
+
+The ``wyoming`` and ``websockets`` clients are asyncio-only, so the server runs on its own loop
+(asyncio or trio) in a thread and each test drives it from an ``asyncio.run`` of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+from serve_helpers import (
+    ThreadServer,
+    close_writer,
+    model,
+    read_wyoming,
+    running,
+    speech_pcm,
+    wait_until_clean,
+    ws_json,
+    wyoming_frame,
+)
+
+pytest.importorskip("wyoming")
+pytest.importorskip("websockets")
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe
+from wyoming.ping import Ping
+
+from asyncjit.audio import PcmConverter, PcmFormat
+from asyncjit.models import read_wav, speech_sample_path
+from asyncjit.models.silero_vad import SileroVad
+
+pytestmark = pytest.mark.timeout(120)
+BACKENDS = ["asyncio", "trio"]
+CHUNK_MS = 32  # one Silero chunk at 16 kHz
+
+
+def reference_edges(audio: np.ndarray | None = None) -> list[tuple[str, int]]:
+    """``SileroVad.speech_timestamps`` of the speech, as (edge, ms) pairs."""
+    if audio is None:
+        audio, _ = read_wav(speech_sample_path())
+    segments = SileroVad(16000).speech_timestamps(audio)
+    assert segments, "the built-in speech has speech in it"
+    return [e for s in segments for e in (("start", s.start * 1000 // 16000), ("end", s.end * 1000 // 16000))]
+
+
+def assert_edges_match(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> None:
+    assert [k for k, _ in got] == [k for k, _ in want]
+    for (kind, ms), (_, ref) in zip(got, want, strict=True):
+        assert abs(ms - ref) <= CHUNK_MS, f"{kind} at {ms} ms, speech_timestamps says {ref} ms"
+
+
+async def wyoming_stream(
+    port: int, pcm: bytes, rate: int = 16000, width: int = 2, channels: int = 1
+) -> list[Any]:
+    """Stream ``pcm`` with the package's ``AsyncTcpClient``; every event until the closing pong."""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(AudioStart(rate, width, channels).event())
+        step = 1024 * width * channels
+        for i in range(0, len(pcm), step):
+            await client.write_event(AudioChunk(rate, width, channels, pcm[i : i + step]).event())
+        await client.write_event(AudioStop().event())
+        await client.write_event(Ping("done").event())
+        events = []
+        while True:
+            event = await client.read_event()
+            assert event is not None, "the server closed before the pong"
+            events.append(event)
+            if event.type == "pong":
+                return events
+
+
+def edges_of(events: list[Any]) -> list[tuple[str, int]]:
+    kinds = {"voice-started": "start", "voice-stopped": "end"}
+    return [(kinds[e.type], e.data["timestamp"]) for e in events if e.type in kinds]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wyoming_client_gets_the_speech_timestamps(backend: str) -> None:
+    """``AsyncTcpClient`` streams the built-in speech: ``describe`` gives ``info`` listing the VAD;
+    ``voice-started``/``voice-stopped`` come at ``SileroVad.speech_timestamps``'s times; the ping
+    sent last is answered after all of them."""
+    with running(backend) as srv:
+
+        async def main() -> list[Any]:
+            async with AsyncTcpClient("127.0.0.1", srv.port("wyoming")) as client:
+                await client.write_event(Describe().event())
+                info = await client.read_event()
+            assert info is not None and info.type == "info"
+            assert info.data["vad"][0]["models"][0]["name"] == "silero-vad"
+            # two clients at once: both get the same edges
+            return list(
+                await asyncio.gather(*(wyoming_stream(srv.port("wyoming"), speech_pcm()) for _ in range(2)))
+            )
+
+        runs = asyncio.run(main())
+        for events in runs:
+            assert_edges_match(edges_of(events), reference_edges())
+            assert events[-1].type == "pong" and events[-1].data["text"] == "done"
+        wait_until_clean(srv)
+        assert srv.call(lambda: srv.server.metrics.sample("asyncjit_serve_chunks_total")) >= 2 * 240
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wyoming_converts_rate_width_and_channels(backend: str) -> None:
+    """48 kHz stereo 32-bit audio is mixed down and resampled (soxr): the edges are those of the
+    same audio converted the same way, fed to ``SileroVad``."""
+    audio, _ = read_wav(speech_sample_path())
+    import soxr
+
+    up = soxr.resample(audio, 16000, 48000).astype(np.float32)
+    stereo = np.stack([up, up * 0.5], axis=1)
+    pcm = (np.clip(stereo, -1, 1) * (2**31 - 1)).astype("<i4").tobytes()
+    conv = PcmConverter(PcmFormat(48000, 2, "s32le"), 16000)
+    converted = np.concatenate(
+        [conv.push(pcm[i : i + 8192]) for i in range(0, len(pcm), 8192)] + [conv.flush()]
+    )
+    with running(backend) as srv:
+        events = asyncio.run(wyoming_stream(srv.port("wyoming"), pcm, rate=48000, width=4, channels=2))
+    assert_edges_match(edges_of(events), reference_edges(converted))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_websocket_client_gets_the_speech_timestamps(backend: str) -> None:
+    """A ``websockets`` client: the hello, then binary PCM; ``speech_start``/``speech_end`` at the
+    times of ``speech_timestamps``, one probability per chunk, ``stopped`` and the pong in order."""
+    import websockets
+
+    with running(backend) as srv:
+
+        async def main() -> list[dict[str, Any]]:
+            url = f"ws://127.0.0.1:{srv.port('websocket')}/?probabilities=1"
+            async with websockets.connect(url) as ws:
+                hello = ws_json(await ws.recv())
+                assert (
+                    hello["type"] == "hello" and hello["sample_rate"] == 16000 and hello["format"] == "s16le"
+                )
+                pcm = speech_pcm()
+                for i in range(0, len(pcm), 3200):
+                    await ws.send(pcm[i : i + 3200])
+                await ws.send(json.dumps({"type": "stop"}))
+                await ws.send(json.dumps({"type": "ping", "id": 7}))
+                messages = []
+                while not messages or messages[-1]["type"] != "pong":
+                    messages.append(ws_json(await ws.recv()))
+                return messages
+
+        messages = asyncio.run(main())
+        wait_until_clean(srv)
+    kinds = {"speech_start": "start", "speech_end": "end"}
+    got = [(kinds[m["type"]], m["timestamp_ms"]) for m in messages if m["type"] in kinds]
+    assert_edges_match(got, reference_edges())
+    probs = [m for m in messages if m["type"] == "probability"]
+    assert [m["chunk"] for m in probs] == list(range(len(probs)))
+    assert len(probs) == -(-len(speech_pcm()) // 2 // 512)
+    assert [m["type"] for m in messages[-2:]] == ["stopped", "pong"] and messages[-1]["id"] == 7
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_admission_refuses_clearly_at_max_streams(backend: str) -> None:
+    """With ``max_streams`` streams open, the next connection gets ``server_full`` and is closed at
+    once (never left waiting); the metrics count the refusal; the open ones keep working."""
+    with running(backend, max_streams=2) as srv:
+        port = srv.port("wyoming")
+
+        async def main() -> list[dict[str, Any]]:
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for _, w in held:
+                w.write(wyoming_frame("ping", {"text": "hi"}))
+            for r, _ in held:  # admitted: each is answered
+                line = await r.readline()
+                assert b"pong" in line
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            refused = await read_wyoming(reader)
+            await close_writer(writer)
+            for _, w in held:
+                await close_writer(w)
+            return refused
+
+        refused = asyncio.run(main())
+        assert [e["type"] for e in refused] == ["error"] and refused[0]["code"] == "server_full"
+        assert (
+            srv.call(lambda: srv.server.metrics.sample("asyncjit_serve_refusals_total", reason="server_full"))
+            == 1
+        )
+        wait_until_clean(srv)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_idle_connections_are_closed_with_a_reason(backend: str) -> None:
+    """A connection that sends nothing for ``idle_timeout`` gets ``error`` ``idle_timeout``, then EOF."""
+    with running(backend, idle_timeout=0.2) as srv:
+
+        async def main() -> list[dict[str, Any]]:
+            reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
+            writer.write(wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1}))
+            events = await read_wyoming(reader)
+            await close_writer(writer)
+            return events
+
+        events = asyncio.run(main())
+        assert [(e["type"], e.get("code")) for e in events] == [("error", "idle_timeout")]
+        wait_until_clean(srv)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_client_that_stops_reading_is_held_back_then_closed(backend: str) -> None:
+    """Backpressure: a client that sends audio and pings but never reads stalls the server's writes;
+    then the server stops reading it (its own sends block: TCP pushes back) instead of buffering
+    without bound, and after ``write_timeout`` the connection is closed (``slow_reader``)."""
+    with running(backend, write_timeout=0.5) as srv:
+        port = srv.port("wyoming")
+        chunk = wyoming_frame("audio-chunk", {"rate": 16000, "width": 2, "channels": 1}, b"\0\0" * 512)
+        pings = wyoming_frame("ping", {"text": "x" * 60000})  # big answers fill the socket fast
+
+        async def main() -> tuple[int, str]:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.transport.set_write_buffer_limits(high=1 << 16)
+            writer.write(wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1}))
+            sent = 0
+            try:
+                while True:
+                    writer.write(chunk + pings)
+                    sent += 1
+                    await asyncio.wait_for(writer.drain(), 5)
+            except (TimeoutError, ConnectionError):
+                pass  # the server stopped reading us (then closed us)
+            writer.transport.abort()
+            await close_writer(writer)
+            return sent, "held"
+
+        sent, _ = asyncio.run(main())
+        assert sent < 100_000, "the server kept reading a client that never read its answers"
+        closes = srv.call(
+            lambda: srv.server.metrics.sample(
+                "asyncjit_serve_closes_total", protocol="wyoming", reason="slow_reader"
+            )
+        )
+        assert closes == 1
+        wait_until_clean(srv)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_health_metrics_and_page(backend: str) -> None:
+    """``/health`` (JSON), ``/metrics`` (Prometheus text) on both HTTP ports; the page at ``/``."""
+    with running(backend) as srv:
+        asyncio.run(wyoming_stream(srv.port("wyoming"), speech_pcm()[:64000]))
+        for kind in ("metrics", "websocket"):
+            base = f"http://127.0.0.1:{srv.port(kind)}"
+            health = json.loads(urllib.request.urlopen(f"{base}/health", timeout=10).read())
+            assert health["status"] == "ok" and health["max_streams"] == 16
+            text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+            for name in (
+                "asyncjit_serve_open_streams",
+                "asyncjit_serve_chunks_total",
+                "asyncjit_serve_step_latency_seconds_bucket",
+                "asyncjit_serve_batch_size_bucket",
+                "asyncjit_serve_refusals_total",
+            ):
+                assert name in text
+        page = urllib.request.urlopen(f"http://127.0.0.1:{srv.port('websocket')}/", timeout=10).read()
+        assert b"getUserMedia" in page and b"probability" in page
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"http://127.0.0.1:{srv.port('websocket')}/nope", timeout=10)
+        assert info.value.code == 404
+        info.value.close()
+        wait_until_clean(srv)
+
+
+def _cli(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "asyncjit.cli", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str) -> None:
+    """SIGTERM while 20 clients stream: each gets ``error`` ``shutdown`` after the answers to what
+    it sent, the process exits 0 (within 5 s: the wait's limit)."""
+    model()  # compile once here, not inside the server's startup
+    proc = _cli("--wyoming", "tcp://127.0.0.1:0", "--backend", backend, "--max-streams", "32")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening" in line, proc.stderr.read() if proc.stderr else line
+        port = int(line.rsplit(":", 1)[1])
+
+        async def client(started: asyncio.Event, count: list[int]) -> list[dict[str, Any]]:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1}))
+            pcm = speech_pcm()
+            reading = asyncio.ensure_future(read_wyoming(reader))
+            i = 0
+            while not reading.done():
+                writer.write(
+                    wyoming_frame(
+                        "audio-chunk", {"rate": 16000, "width": 2, "channels": 1}, pcm[i : i + 2048]
+                    )
+                )
+                writer.write(wyoming_frame("ping", {"text": str(i)}))
+                i = (i + 2048) % len(pcm)
+                count[0] += 1
+                if count[0] == 20 * 10:
+                    started.set()
+                try:
+                    await writer.drain()
+                except ConnectionError:
+                    break
+                await asyncio.sleep(0.005)
+            events = await reading
+            await close_writer(writer)
+            return events
+
+        async def main() -> list[list[dict[str, Any]]]:
+            started, count = asyncio.Event(), [0]
+            clients = [asyncio.ensure_future(client(started, count)) for _ in range(20)]
+            await started.wait()
+            proc.send_signal(signal.SIGTERM)
+            return list(await asyncio.gather(*clients))
+
+        results = asyncio.run(main())
+        proc.communicate(timeout=5)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    for events in results:
+        assert events and events[-1]["type"] == "error" and events[-1]["code"] == "shutdown"
+        assert all(e["type"] in ("pong", "voice-started", "voice-stopped", "error") for e in events)
+
+
+def test_cli_model_path_errors_are_clear() -> None:
+    """``--model-path`` to a missing file, or without ``in:out`` state pairs: a message, exit 2."""
+    proc = _cli("--model-path", "missing.onnx", "--state", "state:stateN")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "no such file" in err
+    path = silero_onnx_path()
+    proc = _cli("--model-path", str(path), "--state", "state")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "input:output pairs" in err
+
+
+def silero_onnx_path() -> str:
+    from asyncjit.models._onnx_weights import package_data_file
+
+    return str(
+        package_data_file("silero_vad", "data/silero_vad_16k_op15.onnx", "pip install --no-deps silero-vad")
+    )
+
+
+def test_model_path_serves_a_recurrent_onnx_model() -> None:
+    """``--model-path`` + ``--state``: the Silero ONNX file, imported by ``asyncjit.onnx`` and
+    stepped through ``recurrent_step``, gives the same edges as the built-in model."""
+    from asyncjit.serve import ServeConfig, VadServer, load_model
+
+    pytest.importorskip("onnx")
+    onnx_model = load_model(
+        model_path=silero_onnx_path(),
+        state="state:stateN",
+        context=64,
+        dims={"sequence": 576},
+        values={"sr": 16000},
+        max_streams=4,
+    )
+    assert onnx_model.chunk_samples == 512
+    srv = ThreadServer.__new__(ThreadServer)
+    ThreadServer.__init__(srv, "asyncio", max_streams=4)
+    srv.server = VadServer(onnx_model, ServeConfig(wyoming="tcp://127.0.0.1:0", max_streams=4))
+    srv.start()
+    try:
+        events = asyncio.run(wyoming_stream(srv.port("wyoming"), speech_pcm()))
+        wait_until_clean(srv)
+    finally:
+        srv.stop()
+    assert_edges_match(edges_of(events), reference_edges())
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium on this machine (/usr/bin/chromium); the page's test needs a browser",
+)
+def test_page_streams_a_fake_microphone_in_headless_chromium() -> None:
+    """The page at ``/`` opens the WebSocket, streams Chromium's fake microphone and plots the
+    probabilities it gets back (its ``data-chunks`` counter grows)."""
+    assert CHROMIUM is not None
+    with running("asyncio") as srv:
+        url = f"http://127.0.0.1:{srv.port('websocket')}/?autostart=1"
+        out = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless=new",
+                "--no-sandbox",
+                "--use-fake-device-for-media-stream",
+                "--use-fake-ui-for-media-stream",
+                "--autoplay-policy=no-user-gesture-required",
+                "--virtual-time-budget=8000",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    import re
+
+    match = re.search(r'data-chunks="(\d+)"', out.stdout)
+    assert match is not None, out.stderr[-2000:]
+    assert int(match.group(1)) > 0
