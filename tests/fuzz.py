@@ -30,15 +30,27 @@ HANG_SECONDS = 300.0
 PROGRESS_SECONDS = 120.0
 
 
+def dtype_sets() -> list[tuple[Any, ...]]:
+    """The dtypes one graph may use: the core set (twice as likely), with float64, and the core
+    floats with one of the wider ints (one int dtype per graph keeps promotion a total order)."""
+    import numpy as np
+    from strategies import ALL_DTYPES, WIDE_INT_DTYPES
+
+    f32, f16, f64, b = (np.dtype(d) for d in (np.float32, np.float16, np.float64, np.bool_))
+    return [ALL_DTYPES, ALL_DTYPES, (*ALL_DTYPES, f64), *((f32, f16, d, b) for d in WIDE_INT_DTYPES)]
+
+
 def draw_case(seed: int, index: int) -> Any:
     """Graph ``index`` of ``seed``: hypothesis' generator driven by a seeded random source."""
+    from hypothesis import strategies as st
     from hypothesis.control import BuildContext
     from hypothesis.internal.conjecture.data import ConjectureData
     from strategies import VALUE_PROFILES, graph_cases
 
     data = ConjectureData(random=Random(f"{seed}:{index}"))
     with BuildContext(data, wrapped_test=lambda: None):
-        return data.draw(graph_cases(profiles=VALUE_PROFILES, max_bound=24, max_steps=8))
+        dtypes = data.draw(st.sampled_from(dtype_sets()))
+        return data.draw(graph_cases(dtypes=dtypes, profiles=VALUE_PROFILES, max_bound=24, max_steps=8))
 
 
 def describe(case: Any) -> str:

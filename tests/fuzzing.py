@@ -315,6 +315,8 @@ def check_case(
         by_id = {p.node.id: a for p, a in zip(case.placeholders, arrays, strict=True)}
         perturbed = perturbed_runs(outputs, by_id, ref_bindings, seed + k)
         for path in paths:
+            if path == "jit" and any(p.dtype.name == "float64" for p in case.placeholders):
+                continue  # jit turns float64 arrays into float32 (as JAX without x64): by design
             layout = layouts[int(rng.integers(0, len(layouts)))]
             laid = [_layout(a, layout) for a in arrays]
             runs += 1

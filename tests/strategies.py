@@ -202,7 +202,8 @@ def input_values(
     if profile in ("quarter", "wide") or spec.indices:
         return arr
     info = np.iinfo(spec.dtype)
-    edge = np.array([info.min, info.max, info.min + 1, info.max - 1, 0, -1, 1], spec.dtype)
+    edges = {int(info.min), int(info.max), int(info.min) + 1, int(info.max) - 1, 0, 1, -1}
+    edge = np.array(sorted(e for e in edges if info.min <= e <= info.max), spec.dtype)
     return np.where(rng.random(shape) < 0.5, edge[rng.integers(0, len(edge), size=shape)], arr)
 
 

@@ -16,11 +16,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from fuzz import dtype_sets
 from fuzzing import check_case, compare, tolerance_ulps
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import VALUE_PROFILES, GraphCase, graph_cases
 
 from asyncjit import Tensor
@@ -78,6 +81,17 @@ def test_fused_elementwise_and_reductions(case: GraphCase) -> None:
 )
 def test_movement_and_index_ops(case: GraphCase) -> None:
     """Views, data-dependent indices and the dense ops."""
+    _check(case)
+
+
+def _with_dtypes(dtypes: tuple[np.dtype[Any], ...]) -> st.SearchStrategy[GraphCase]:
+    return graph_cases(dtypes=dtypes, profiles=VALUE_PROFILES, max_steps=5)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(dtype_sets()[2:]).flatmap(_with_dtypes))
+def test_float64_and_wider_ints(case: GraphCase) -> None:
+    """float64 next to the core dtypes, and int8/int16/uint8..uint64 next to the floats."""
     _check(case)
 
 
