@@ -2,18 +2,19 @@
 compared with ``asyncjit.reference`` element by element.
 
 Paths: ``compile`` (one plan for every binding), ``fixed`` (``compile(fixed=...)`` at the
-binding), ``jit`` (the graph re-traced by ``asyncjit.jit`` with static shapes) and ``execute``
+binding), ``jit`` (the graph re-traced by ``asyncjit.jit``, with ``dynamic`` dims when the inputs
+carry every var, else static shapes) and ``execute``
 (a loaded plan on a device, through ``LoadedExecutable.execute``). Inputs go in C order, Fortran
 order or as strided views.
 
 Comparison (``compare``): ints and bools exactly; floats within ``tolerance_ulps`` ulps *of the
 output dtype* (NaN matches NaN, inf matches only the same inf, -0.0 matches 0.0). There is no
-quota of wrong elements. The only positions skipped are those the reference itself shows to be
-ill-conditioned: the graph is re-evaluated with every rounding perturbed (``perturbed_runs``:
-each float op's result moved by up to its error bound, each dot product by the float32
-accumulation bound) and a position whose reference value moves beyond the tolerance in any run
-is not a bug of the compiled code (a cast of 2.9999998 vs 3.0000002, a sum that cancels, a
-float32 partial sum that overflows).
+quota of wrong elements. The reference is re-evaluated with every rounding perturbed within its
+bound (``perturbed_runs``: each float op's result moved by its error bound, each dot product by
+the float32 accumulation bound, ``a*b + c`` by an ulp of the product for FMA contraction). Where
+those runs move the reference, the compiled value may differ by twice as much (the reference's
+own conditioning); where they flip an int or bool or make a NaN/inf appear, the position is
+skipped (a cast of 2.9999998 vs 3.0000002, a dot product whose float32 partial sums overflow).
 """
 
 from __future__ import annotations
