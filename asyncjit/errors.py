@@ -20,9 +20,11 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DeviceNotFoundError",
     "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
+    "InvalidArgumentError",
     "JitError",
     "KernelRuntimeError",
     "ModelFormatError",
@@ -87,6 +89,11 @@ class ArgumentCountError(ShapeMismatchError, TypeError):
     """Your call passed more or fewer arguments (inputs, buffers, outputs) than the plan takes."""
 
 
+class InvalidArgumentError(JitError, ValueError):
+    """Your call passed an option value outside what it accepts (a negative size or timeout, an
+    unknown policy name, a malformed device spec, a setter called after ``prepare``)."""
+
+
 class ArgumentTypeError(JitError, TypeError):
     """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
 
@@ -97,6 +104,10 @@ class DeviceError(JitError):
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DeviceNotFoundError(DeviceError, IndexError):
+    """A device index (or kind) names no device of this client."""
 
 
 class DonateIndexError(DeviceError, IndexError):

@@ -171,7 +171,7 @@ SPECIALS = np.array(
 
 
 def inputs(op: str) -> F32Array:
-    rng = np.random.default_rng(zlib.crc32(op.encode()))  # hash(op) changes per process
+    rng = np.random.default_rng(zlib.crc32(op.encode()))  # hash() of a str changes per process
     sign = rng.choice([-1.0, 1.0], 60000)
     parts = [
         rng.uniform(-1, 1, 50000),

@@ -190,25 +190,36 @@ def test_11_var_out_of_range_is_a_typed_error(doubler: Doubler) -> None:
 @pytest.mark.anyio
 async def test_12_input_view_is_refused_while_an_async_execute_reads_it(doubler: Doubler) -> None:
     """Asking for an input view while execute_async is in flight raises DeviceError instead of
-    letting the write race the kernel."""
+    letting the write race the kernel.
+
+    The execution is really in flight: its input is the output of a plan held on the device by a
+    ``Gate``, so the replay waits on the device queue until the test opens it.
+    """
     import anyio
 
-    errors: list[BaseException] = []
+    from asyncjit.compiler import ArgSpec
+    from asyncjit.devices import HostExecutable
+    from asyncjit.testing import Gate
 
-    async def writer() -> None:
-        try:
-            doubler.x_mut()[:] = 3
-        except DeviceError as exc:
-            errors.append(exc)
-
-    p = doubler._ready()
-    p.in_flight += 1  # what execute_async holds while the plan runs
+    original = doubler.input_buffer("x")
+    dev = original.device
+    gate = Gate()
+    spec = [ArgSpec("x", (8,), asyncjit.float32)]
+    held = dev.client.load(HostExecutable.build("held_x", gate, spec, spec, []), dev)
+    (pending,) = held.execute_nowait([dev.client.buffer_from_host(np.ones(8, np.float32), dev)], inline=False)
+    doubler.bind_input_buffer("x", pending)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(writer)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(doubler.execute_async)
+                await anyio.wait_all_tasks_blocked()  # execute_async awaits its (held) replay
+                with pytest.raises(DeviceError, match="in-flight"):
+                    doubler.x_mut()
+                gate.open()
     finally:
-        p.in_flight -= 1
-    assert errors and "in-flight" in str(errors[0])
+        gate.open()
+        doubler.bind_input_buffer("x", original)
+    np.testing.assert_array_equal(doubler.output().to_numpy_blocking(), np.full(8, 2.0, np.float32))
     doubler.x_mut()[:] = 3  # allowed again once nothing is in flight
 
 
@@ -253,3 +264,46 @@ def test_14_deleted_and_donated_buffers_raise_instead_of_reading_freed_memory() 
     np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
     with pytest.raises(BufferDeletedError):
         loaded.execute_blocking([donated])
+
+
+def test_15_an_onnx_input_that_picks_a_branch_must_be_fixed_with_values() -> None:
+    """An ``If`` on an input's value (Silero VAD's ``sr``) whose branches differ in shape cannot
+    be one plan: the load says to fix that input with ``values=``; a feed of another value is
+    then refused instead of silently running the branch baked in."""
+    onnx = pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper
+
+    import asyncjit.onnx as ao
+
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["t"], axis=0)],
+        "t",
+        [],
+        [helper.make_tensor_value_info("t", f, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "e", [], [helper.make_tensor_value_info("e", f, None)]
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", f, [3]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", f, None)],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [], [16000])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    assert onnx is not None
+    with pytest.raises(ao.OnnxImportError, match="values="):
+        ao.load(data)
+    sess = ao.InferenceSession(data, values={"sr": 16000})
+    assert sess.run(None, {"x": np.ones(3, np.float32)})[0].shape == (6,)
+    with pytest.raises(ValueError, match="fixed to 16000"):
+        sess.run(None, {"x": np.ones(3, np.float32), "sr": np.array(8000)})

@@ -16,7 +16,13 @@ import attrs
 import numpy as np
 
 from ..dtypes import DType
-from ..errors import DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ..errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    DTypeMismatchError,
+    ShapeMismatchError,
+    VarBoundsError,
+)
 from ..symbolic import Dim, Var, check_bindings, compile_dims, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
@@ -94,7 +100,7 @@ class Signature:
         if len(bindings) == len(self._checks):
             try:
                 out = tuple([bindings[name] for name, _, _ in self._checks])
-            except KeyError:
+            except (KeyError, TypeError):
                 pass
             else:
                 for value, (_, lo, hi) in zip(out, self._checks):  # noqa: B905 - equal lengths
@@ -102,6 +108,10 @@ class Signature:
                         break
                 else:
                     return out
+        if not isinstance(bindings, Mapping):
+            raise ArgumentTypeError(
+                f"var values must be a mapping of name to int, got {type(bindings).__name__}"
+            )
         bindings = dict(bindings)
         for name, value in self.fixed.items():
             if name in bindings and bindings.pop(name) != value:
@@ -161,8 +171,8 @@ class Signature:
         # fast path: lists compare item by item in C, identity first (DTypes are singletons)
         if shapes == self._all_in_shapes(values) and dtypes == self._in_dtypes:  # type: ignore[operator]
             return
-        if len(shapes) != len(self.inputs):
-            raise ShapeMismatchError(
+        if len(shapes) != len(self.inputs) or len(dtypes) != len(self.inputs):
+            raise ArgumentCountError(
                 f"expected {len(self.inputs)} inputs ({[a.name for a in self.inputs]}), got {len(shapes)}"
             )
         expected = self.input_shapes(values)

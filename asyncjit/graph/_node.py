@@ -17,6 +17,7 @@ import numpy as np
 from attrs import define, field
 
 from ..dtypes import DType
+from ..errors import ArgumentTypeError
 from ..symbolic import Dim, Var, free_vars
 
 __all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
@@ -59,7 +60,7 @@ def as_node(x: Any) -> Node:
     node = getattr(x, "node", None)
     if isinstance(node, Node):
         return node
-    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
+    raise ArgumentTypeError(f"expected a Tensor or Node, got {type(x).__name__}")
 
 
 def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
