@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .audio import load_audio
+from .compiler import CompileStats, compile_stats
 from .models import SAMPLE_RATES, speech_sample_path, speech_timestamps
 from .models.silero_vad import SileroVad
 
@@ -47,9 +48,23 @@ def _load(path: str, out: Callable[[str], None]) -> tuple[np.ndarray, int]:
     """The file as float32 mono at 8 or 16 kHz, telling the user what it is and what was converted."""
     clip = load_audio(path, 16000, keep=SAMPLE_RATES)
     out(f"audio: {path} ({clip.info.describe()})")
-    if clip.conversions:
-        out(f"  converted: {'; '.join(clip.conversions)}")
+    shown = [c for c in clip.conversions if not c.endswith("to float32")]  # the format is shown above
+    if shown:
+        out(f"  converted: {'; '.join(shown)}")
     return clip.samples, clip.sample_rate
+
+
+def _how_prepared(before: CompileStats) -> str:
+    """Where the plans made since ``before`` came from, in words."""
+    now = compile_stats()
+    cold, disk = now.cold_compiles - before.cold_compiles, now.disk_hits - before.disk_hits
+    memory = now.memory_hits - before.memory_hits
+    parts = [f"{cold} plan(s) compiled"] if cold else []
+    if disk:
+        parts.append(f"{disk} loaded from the disk cache")
+    if memory:
+        parts.append(f"{memory} reused from memory")
+    return ", ".join(parts) or "no new plans"
 
 
 def run_demo(
@@ -59,10 +74,11 @@ def run_demo(
     path = audio_path or speech_sample_path()
     audio, sr = _load(path, out)
 
+    before = compile_stats()
     t0 = time.perf_counter()
     vad = SileroVad(sr)
     seconds = time.perf_counter() - t0
-    out(f"asyncjit: Silero VAD prepared in {seconds:.3f} s (compiled once, or loaded from the cache)")
+    out(f"asyncjit: Silero VAD prepared in {seconds:.3f} s ({_how_prepared(before)})")
     chunks = _chunks(audio, vad.chunk_samples)
     vad(chunks[0])  # warm the plan and its buffers
     vad.reset()
@@ -174,12 +190,13 @@ def run_streams_demo(
         "chunk when the previous result is back"
     )
     t0 = time.perf_counter()
+    before = compile_stats()
     probs, latencies, wall, metrics = anyio.run(_serve_streams, workload, sr, batch)
     rate = total / wall
     p50, p99 = np.percentile(latencies, [50, 99])
     out(
         f"asyncjit StreamMux   {rate:>9,.0f} chunks/s  ({total} chunks in {wall:.2f} s; "
-        f"{time.perf_counter() - t0:.2f} s with preparing)"
+        f"{time.perf_counter() - t0:.2f} s with preparing: {_how_prepared(before)})"
     )
     out(f"  per-chunk latency   p50 {p50 * 1e3:6.2f} ms   p99 {p99 * 1e3:6.2f} ms")
     hist = metrics["batch_size_histogram"]
