@@ -13,7 +13,8 @@ percentiles and the batch sizes, against ONNX Runtime per stream and hand-batche
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def _chunks(audio: np.ndarray, n: int) -> list[np.ndarray]:
     return list(padded.reshape(-1, n))
 
 
-def _timed(fn: Callable[[np.ndarray], float], chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _timed(fn: Callable[[np.ndarray], float], chunks: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     probs, times = [], []
     for c in chunks:
         t0 = time.perf_counter()
@@ -54,6 +55,18 @@ def _load(path: str, out: Callable[[str], None]) -> tuple[np.ndarray, int]:
     return clip.samples, clip.sample_rate
 
 
+def _segment_table(segments: Sequence[Any]) -> Any:
+    """The speech segments as a rich ``Table``."""
+    from rich.table import Table
+
+    table = Table(title=f"speech segments ({len(segments)})")
+    for column in ("#", "start (s)", "end (s)", "duration (s)"):
+        table.add_column(column, justify="right")
+    for i, s in enumerate(segments, 1):
+        table.add_row(str(i), f"{s.start_s:.2f}", f"{s.end_s:.2f}", f"{s.duration_s:.2f}")
+    return table
+
+
 def _how_prepared(before: CompileStats) -> str:
     """Where the plans made since ``before`` came from, in words."""
     now = compile_stats()
@@ -68,9 +81,16 @@ def _how_prepared(before: CompileStats) -> str:
 
 
 def run_demo(
-    audio_path: str | None = None, compare: bool = True, out: Callable[[str], None] = print
+    audio_path: str | None = None,
+    compare: bool = True,
+    out: Callable[[str], None] = print,
+    console: Any = None,
 ) -> dict[str, float]:
-    """Run the demo and return its figures (median/p99 seconds, ratio, max probability diff)."""
+    """Run the demo and return its figures (median/p99 seconds, ratio, max probability diff).
+
+    ``console``: a ``rich.console.Console`` for a progress bar and the segments as a table (the
+    CLI passes one when rich is installed and the output is a terminal); None prints plain lines.
+    """
     path = audio_path or speech_sample_path()
     audio, sr = _load(path, out)
 
@@ -82,13 +102,21 @@ def run_demo(
     chunks = _chunks(audio, vad.chunk_samples)
     vad(chunks[0])  # warm the plan and its buffers
     vad.reset()
-    probs, times = _timed(vad, chunks)
+    if console is not None:  # a progress bar, drawn between the timed calls
+        from rich.progress import track
+
+        probs, times = _timed(vad, track(chunks, description="streaming chunks", console=console))
+    else:
+        probs, times = _timed(vad, chunks)
     segments = speech_timestamps(
         probs, sr, window_size_samples=vad.chunk_samples, audio_length_samples=audio.size
     )
-    out(f"speech segments ({len(segments)}):")
-    for s in segments:
-        out(f"  {s.start_s:6.2f} s - {s.end_s:6.2f} s")
+    if console is not None:
+        console.print(_segment_table(segments))
+    else:
+        out(f"speech segments ({len(segments)}):")
+        for s in segments:
+            out(f"  {s.start_s:6.2f} s - {s.end_s:6.2f} s")
     out(f"asyncjit      per-chunk latency over {len(chunks)} chunks: {_fmt(times)}")
     figures = {"median": float(np.median(times)), "p99": float(np.percentile(times, 99))}
 

@@ -264,3 +264,46 @@ def test_14_deleted_and_donated_buffers_raise_instead_of_reading_freed_memory() 
     np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
     with pytest.raises(BufferDeletedError):
         loaded.execute_blocking([donated])
+
+
+def test_15_an_onnx_input_that_picks_a_branch_must_be_fixed_with_values() -> None:
+    """An ``If`` on an input's value (Silero VAD's ``sr``) whose branches differ in shape cannot
+    be one plan: the load says to fix that input with ``values=``; a feed of another value is
+    then refused instead of silently running the branch baked in."""
+    onnx = pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper
+
+    import asyncjit.onnx as ao
+
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["t"], axis=0)],
+        "t",
+        [],
+        [helper.make_tensor_value_info("t", f, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "e", [], [helper.make_tensor_value_info("e", f, None)]
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", f, [3]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", f, None)],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [], [16000])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    assert onnx is not None
+    with pytest.raises(ao.OnnxImportError, match="values="):
+        ao.load(data)
+    sess = ao.InferenceSession(data, values={"sr": 16000})
+    assert sess.run(None, {"x": np.ones(3, np.float32)})[0].shape == (6,)
+    with pytest.raises(ValueError, match="fixed to 16000"):
+        sess.run(None, {"x": np.ones(3, np.float32), "sr": np.array(8000)})

@@ -117,3 +117,36 @@ def test_demo_says_how_it_prepared(capsys: pytest.CaptureFixture[str]) -> None:
     line = next(s for s in capsys.readouterr().out.splitlines() if "prepared in" in s)
     assert any(w in line for w in ("compiled", "loaded from the disk cache", "reused from memory"))
     assert "or loaded" not in line
+
+
+def test_demo_segments_as_a_rich_table() -> None:
+    """With a rich console (the CLI passes one on a terminal) the segments come as a table."""
+    import io
+
+    from rich.console import Console
+
+    from asyncjit._demo import run_demo
+
+    buf = io.StringIO()
+    lines: list[str] = []
+    run_demo(compare=False, out=lines.append, console=Console(file=buf, width=100, force_terminal=False))
+    table = buf.getvalue()
+    assert "speech segments (4)" in table and "duration (s)" in table and table.count("\n") >= 8
+    assert not any(line.startswith("speech segments") for line in lines)
+
+
+def test_silero_onnx_path_without_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """ASYNCJIT_SILERO_ONNX names the model file when silero-vad is not installed."""
+    import shutil
+
+    from asyncjit.errors import ModelFormatError
+    from asyncjit.models.silero_vad import default_model_path, load_weights
+
+    copy = tmp_path / "silero_vad.onnx"
+    shutil.copy(default_model_path(), copy)
+    monkeypatch.setenv("ASYNCJIT_SILERO_ONNX", str(copy))
+    assert default_model_path() == copy
+    assert load_weights(16000).chunk_samples == 512
+    monkeypatch.setenv("ASYNCJIT_SILERO_ONNX", str(tmp_path / "missing.onnx"))
+    with pytest.raises(ModelFormatError, match=r"ASYNCJIT_SILERO_ONNX=.*is not a file"):
+        default_model_path()
