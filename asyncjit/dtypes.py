@@ -21,6 +21,8 @@ from typing import Final
 import attrs
 import numpy as np
 
+from .errors import DTypeMismatchError, UnsupportedDTypeError
+
 __all__ = [
     "DType",
     "check_array_dtype",
@@ -113,7 +115,8 @@ def from_numpy(dtype: object) -> DType:
     """Map a numpy dtype (or anything ``np.dtype`` accepts, or a ``DType``) to a ``DType``.
 
     Raises:
-        TypeError: for dtypes asyncjit does not compute with (complex, bfloat16, strings, ...).
+        UnsupportedDTypeError: (a ``TypeError``) for dtypes asyncjit does not compute with
+            (complex, bfloat16, strings, ...).
     """
     if isinstance(dtype, DType):
         return dtype
@@ -122,11 +125,13 @@ def from_numpy(dtype: object) -> DType:
     try:
         npd = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as exc:
-        raise TypeError(f"not a dtype: {dtype!r}") from exc
+        raise UnsupportedDTypeError(f"not a dtype: {dtype!r}") from exc
     found = _BY_NUMPY.get(npd)
     if found is None:
         names = ", ".join(d.name for d in DTYPES)
-        raise TypeError(f"asyncjit does not support dtype {npd} (supported: {names}); cast it first")
+        raise UnsupportedDTypeError(
+            f"asyncjit does not support dtype {npd} (supported: {names}); cast it first"
+        )
     return found
 
 
@@ -174,8 +179,6 @@ def check_array_dtype(array: np.ndarray, want: DType, what: str) -> None:
     Raises:
         DTypeMismatchError: naming ``what`` (e.g. ``input 'x'``), the dtypes, and the fix.
     """
-    from .errors import DTypeMismatchError
-
     try:
         got = from_numpy(array.dtype)
     except TypeError as exc:

@@ -20,9 +20,11 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DeviceNotFoundError",
     "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
+    "InvalidArgumentError",
     "JitError",
     "KernelRuntimeError",
     "ModelFormatError",
@@ -38,6 +40,7 @@ __all__ = [
     "StreamClosedError",
     "StreamIdleError",
     "TensorError",
+    "UnsupportedDTypeError",
     "UnsupportedOpError",
     "VarBoundsError",
     "WouldBlock",
@@ -79,12 +82,25 @@ class DTypeMismatchError(TensorError, TypeError):
     """An argument's dtype does not match the dtype its spec requires."""
 
 
+class UnsupportedDTypeError(JitError, TypeError):
+    """A dtype asyncjit does not compute with (complex, strings, objects, ...): cast the data first.
+
+    Only a ``TypeError`` (not a ``ValueError`` like ``DTypeMismatchError``): it says what the data
+    is, not that it disagrees with a spec.
+    """
+
+
 class VarBoundsError(TensorError):
     """A symbolic var was bound to a value outside its declared ``[min, max]``, or not bound."""
 
 
 class ArgumentCountError(ShapeMismatchError, TypeError):
     """Your call passed more or fewer arguments (inputs, buffers, outputs) than the plan takes."""
+
+
+class InvalidArgumentError(JitError, ValueError):
+    """Your call passed an option value outside what it accepts (a negative size or timeout, an
+    unknown policy name, a malformed device spec, a setter called after ``prepare``)."""
 
 
 class ArgumentTypeError(JitError, TypeError):
@@ -97,6 +113,10 @@ class DeviceError(JitError):
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DeviceNotFoundError(DeviceError, IndexError):
+    """A device index (or kind) names no device of this client."""
 
 
 class DonateIndexError(DeviceError, IndexError):

@@ -45,7 +45,16 @@ import numpy as np
 from . import dtypes as dt
 from ._log import get_logger
 from .dtypes import DType
-from .errors import DTypeMismatchError, ShapeMismatchError, StaticArgumentError, VarBoundsError, WouldBlock
+from .errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    DTypeMismatchError,
+    InvalidArgumentError,
+    ShapeMismatchError,
+    StaticArgumentError,
+    VarBoundsError,
+    WouldBlock,
+)
 from .graph import as_node, toposort
 from .runtime import Buffer
 from .symbolic import Dim, Var
@@ -178,7 +187,7 @@ def _leaf_info(value: Any, path: str) -> tuple[tuple[int, ...], DType, Hashable,
     if isinstance(value, Buffer):
         return tuple(value.shape), value.dtype, ("device", value.device.id), value
     if isinstance(value, Tensor):
-        raise TypeError(f"argument {path} is a Tensor; jit arguments are arrays or Buffers")
+        raise ArgumentTypeError(f"argument {path} is a Tensor; jit arguments are arrays or Buffers")
     if isinstance(value, bool | np.bool_):
         return (), dt.bool_, "host", np.array(value, dtype=np.bool_)
     if isinstance(value, int | np.integer) and not isinstance(value, np.ndarray):
@@ -196,7 +205,7 @@ def _leaf_info(value: Any, path: str) -> tuple[tuple[int, ...], DType, Hashable,
         except TypeError as exc:
             raise DTypeMismatchError(f"argument {path}: {exc}") from None
         return arr.shape, dtype, "host", arr
-    raise TypeError(
+    raise ArgumentTypeError(
         f"argument {path} is a {type(value).__qualname__}, which cannot be a dynamic leaf; "
         "mark it static (static_argnames=...) or register its type as a pytree node"
     )
@@ -250,11 +259,11 @@ class Jitted:
         static = set(names)
         for i in nums:
             if not -len(params) <= i < len(params):
-                raise ValueError(f"static_argnums {i} is out of range for {self.name}{self._sig}")
+                raise InvalidArgumentError(f"static_argnums {i} is out of range for {self.name}{self._sig}")
             static.add(params[i].name)
         unknown = static - {p.name for p in params}
         if unknown:
-            raise ValueError(f"static_argnames {sorted(unknown)} are not parameters of {self.name}")
+            raise InvalidArgumentError(f"static_argnames {sorted(unknown)} are not parameters of {self.name}")
         self._static = frozenset(static)
         plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         # positional calls of a function without *args/**kwargs bind by index, not inspect.bind
@@ -264,9 +273,9 @@ class Jitted:
         self._dynamic: dict[str, dict[int, Var]] = {}
         for arg, dims in (dynamic or {}).items():
             if arg not in self._sig.parameters:
-                raise ValueError(f"dynamic names {arg!r}, which is not a parameter of {self.name}")
+                raise InvalidArgumentError(f"dynamic names {arg!r}, which is not a parameter of {self.name}")
             if arg in self._static:
-                raise ValueError(f"argument {arg!r} cannot be both static and dynamic")
+                raise InvalidArgumentError(f"argument {arg!r} cannot be both static and dynamic")
             self._dynamic[arg] = {int(axis): v if isinstance(v, Var) else Var(*v) for axis, v in dims.items()}
         self._device_arg = device
         self._cache: dict[CacheKey, _Entry] = {}
@@ -329,7 +338,7 @@ class Jitted:
         if isinstance(dev, Device):
             return dev
         client = default_client()
-        return client.device(0 if dev is None else int(dev))
+        return client.device(0 if dev is None else dev)  # an index; a typed error otherwise
 
     def _split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -337,7 +346,7 @@ class Jitted:
         try:
             bound = self._sig.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self.name}: {exc}") from None
+            raise ArgumentCountError(f"{self.name}: {exc}") from None
         bound.apply_defaults()
         dyn: list[tuple[str, Any]] = []
         statics: dict[str, Any] = {}
@@ -374,7 +383,9 @@ class Jitted:
             sym: tuple[Dim, ...] = shape
             if dims:
                 if f"[{arg!r}]" != path:
-                    raise TypeError(f"dynamic dims of {arg!r} need it to be a single array, not a pytree")
+                    raise ArgumentTypeError(
+                        f"dynamic dims of {arg!r} need it to be a single array, not a pytree"
+                    )
                 sym = self._symbolic_shape(arg, shape, dims)
             specs.append(LeafSpec(sym, dtype, device))
             hosts.append(host)
@@ -496,6 +507,12 @@ class Jitted:
         bound = inspect.BoundArguments(self._sig, ordered)  # type: ignore[arg-type, unused-ignore]
         result = self.fn(*bound.args, **bound.kwargs)
         out_leaves, out_def = tree_flatten(result)
+        for leaf in out_leaves:
+            if not isinstance(leaf, Tensor | np.ndarray | int | float | np.generic):
+                raise ArgumentTypeError(
+                    f"{self.name} returned a {type(leaf).__qualname__}; jitted functions return "
+                    "Tensors, arrays or numbers (or pytrees of them)"
+                )
         outputs = [leaf if isinstance(leaf, Tensor) else Tensor.const(leaf) for leaf in out_leaves]
         return placeholders, outputs, out_def
 
@@ -525,7 +542,9 @@ class Jitted:
         if not self._cache:
             _log.info("jit.cache_miss", fn=self.name, reason="first call", cache_size=0)
             return
-        best = min((_diff(old, key) for old in self._cache), key=len)
+        # the nearest cached key: fewest differences, then fewest that change a value (so 3.0
+        # after 3 names the int/float difference, not another cached float)
+        _, best = min(((_rank(old, key), _diff(old, key)) for old in self._cache), key=lambda p: p[0])
         _log.info("jit.cache_miss", fn=self.name, reason="; ".join(best), cache_size=len(self._cache))
 
 
@@ -591,6 +610,24 @@ class Compiled:
                 f"{fn.name}: compiled for other arguments: {'; '.join(_diff(self.key, key))}"
             )
         return fn(*args, **kwargs)
+
+
+def _rank(old: CacheKey, new: CacheKey) -> tuple[int, int]:
+    """(differences, differences that change a value and not only its type) from ``old`` to ``new``."""
+    if old.treedef != new.treedef:
+        return (1_000_000, 1_000_000)
+    old_s, new_s = dict(old.statics), dict(new.statics)
+    changed = 0
+    for name in set(old_s) | set(new_s):
+        a, b = old_s.get(name), new_s.get(name)
+        if a != b:
+            same_value = (
+                isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 3 and a[2] == b[2]
+            )
+            changed += 0 if same_value else 1
+    for x, y in zip(old.leaves, new.leaves, strict=True):
+        changed += (x.shape != y.shape) + (x.dtype != y.dtype) + (x.device != y.device)
+    return (len(_diff(old, new)), changed)
 
 
 def _diff(old: CacheKey, new: CacheKey) -> list[str]:
@@ -678,10 +715,7 @@ def device_put(tree: Any, device: Any = None) -> Any:
     """
     from .runtime import Device, default_client
 
-    if isinstance(device, Device):
-        dev = device
-    else:
-        dev = default_client().device(0 if device is None else int(device))
+    dev = device if isinstance(device, Device) else default_client().device(0 if device is None else device)
     leaves, treedef = tree_flatten(tree)
     out = []
     for i, leaf in enumerate(leaves):

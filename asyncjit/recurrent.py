@@ -19,14 +19,22 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import attrs
 import numpy as np
 
-from .errors import OutputLayoutMismatchError
+from .errors import (
+    ArgumentTypeError,
+    DTypeMismatchError,
+    InvalidArgumentError,
+    OutputLayoutMismatchError,
+    ShapeMismatchError,
+)
 
 __all__ = ["JitRecurrent", "LstmState", "RecurrentJit", "StepTiming"]
 
 
 def _f32(value: Any) -> np.ndarray:
-    arr = np.array(value, dtype=np.float32).reshape(-1)
-    return arr
+    try:
+        return np.array(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise DTypeMismatchError(f"LstmState holds float32 arrays; cannot convert {value!r}: {exc}") from None
 
 
 @attrs.define(eq=False)
@@ -85,12 +93,20 @@ class JitRecurrent(Generic[J]):
             OutputLayoutMismatchError: the output is not float32 of exactly
                 ``head_len + len(h) + len(c)`` elements along its last axis.
         """
-        if head_len < 0:
-            raise ValueError(f"head_len must be >= 0, got {head_len}")
+        if isinstance(head_len, bool) or not isinstance(head_len, int) or head_len < 0:
+            raise InvalidArgumentError(f"head_len must be an int >= 0, got {head_len!r}")
+        if not isinstance(jit, RecurrentJit):
+            raise ArgumentTypeError(
+                f"JitRecurrent wraps a RecurrentJit (pack_state, execute_step, output_buffer), "
+                f"got {type(jit).__qualname__}"
+            )
+        if not isinstance(state, LstmState):
+            raise ArgumentTypeError(f"state must be an LstmState, got {type(state).__qualname__}")
         self.jit = jit
         self.state = state
         self.head_len = head_len
         self.last_timing: StepTiming | None = None
+        self._sizes = (state.h.size, state.c.size)
         out = jit.output_buffer()
         want = head_len + state.h.size + state.c.size
         shape = tuple(out.shape)
@@ -105,6 +121,26 @@ class JitRecurrent(Generic[J]):
     def __repr__(self) -> str:
         return f"<JitRecurrent {type(self.jit).__qualname__} head={self.head_len} hidden={self.state.h.size}>"
 
+    def _check_pack(self, pack_inputs: object) -> None:
+        if pack_inputs is not None and not callable(pack_inputs):
+            raise ArgumentTypeError(
+                f"{self!r}: pack_inputs must be a function of the jit (or None), "
+                f"got {type(pack_inputs).__name__}"
+            )
+
+    def _check_state(self) -> None:
+        """The state may be replaced between steps (``state.h = ...``), but not resized: the
+        output layout ``[head | h | c]`` was checked against the sizes at construction."""
+        state = self.state
+        if not isinstance(state, LstmState):
+            raise ArgumentTypeError(f"{self!r}: state must be an LstmState, got {type(state).__qualname__}")
+        if (state.h.size, state.c.size) != self._sizes:
+            raise ShapeMismatchError(
+                f"{self!r}: state h/c have {state.h.size}/{state.c.size} elements; this plan's "
+                f"output holds h/c of {self._sizes[0]}/{self._sizes[1]} (make a new JitRecurrent "
+                "for another state size)"
+            )
+
     def _read(self) -> np.ndarray:
         out = self.jit.output_buffer()
         flat: np.ndarray = out.to_numpy_blocking().reshape(-1)
@@ -116,6 +152,8 @@ class JitRecurrent(Generic[J]):
     def step(self, pack_inputs: Callable[[J], object] | None = None) -> np.ndarray:
         """Run one iteration and return the head (a float32 array of ``head_len``)."""
         t0 = time.perf_counter()
+        self._check_state()
+        self._check_pack(pack_inputs)
         if pack_inputs is not None:
             pack_inputs(self.jit)
         self.jit.pack_state(self.state)
@@ -131,6 +169,8 @@ class JitRecurrent(Generic[J]):
     ) -> np.ndarray:
         """``step`` for event-loop callers: the replay is awaited, never blocking the loop."""
         t0 = time.perf_counter()
+        self._check_state()
+        self._check_pack(pack_inputs)
         if pack_inputs is not None:
             result = pack_inputs(self.jit)
             if isinstance(result, Awaitable):

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 import attrs
+import numpy as np
 
-from .errors import VarBoundsError
+from .errors import ArgumentTypeError, InvalidArgumentError, VarBoundsError
 
 __all__ = [
     "Dim",
@@ -62,44 +63,46 @@ class Expr:
     __slots__ = ()
 
     # -- arithmetic (each returns ``int`` when the result simplifies to a constant) --
+    # Non-scalar operands (a Tensor) give NotImplemented, so Python tries the other side's
+    # reflected operator: ``t * x`` for a Tensor ``x`` is ``x.__rmul__(t)``.
     def __add__(self, other: Dim) -> Dim:
-        return _add(self, other)
+        return _add(self, other) if not _defers(other) else NotImplemented
 
     def __radd__(self, other: Dim) -> Dim:
-        return _add(other, self)
+        return _add(other, self) if not _defers(other) else NotImplemented
 
     def __sub__(self, other: Dim) -> Dim:
-        return _add(self, _mul(other, -1))
+        return _add(self, _mul(other, -1)) if not _defers(other) else NotImplemented
 
     def __rsub__(self, other: Dim) -> Dim:
-        return _add(other, _mul(self, -1))
+        return _add(other, _mul(self, -1)) if not _defers(other) else NotImplemented
 
     def __neg__(self) -> Dim:
         return _mul(self, -1)
 
     def __mul__(self, other: Dim) -> Dim:
-        return _mul(self, other)
+        return _mul(self, other) if not _defers(other) else NotImplemented
 
     def __rmul__(self, other: Dim) -> Dim:
-        return _mul(other, self)
+        return _mul(other, self) if not _defers(other) else NotImplemented
 
     def __floordiv__(self, other: Dim) -> Dim:
-        return _floordiv(self, other)
+        return _floordiv(self, other) if not _defers(other) else NotImplemented
 
     def __rfloordiv__(self, other: Dim) -> Dim:
-        return _floordiv(other, self)
+        return _floordiv(other, self) if not _defers(other) else NotImplemented
 
     def __mod__(self, other: Dim) -> Dim:
-        return _mod(self, other)
+        return _mod(self, other) if not _defers(other) else NotImplemented
 
     def __rmod__(self, other: Dim) -> Dim:
-        return _mod(other, self)
+        return _mod(other, self) if not _defers(other) else NotImplemented
 
     def __index__(self) -> int:
-        raise TypeError(f"symbolic dim {self} has no concrete value; bind its vars first")
+        raise ArgumentTypeError(f"symbolic dim {self} has no concrete value; bind its vars first")
 
     def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of symbolic dim {self} is unknown at trace time")
+        raise ArgumentTypeError(f"the truth value of symbolic dim {self} is unknown at trace time")
 
     def __str__(self) -> str:
         return render(self)
@@ -118,12 +121,14 @@ class Var(Expr):
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ValueError(f"Var name must be an identifier, got {self.name!r}")
+            raise VarBoundsError(f"Var name must be an identifier, got {self.name!r}")
         for label, v in (("min", self.min), ("max", self.max)):
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
+                raise VarBoundsError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
         if not 1 <= self.min <= self.max:
-            raise ValueError(f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}")
+            raise VarBoundsError(
+                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}"
+            )
 
     def __repr__(self) -> str:
         return f"Var({self.name!r}, {self.min}, {self.max})"
@@ -215,18 +220,29 @@ def is_dim(value: object) -> bool:
     return isinstance(value, Expr) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def _defers(value: object) -> bool:
+    """Whether an operator on a dim should leave ``value`` to its own reflected operator: true
+    for objects that are not scalars (a Tensor: ``t * x`` is ``x.__rmul__(t)``); ints, floats,
+    bools and numpy scalars stay here, where ``as_dim`` accepts or names what is wrong."""
+    return value is not None and not isinstance(
+        value, Expr | int | float | complex | str | bytes | np.generic
+    )
+
+
 def as_dim(value: object) -> Dim:
     """Accept ints (including numpy integers) and ``Expr``; reject anything else with TypeError."""
     if isinstance(value, Expr):
         return value
     if isinstance(value, bool):
-        raise TypeError(f"expected an int or symbolic dim, got bool {value!r}")
+        raise ArgumentTypeError(f"expected an int or symbolic dim, got bool {value!r}")
     try:
         import operator
 
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"expected an int or symbolic dim, got {type(value).__name__} {value!r}") from None
+        raise ArgumentTypeError(
+            f"expected an int or symbolic dim, got {type(value).__name__} {value!r}"
+        ) from None
 
 
 def _key(e: Expr) -> str:
@@ -354,7 +370,7 @@ def _mul(a: Dim, b: Dim) -> Dim:
 
 def _int_divisor(den: Dim, op: str) -> int:
     if not isinstance(den, int):
-        raise TypeError(f"symbolic divisor in {op} is not supported (got {den}); divide by an int")
+        raise ArgumentTypeError(f"symbolic divisor in {op} is not supported (got {den}); divide by an int")
     if den <= 0:
         raise ZeroDivisionError(f"{op} by {den}: divisor must be a positive int")
     return den
@@ -453,14 +469,14 @@ def _minmax(args: Iterable[Dim], is_min: bool) -> Dim:
 def smin(*args: Dim) -> Dim:
     """Symbolic ``min``; reduces to one argument where bounds decide it."""
     if not args:
-        raise ValueError("smin needs at least one argument")
+        raise InvalidArgumentError("smin needs at least one argument")
     return _minmax(args, True)
 
 
 def smax(*args: Dim) -> Dim:
     """Symbolic ``max``; reduces to one argument where bounds decide it."""
     if not args:
-        raise ValueError("smax needs at least one argument")
+        raise InvalidArgumentError("smax needs at least one argument")
     return _minmax(args, False)
 
 
@@ -518,7 +534,7 @@ def bounds(e: Dim) -> tuple[int, int]:
         bs = [bounds(a) for a in e.args]
         pick = min if isinstance(e, Min) else max
         return pick(b[0] for b in bs), pick(b[1] for b in bs)
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def _split_minmax(e: Sum) -> tuple[int, int] | None:
@@ -623,7 +639,7 @@ def free_vars(e: Dim | Iterable[Dim]) -> frozenset[Var]:
         return free_vars(e.num)
     if isinstance(e, Min | Max):
         return free_vars(e.args)
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def evaluate(e: Dim, bindings: Mapping[str, int]) -> int:
@@ -652,7 +668,7 @@ def evaluate(e: Dim, bindings: Mapping[str, int]) -> int:
         return min(evaluate(a, bindings) for a in e.args)
     if isinstance(e, Max):
         return max(evaluate(a, bindings) for a in e.args)
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def substitute(e: Dim, mapping: Mapping[Var | str, Dim]) -> Dim:
@@ -683,7 +699,7 @@ def _subst(e: Dim, m: Mapping[str, Dim]) -> Dim:
         return smin(*(_subst(a, m) for a in e.args))
     if isinstance(e, Max):
         return smax(*(_subst(a, m) for a in e.args))
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> None:
@@ -699,7 +715,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
         if not isinstance(value, int) or isinstance(value, bool):
             try:
                 if isinstance(value, bool):  # operator.index(True) would give 1
-                    raise TypeError
+                    raise ArgumentTypeError
                 value = operator.index(value)
             except TypeError:
                 raise VarBoundsError(
@@ -741,7 +757,7 @@ def render(e: Dim, names: Callable[[Var], str] | None = None) -> str:
     if isinstance(e, Min | Max):
         fn = "min" if isinstance(e, Min) else "max"
         return f"{fn}({', '.join(r(a) for a in e.args)})"
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def compile_dims(dims: Sequence[Dim], variables: Sequence[Var]) -> Callable[[Sequence[int]], tuple[int, ...]]:
@@ -752,7 +768,7 @@ def compile_dims(dims: Sequence[Dim], variables: Sequence[Var]) -> Callable[[Seq
     index = {v.name: i for i, v in enumerate(variables)}
     missing = free_vars(dims) - set(variables)
     if missing:
-        raise ValueError(f"dims use vars not listed: {sorted(v.name for v in missing)}")
+        raise InvalidArgumentError(f"dims use vars not listed: {sorted(v.name for v in missing)}")
     body = ", ".join(render(d, lambda v: f"_v[{index[v.name]}]") for d in dims)
     src = f"lambda _v: ({body}{',' if len(dims) == 1 else ''})"
     fn: Callable[[Sequence[int]], tuple[int, ...]] = eval(src, {"min": min, "max": max})
@@ -779,7 +795,7 @@ def to_json(e: Dim) -> object:
         return {"floordiv" if isinstance(e, FloorDiv) else "mod": [to_json(e.num), e.den]}
     if isinstance(e, Min | Max):
         return {"min" if isinstance(e, Min) else "max": [to_json(a) for a in e.args]}
-    raise TypeError(f"not a symbolic dim: {e!r}")
+    raise ArgumentTypeError(f"not a symbolic dim: {e!r}")
 
 
 def from_json(data: object) -> Dim:
@@ -791,7 +807,7 @@ def from_json(data: object) -> Dim:
     if isinstance(data, int) and not isinstance(data, bool):
         return data
     if not isinstance(data, dict) or len(data) not in (1, 2):
-        raise ValueError(f"not an encoded symbolic dim: {data!r}")
+        raise InvalidArgumentError(f"not an encoded symbolic dim: {data!r}")
     try:
         if "var" in data:
             name, lo, hi = data["var"]
@@ -817,5 +833,5 @@ def from_json(data: object) -> Dim:
         if "max" in data:
             return smax(*(from_json(a) for a in data["max"]))
     except (TypeError, ValueError, ZeroDivisionError) as exc:
-        raise ValueError(f"not an encoded symbolic dim: {data!r} ({exc})") from None
-    raise ValueError(f"not an encoded symbolic dim: {data!r}")
+        raise InvalidArgumentError(f"not an encoded symbolic dim: {data!r} ({exc})") from None
+    raise InvalidArgumentError(f"not an encoded symbolic dim: {data!r}")

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from .errors import StaticArgumentError
+from .errors import InvalidArgumentError, StaticArgumentError
 
 __all__ = [
     "TreeDef",
@@ -49,7 +49,7 @@ def register_pytree_node(cls: type, flatten: Flatten, unflatten: Unflatten) -> N
         ValueError: if ``cls`` is already registered.
     """
     if cls in _REGISTRY:
-        raise ValueError(f"{cls.__qualname__} is already registered as a pytree node")
+        raise InvalidArgumentError(f"{cls.__qualname__} is already registered as a pytree node")
     _REGISTRY[cls] = (flatten, unflatten)
     _LEAF_TYPES.discard(cls)
 
@@ -250,7 +250,7 @@ def tree_unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
     it = iter(leaves)
     out = _unflatten(treedef, it)
     if next(it, _SENTINEL) is not _SENTINEL:
-        raise ValueError(f"too many leaves for {treedef!r}")
+        raise InvalidArgumentError(f"too many leaves for {treedef!r}")
     return out
 
 
@@ -261,7 +261,7 @@ def _unflatten(treedef: TreeDef, it: Any) -> Any:
     if treedef.kind == "leaf":
         value = next(it, _SENTINEL)
         if value is _SENTINEL:
-            raise ValueError("too few leaves for the tree structure")
+            raise InvalidArgumentError("too few leaves for the tree structure")
         return value
     children = [_unflatten(c, it) for c in treedef.children]
     handlers = _REGISTRY.get(treedef.kind)
@@ -280,7 +280,7 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     for r in rest:
         r_leaves, r_def = tree_flatten(r)
         if r_def != treedef:
-            raise ValueError(f"tree structures differ: {treedef!r} vs {r_def!r}")
+            raise InvalidArgumentError(f"tree structures differ: {treedef!r} vs {r_def!r}")
         others.append(r_leaves)
     return tree_unflatten(treedef, [fn(*xs) for xs in zip(leaves, *others, strict=True)])
 

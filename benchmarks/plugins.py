@@ -25,9 +25,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["ASYNCJIT_CACHE_DIR"] = "off"
 
 import numpy as np  # noqa: E402
-import structlog  # noqa: E402
-
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
 
 from asyncjit import Tensor, Var  # noqa: E402
 from asyncjit.compiler import CompiledResult, _api, _cache, compile  # noqa: E402

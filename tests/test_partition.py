@@ -360,3 +360,19 @@ def test_partition_properties(case: GraphCase, allowed: set[str], seed: int) -> 
     used = {v.name for v in case.graph_vars}
     want = reference.evaluate(case.outputs, feed, {k: v for k, v in case.bindings.items() if k in used})
     assert_close(got, want, _discrete_from_float(case), case.describe())
+
+
+def test_segmented_launcher_sees_addresses_changed_in_place() -> None:
+    """Dispatch views follow the addresses even when a caller reuses and mutates its list."""
+    x = Tensor.placeholder((4,), name="x")
+    exe = compile((x - 1.0).relu() * 2.0, [x], plugins=[NumpyDispatch(ops={"relu"})])
+    launcher = exe.launcher()
+    xv = np.arange(4, dtype=np.float32)
+    out1, out2 = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    addrs = [xv.ctypes.data, out1.ctypes.data]
+    launcher(addrs, ())
+    addrs[1] = out2.ctypes.data
+    xv += 1
+    launcher(addrs, ())
+    np.testing.assert_array_equal(out1, np.maximum(np.arange(4) - 1, 0) * 2)
+    np.testing.assert_array_equal(out2, np.maximum(np.arange(4), 0) * 2)

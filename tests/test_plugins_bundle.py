@@ -24,6 +24,7 @@ from asyncjit.compiler._bundle import (
     without_cpu,
 )
 from asyncjit.models import silero_vad as sv
+from asyncjit.testing import capture_events
 
 pytest.importorskip("onnxruntime", reason="the bundle holds onnxruntime-plugin bytecode")
 
@@ -90,8 +91,11 @@ def test_without_any_cpu_payload_it_compiles_on_device(
     bundle: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "off")
-    exe = load_bundle(without_cpu(bundle, [host_cpu(), "x86-64-v2"]))
+    with capture_events() as events:
+        exe = load_bundle(without_cpu(bundle, [host_cpu(), "x86-64-v2"]))
     assert exe.chosen_payload == "on-device"
+    (logged,) = [e for e in events if e["event"] == "bundle_compile_on_device"]
+    assert logged["reason"] == "the bundle has no CPU payload"
     _check(exe)
 
 

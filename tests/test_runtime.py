@@ -1,12 +1,12 @@
 """The async runtime end to end: execution order, chains, poisoning, cancellation, lifetime, close.
 
-Every async test runs on asyncio and on trio (anyio's pytest plugin). No timing assertions:
-figures are printed, and the benchmark (benchmarks/runtime.py) holds the goals.
+Every async test runs on asyncio and on trio (anyio's pytest plugin). No timing assertions and
+no sleeps standing in for "still running": a ``Gate`` kernel holds its device until the test opens
+it, so queue states are deterministic; the benchmark (benchmarks/runtime.py) holds the latency goals.
 """
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import traceback
@@ -67,8 +67,10 @@ class Gate:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.entered = threading.Event()
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> Any:
+        self.entered.set()
         assert self.event.wait(10), "gate never opened"
         return a + b
 
@@ -163,32 +165,39 @@ async def test_in_order_execution_per_device(client: Client) -> None:
 async def test_chain_across_two_devices_without_host_sync(client: Client) -> None:
     """Device 1 consumes device 0's output through its event: the host never waits in between."""
     d0, d1 = client.devices()
-    slow = client.load(plan("slow_add", slow_add), d0)
+    gate = Gate()
+    held = client.load(plan("gated_add", gate), d0)
     fast = client.load(plan("add", add), d1)
     x = host(client, 1.0)
-    (a,) = await slow.execute([x, x], {"t": 3})
+    (a,) = await held.execute([x, x], {"t": 3})
     (b,) = await fast.execute([a, a], {"t": 3})
-    (c,) = await slow.execute_portable([b, x], d0, {"t": 3})
-    assert not a.is_ready() and not b.is_ready()  # both returned before device 0 finished
+    (c,) = await held.execute_portable([b, x], d0, {"t": 3})
+    assert not a.is_ready() and not b.is_ready()  # device 0 is held by the gate: nothing finished
+    gate.open()
     with anyio.fail_after(10):
         result = await c.to_numpy()
     np.testing.assert_array_equal(result, np.full((3, 4), 5.0, np.float32))  # (1+1)*2 + 1
 
 
 async def test_host_makes_progress_during_a_long_kernel(client: Client) -> None:
-    """A coroutine keeps running while both devices compute (launchers release the GIL)."""
-    slow = client.load(plan("slow_add", slow_add), client.devices())
-    x = host(client, 1.0)
-    ticks = 0
+    """The loop keeps running host code while a kernel holds each device (GIL released)."""
+    gates = [Gate() for _ in client.devices()]
     outs = []
-    for dev in client.devices():
+    x = host(client, 1.0)
+    for dev, gate in zip(client.devices(), gates, strict=True):
+        held = client.load(plan(f"gated{dev.id}", gate), dev)
         for _ in range(2):
-            outs += await slow.execute_sharded([x, x], dev, {"t": 3})
-    while not all(o.is_ready() for o in outs):
-        ticks += 1
-        await anyio.sleep(0.001)
-    assert ticks > 0
-    print(f"host ticks during 2x2 kernels of 50 ms: {ticks}")
+            outs += await held.execute_sharded([x, x], dev, {"t": 3})
+    for gate in gates:  # both kernels are running now, on their device threads
+        assert await anyio.to_thread.run_sync(gate.entered.wait, 10)
+    for _ in range(100):  # the host runs (and yields) while both devices are busy
+        await anyio.sleep(0)
+    assert not any(o.is_ready() for o in outs)
+    for gate in gates:
+        gate.open()
+    with anyio.fail_after(10):
+        for o in outs:
+            await o.ready()
 
 
 # -- errors as values ------------------------------------------------------------------------------
@@ -272,7 +281,7 @@ async def test_many_waiters_one_cancelled(client: Client) -> None:
                 tg.start_soon(waiter, i)
             with anyio.move_on_after(0.01):
                 await y.ready()
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # all five are registered before the result
             gate.open()
     assert sorted(woken) == list(range(5))
 
@@ -347,7 +356,7 @@ async def test_backpressure_bounds_commands_in_flight() -> None:
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(third)
-                await anyio.sleep(0.01)
+                await anyio.wait_all_tasks_blocked()
                 assert not result  # still waiting for a slot
                 gate.open()
         for y in (*first, *second, *result):
@@ -384,10 +393,13 @@ async def test_auto_inline_uses_measured_run_time(client: Client) -> None:
         (y,) = await ex.execute([x, x], {"t": 3})
         await y.ready()
     timing = ex._timing[0]
-    expected_inline = timing.ema_ns < client.device(0).hop_ns
-    (y,) = await ex.execute([x, x], {"t": 3})
-    assert y.is_ready() == expected_inline
-    print(f"nop plan {timing.ema_ns / 1e3:.1f} us vs hop {client.device(0).hop_ns / 1e3:.1f} us")
+    assert timing.calls == 5 and timing.ema_ns >= 0  # the runs were measured
+    hop = client.device(0).hop_ns
+    for measured, inline in ((hop / 4, True), (hop * 4, False)):
+        timing.ema_ns = measured  # the policy reads the measurement: set it, see the choice follow
+        (y,) = await ex.execute([x, x], {"t": 3})
+        assert y.is_ready() == inline, (measured, hop)
+        await y.ready()
 
 
 async def test_never_inline_policy() -> None:
@@ -436,7 +448,8 @@ async def test_close_with_cancel_fails_queued_work() -> None:
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(blocked_submitter)
-            await anyio.sleep(0.01)
+            assert await anyio.to_thread.run_sync(gate.entered.wait, 10)  # outs[0] is running
+            await anyio.wait_all_tasks_blocked()  # the submitter waits for a slot
             client.device(0).begin_close(cancel_pending=True)
             gate.open()
             await client.aclose(cancel_pending=True)
@@ -518,28 +531,39 @@ def test_threads_share_a_device_safely() -> None:
             t.start()
         for t in threads:
             t.join(30)
+        assert not any(t.is_alive() for t in threads), "a thread is stuck in execute_blocking"
         assert not errors
 
 
-async def test_event_loop_lag_while_both_devices_compute(client: Client) -> None:
-    """Prints loop lag while two devices run long kernels (the benchmark holds the goal)."""
-    slow = client.load(plan("slow_add", slow_add), client.devices())
+async def test_event_loop_serves_other_tasks_while_both_devices_compute(client: Client) -> None:
+    """Queued kernels on both devices never block the loop: another task keeps ticking.
+
+    Loop lag in microseconds is the benchmark's to measure; here the kernels are held by gates,
+    so "the devices are still busy" is a fact, not a guess about timing.
+    """
+    gates = [Gate() for _ in client.devices()]
     x = host(client, 1.0)
     outs = []
-    for _ in range(3):
-        for dev in client.devices():
-            outs += await slow.execute_sharded([x, x], dev, {"t": 3}, inline=False)
-    lags = []
+    for dev, gate in zip(client.devices(), gates, strict=True):
+        held = client.load(plan(f"held{dev.id}", gate), dev)
+        for _ in range(3):
+            outs += await held.execute_sharded([x, x], dev, {"t": 3}, inline=False)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        for _ in range(50):
+            ticks += 1
+            await anyio.sleep(0)
+
     with anyio.fail_after(10):
-        while not all(o.is_ready() for o in outs):
-            t0 = time.perf_counter()
-            await anyio.sleep(0.001)
-            lags.append(time.perf_counter() - t0 - 0.001)
-    assert lags
-    lags.sort()
-    p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
-    p50 = statistics.median(lags)
-    print(f"loop lag over {len(lags)} sleeps: p50 {p50 * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+        assert ticks == 50 and not any(o.is_ready() for o in outs)
+        for gate in gates:
+            gate.open()
+        for o in outs:
+            await o.ready()
 
 
 # -- serialization -----------------------------------------------------------------------------------

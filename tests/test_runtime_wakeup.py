@@ -32,7 +32,7 @@ async def test_one_wakeup_serves_a_batch_of_completions() -> None:
     async with anyio.create_task_group() as tg:
         for i in range(20):
             tg.start_soon(waiter, i)
-        await anyio.sleep(0.01)  # every waiter is registered
+        await anyio.wait_all_tasks_blocked()  # every waiter is registered
         before = waker.statistics()
         t = threading.Thread(target=fire, args=(events,))
         t.start()
@@ -68,14 +68,14 @@ async def test_cancel_after_completion_was_posted() -> None:
                 await wait_event(ev)
 
             tg.start_soon(waiter)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # the waiter is registered
             # Fire and cancel in the same loop turn: the drain and the cancellation race.
             t = threading.Thread(target=ev.set)
             t.start()
             t.join()
             scope.cancel()
     assert ev.is_set()
-    await anyio.sleep(0.01)  # a stray double wake-up would raise inside the loop here
+    await anyio.wait_all_tasks_blocked()  # a stray double wake-up would raise inside the loop here
     assert current_waker().statistics().pending == 0
 
 

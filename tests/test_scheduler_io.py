@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import numpy as np
@@ -137,11 +139,15 @@ async def test_fast_reads_stay_on_the_loop_slow_ones_go_to_worker_threads(
         return await real(fn, *args, **kwargs)
 
     monkeypatch.setattr(_io.anyio.to_thread, "run_sync", counting)
+    # A mock clock: every read takes 0 s, so a loaded machine cannot make one look slow.
+    monkeypatch.setattr(_io, "time", SimpleNamespace(perf_counter=lambda: 0.0))
 
     async def read_all() -> np.ndarray:
         async with wav_chunks(tmp_path / "a.wav", 64, read_ahead=4) as src:  # 2 chunks per read
             return np.stack([c async for c in src])
 
+    # "fast" is a wall-clock judgement a loaded machine can flip: make every read fast here
+    monkeypatch.setattr(_io, "INLINE_READ_SECONDS", math.inf)
     np.testing.assert_array_equal(await read_all(), want)
     assert hops == ["open_and_read"]  # the open and first read; 20 more reads, none in a thread
 
@@ -165,7 +171,7 @@ async def test_read_ahead_bounds_chunks_not_items_and_iteration_sees_cancellatio
 
     async with contextlib.aclosing(big_items()) as items, array_chunks(items, 64, read_ahead=8) as src:
         await src.__anext__()
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the reader has read all it will before we consume
         st = src.statistics()
         assert st.read_ahead == 8 and st.buffered <= 8 + 4 - 1 and st.produced <= 12, st
         n = 0

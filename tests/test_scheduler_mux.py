@@ -463,24 +463,55 @@ async def test_non_finite_chunks_are_refused(client: Client) -> None:
 
 
 @pytest.mark.anyio
-async def test_backlog_full_and_admission_timeout(client: Client) -> None:
-    """A full backlog raises at once; a backlog wait longer than admission_timeout raises."""
+async def test_backlog_full_raises_at_once(client: Client) -> None:
+    """With every slot taken and the backlog full, opening another stream raises at once; the
+    stream waiting in the backlog is admitted when a slot frees."""
     step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
-    async with StreamMux(step, max_streams=1, backlog=1, admission_timeout=0.05) as mux:
+    async with StreamMux(step, max_streams=1, backlog=1) as mux:
         holder = mux.open_stream_nowait()
-        with pytest.raises(AdmissionTimeoutError, match=r"admission_timeout=0\.05"):
-            async with mux.open_stream():
-                pass
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_enter_and_leave, mux)
-            while mux.statistics().backlog < 1:
-                await anyio.sleep(0.001)
-            with pytest.raises(BacklogFullError, match="backlog=1"):
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_enter_and_leave, mux)
+                while mux.statistics().backlog < 1:
+                    await anyio.sleep(0)
+                with pytest.raises(BacklogFullError, match="backlog=1"):
+                    async with mux.open_stream():
+                        pass
+                holder.close()
+        m = mux.metrics()
+    assert m["backlog_rejected"] == 1 and m["admission_timeouts"] == 0
+
+
+def test_admission_timeout_on_a_mock_clock() -> None:
+    """A stream waiting in the backlog raises AdmissionTimeoutError exactly admission_timeout
+    after it asked (virtual time: a loaded machine cannot move the deadline)."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    client = Client("cpu", inline="always")  # no device-thread waits: virtual time stays exact
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    waited: list[float] = []
+
+    async def main() -> None:
+        async with StreamMux(
+            step, max_streams=1, backlog=1, admission_timeout=5.0, idle_timeout=None, metrics_interval=None
+        ) as mux:
+            holder = mux.open_stream_nowait()
+            t0 = trio.current_time()
+            with pytest.raises(AdmissionTimeoutError, match=r"admission_timeout=5\.0"):
                 async with mux.open_stream():
                     pass
+            waited.append(trio.current_time() - t0)
             holder.close()
-        m = mux.metrics()
-    assert m["admission_timeouts"] == 1 and m["backlog_rejected"] == 1
+            async with mux.open_stream() as s:  # the slot is free: admitted at once
+                await s.step(np.zeros(16, np.float32))
+            assert mux.metrics()["admission_timeouts"] == 1
+
+    try:
+        trio.run(main, clock=MockClock(autojump_threshold=0))
+    finally:
+        client.close()
+    assert waited == [pytest.approx(5.0)]
 
 
 async def _enter_and_leave(mux: StreamMux) -> None:
@@ -489,33 +520,48 @@ async def _enter_and_leave(mux: StreamMux) -> None:
 
 
 # -- lifecycle ----------------------------------------------------------------------------------
-@pytest.mark.anyio
-async def test_idle_timeout_raises_logs_and_frees_slot(client: Client) -> None:
-    """An idle stream's next call raises StreamIdleError; the event is logged; its slot is reset
-    and reused."""
+def test_idle_timeout_raises_logs_and_frees_slot() -> None:
+    """An idle stream is closed exactly idle_timeout after its last step (mock clock): its next
+    call raises StreamIdleError, the event is logged, its slot is reset and handed to the backlog."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    client = Client("cpu", inline="always")  # no device-thread waits: virtual time stays exact
     step = HostBatchedStep(client, max_batch_size=2, num_slots=1)
     chunks = chunks_for(5, 3)
-    with capture_events() as logs:
-        async with StreamMux(step, max_streams=1, idle_timeout=0.05, backlog=1) as mux:
+    out: list[Any] = []
+    times: dict[str, float] = {}
+
+    async def main() -> None:
+        async with StreamMux(step, max_streams=1, idle_timeout=10.0, backlog=1, metrics_interval=None) as mux:
             s = mux.open_stream_nowait(name="sleepy")
             await s.step(chunks[0])
+            t0 = trio.current_time()
             slot = s.slot
             assert slot is not None
             assert np.any(step.read_slot(slot) != 0)
-            async with anyio.create_task_group() as tg:
+            async with trio.open_nursery() as nursery:
                 # A second stream waits in the backlog: the expiry hands it the slot.
-                tg.start_soon(_enter_and_leave, mux)
-                with anyio.fail_after(20):
-                    while mux.metrics()["idle_expired"] < 1:
-                        await anyio.sleep(0.01)
-            with pytest.raises(StreamIdleError, match=r"idle_timeout=0\.05"):
+                nursery.start_soon(_enter_and_leave, mux)
+                await trio.sleep(9.5)
+                assert mux.metrics()["idle_expired"] == 0 and mux.statistics().backlog == 1
+            times["admitted"] = trio.current_time() - t0
+            assert mux.metrics()["idle_expired"] == 1
+            with pytest.raises(StreamIdleError, match=r"idle_timeout=10\.0"):
                 await s.step(chunks[1])
             with pytest.raises(StreamIdleError):
                 s.submit_nowait(chunks[1])
             s.close()  # closing an expired stream is fine
             async with mux.open_stream() as fresh:  # slot reset: a fresh stream starts from zeros
-                out = await fresh.step(chunks[2])
-    assert close_to([out], run_unbatched(toy_step, [chunks[2]], ZERO))
+                out.append(await fresh.step(chunks[2]))
+
+    try:
+        with capture_events() as logs:
+            trio.run(main, clock=MockClock(autojump_threshold=0))
+    finally:
+        client.close()
+    assert times["admitted"] == pytest.approx(10.0)
+    assert close_to(out, run_unbatched(toy_step, [chunks[2]], ZERO))
     events = [e for e in logs if e["event"] == "stream.idle_timeout"]
     assert len(events) == 1 and events[0]["stream"] == "sleepy" and events[0]["log_level"] == "warning"
 
@@ -567,7 +613,7 @@ async def test_backpressure_submit_waits_and_nowait_raises(client: Client) -> No
                     got.append(await s.submit(chunks[3]))
 
                 tg.start_soon(producer)
-                await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()  # the producer is parked in submit
                 assert got == [], "submit did not wait for room"
                 gate.open()
         finally:

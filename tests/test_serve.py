@@ -270,6 +270,12 @@ def test_health_metrics_and_page(backend: str) -> None:
                 "asyncjit_serve_refusals_total",
             ):
                 assert name in text
+            lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+            values = dict(line.rsplit(" ", 1) for line in lines)
+            assert float(values["asyncjit_serve_chunks_total"]) == 63  # 32,000 samples, the last padded
+            batches = float(values["asyncjit_serve_batch_size_count"])
+            assert 0 < batches <= float(values["asyncjit_serve_batch_size_sum"])
+            assert float(values['asyncjit_serve_batch_size_bucket{le="+Inf"}']) == batches
         page = urllib.request.urlopen(f"http://127.0.0.1:{srv.port('websocket')}/", timeout=10).read()
         assert b"getUserMedia" in page and b"probability" in page
         with pytest.raises(urllib.error.HTTPError) as info:
@@ -401,13 +407,19 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
     CHROMIUM is None,
     reason="no Chromium on this machine (/usr/bin/chromium); the page's test needs a browser",
 )
-def test_page_streams_a_fake_microphone_in_headless_chromium() -> None:
-    """The page at ``/`` opens the WebSocket, streams Chromium's fake microphone and plots the
-    probabilities it gets back (its ``data-chunks`` counter grows)."""
+def test_page_streams_a_fake_microphone_in_headless_chromium(tmp_path: Any) -> None:
+    """The page at ``/`` opens the WebSocket, streams Chromium's fake microphone (float32 at the
+    browser's rate, resampled by the server) and plots the probabilities it gets back: its
+    ``data-chunks`` counter grows (read over the DevTools protocol)."""
+    import re
+    import time
+
+    import websockets
+
     assert CHROMIUM is not None
     with running("asyncio") as srv:
         url = f"http://127.0.0.1:{srv.port('websocket')}/?autostart=1"
-        out = subprocess.run(
+        browser = subprocess.Popen(
             [
                 CHROMIUM,
                 "--headless=new",
@@ -415,16 +427,48 @@ def test_page_streams_a_fake_microphone_in_headless_chromium() -> None:
                 "--use-fake-device-for-media-stream",
                 "--use-fake-ui-for-media-stream",
                 "--autoplay-policy=no-user-gesture-required",
-                "--virtual-time-budget=8000",
-                "--dump-dom",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={tmp_path}",
                 url,
             ],
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=90,
         )
-    import re
+        try:
+            assert browser.stderr is not None
+            devtools = None
+            for line in browser.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/..."
+                match = re.search(r"ws://127\.0\.0\.1:(\d+)/", line)
+                if match:
+                    devtools = int(match.group(1))
+                    break
+            assert devtools is not None, "Chromium did not start its DevTools endpoint"
 
-    match = re.search(r'data-chunks="(\d+)"', out.stdout)
-    assert match is not None, out.stderr[-2000:]
-    assert int(match.group(1)) > 0
+            async def chunks_seen() -> int:
+                targets: list[dict[str, Any]] = []
+                while not any(t["type"] == "page" for t in targets):
+                    targets = json.loads(
+                        urllib.request.urlopen(f"http://127.0.0.1:{devtools}/json", timeout=10).read()
+                    )
+                page = next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
+                expr = "Number(document.getElementById('log')?.dataset.chunks || 0)"
+                async with websockets.connect(page, max_size=None) as ws:
+                    deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
+                    while time.monotonic() < deadline:
+                        await ws.send(
+                            json.dumps(
+                                {"id": 1, "method": "Runtime.evaluate", "params": {"expression": expr}}
+                            )
+                        )
+                        reply = json.loads(await ws.recv())
+                        count = int(reply["result"]["result"]["value"])
+                        if count > 0:
+                            return count
+                        await asyncio.sleep(0.2)
+                return 0
+
+            assert asyncio.run(chunks_seen()) > 0
+        finally:
+            browser.terminate()
+            browser.communicate(timeout=30)

@@ -38,7 +38,8 @@ def _signal(rate: int, chunks: int) -> np.ndarray:
 
 
 def test_stream_matches_onnxruntime_sync_and_async(rate: int) -> None:
-    """__call__ and call_async (mixed on one stream) follow ONNX Runtime chunk by chunk."""
+    """__call__ and call_async (mixed on one stream, on asyncio then trio) follow ONNX Runtime
+    chunk by chunk."""
     import anyio
 
     chunks = _signal(rate, 120)
@@ -47,13 +48,14 @@ def test_stream_matches_onnxruntime_sync_and_async(rate: int) -> None:
     vad = SileroVad(rate)
     got = [vad(c) for c in chunks[:60]]
 
-    async def rest() -> list[float]:
+    async def rest(part: np.ndarray) -> list[float]:
         out = []
-        for i, c in enumerate(chunks[60:]):
+        for i, c in enumerate(part):
             out.append(await vad.call_async(c) if i % 2 else vad(c))
         return out
 
-    got += anyio.run(rest)
+    got += anyio.run(rest, chunks[60:90], backend="asyncio")
+    got += anyio.run(rest, chunks[90:], backend="trio")
     np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
     assert vad.last_timing is not None and vad.last_timing.exec >= 0
     vad.reset()

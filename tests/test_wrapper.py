@@ -68,10 +68,22 @@ class TestDeclaration:
         assert jit.vars["t"] == Var("t", 1, 10)
         assert jit.vars["b"] == Var("b", 1, 4)
 
-    def test_generated_methods_exist(self) -> None:
-        """Setters per var and ``<input>_mut`` per input are generated."""
-        for name in ("with_b_bound", "with_t_min_bound", "with_t_fixed", "x_mut", "bias_mut"):
-            assert callable(getattr(ScaleJit, name))
+    def test_generated_methods_act_on_their_var_or_input(self) -> None:
+        """Each generated setter narrows exactly its own var; each ``<input>_mut`` is a writable
+        view of exactly its own device buffer, at the prepared shape."""
+        jit = ScaleJit(Model())
+        assert jit.with_b_bound(2) is jit
+        assert jit.vars == {"b": Var("b", 1, 2), "t": Var("t", 1, 64)}
+        assert jit.with_t_min_bound(5) is jit
+        assert jit.vars == {"b": Var("b", 1, 2), "t": Var("t", 5, 64)}
+        assert jit.with_t_fixed(7) is jit
+        assert jit.vars == {"b": Var("b", 1, 2), "t": Var("t", 7, 7)}
+        jit = ScaleJit(Model()).prepare(InputSpec.f32((4, 64)), InputSpec.f32((4, 1)))
+        for name, mut, shape in (("x", jit.x_mut, (4, 64)), ("bias", jit.bias_mut, (4, 1))):
+            view = mut()
+            assert view.shape == shape and view.flags.writeable
+            view[:] = len(name)
+            np.testing.assert_array_equal(jit.input_buffer(name).to_numpy_blocking(), len(name))
 
 
 class TestSetters:
@@ -86,13 +98,21 @@ class TestSetters:
         [
             (lambda j: j.with_t_bound(0), "max < min"),
             (lambda j: j.with_t_min_bound(65), "min > max"),
-            (lambda j: j.with_t_fixed(0), "fixed at 0"),
+            (lambda j: j.with_t_fixed(0), r"declared in \[1, 64\]"),
+            (lambda j: j.with_t_bound(1000), "declared with max 64"),
+            (lambda j: j.with_t_fixed(100), r"declared in \[1, 64\]"),
+            (lambda j: j.with_t_bound(2.7), "var bounds are ints, got float"),
+            (lambda j: j.with_t_fixed(True), "var bounds are ints, got bool"),
+            (lambda j: j.with_t_min_bound("3"), "var bounds are ints, got str"),
         ],
     )
     def test_invalid_setter_values_raise_value_error(self, call: Any, match: str) -> None:
-        """max < min, min > max and fixed 0 raise ValueError at the call."""
-        with pytest.raises(ValueError, match=match):
+        """max < min, min > max, beyond the model's declared bounds, and non-integers raise
+        VarBoundsError (a ValueError) at the call; nothing is clamped or truncated."""
+        with pytest.raises(VarBoundsError, match=match):
             call(ScaleJit(Model()))
+        assert issubclass(VarBoundsError, ValueError)
+        assert ScaleJit(Model()).with_t_bound(np.int64(10)).vars["t"].max == 10  # numpy ints are ints
 
     def test_setters_after_prepare_raise(self, prepared: ScaleJit) -> None:
         """Narrowing a var after prepare is a ValueError: the plan is compiled."""
@@ -173,7 +193,10 @@ class TestAccessors:
         ids = prepared.input_buffer_ids()
         assert len(set(ids)) == 2 and ids == [bufs[0].id, bufs[1].id]
         assert prepared.output_buffers() == [prepared.output()]
-        assert prepared.prepared_kernels()
+        kernels = prepared.prepared_kernels()
+        exe = prepared._ready().loaded.executable
+        assert [k.name for k in kernels] == list(exe.kernel_names) and len(kernels) >= 1
+        assert all(k.kind and k.name for k in kernels)
 
     def test_binding_the_same_buffer_to_two_inputs_is_rejected(self, prepared: ScaleJit) -> None:
         """DuplicateInputBufferError when one buffer would back two inputs."""

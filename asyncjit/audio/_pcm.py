@@ -95,6 +95,13 @@ class PcmConverter:
         self._frame = source.frame_bytes
         self._rest = b""
         self._converter = AudioConverter(source.rate, rate, source.channels, source.encoding)
+        # mono integer PCM at the model's rate: one scaling, the value AudioConverter computes
+        # (the scale is a power of two, so float32 and float64 division agree exactly)
+        self._direct = (
+            None
+            if self._float or source.channels > 1 or source.rate != rate
+            else np.float32(1.0 / 2 ** (8 * self._dtype.itemsize - 1))
+        )
 
     def push(self, data: bytes) -> npt.NDArray[np.float32]:
         """Convert the next piece (any length; a partial frame waits for the next piece)."""
@@ -105,6 +112,10 @@ class PcmConverter:
         if not whole:
             return np.zeros(0, np.float32)
         pcm = np.frombuffer(data, self._dtype, count=whole // self._dtype.itemsize)
+        if self._direct is not None:
+            out: npt.NDArray[np.float32] = pcm.astype(np.float32)
+            out *= self._direct
+            return out
         if self._float and not np.isfinite(pcm).all():
             raise AudioFormatError("float32 PCM holds NaN or inf samples")
         channels = self.source.channels

@@ -6,6 +6,9 @@ runtime contract (``ArgSpec``, ``Signature``, ``Executable``, ``Launcher``).
 """
 
 from ._api import compile as compile
+from ._bundle import BundleError as BundleError
+from ._bundle import build_bundle as build_bundle
+from ._bundle import load_bundle as load_bundle
 from ._cache import CacheDirectoryWarning as CacheDirectoryWarning
 from ._cache import CompileStats as CompileStats
 from ._cache import cache_dir as cache_dir
@@ -32,6 +35,7 @@ from ._serialize import deserialize as deserialize
 
 __all__ = [
     "ArgSpec",
+    "BundleError",
     "CacheDirectoryWarning",
     "CompileStats",
     "CompiledResult",
@@ -49,8 +53,10 @@ __all__ = [
     "Subgraph",
     "cache_dir",
     "compile",
+    "build_bundle",
     "compile_stats",
     "deserialize",
+    "load_bundle",
     "partition",
     "register_plugin",
     "registered_plugins",

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .._log import get_logger
-from ..errors import CompileError, InputBufferNotFoundError
+from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
-from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
+from ._cache import (
+    count_memory_hit,
+    get_code,
+    get_code_by_key,
+    lookup_plan,
+    plan_hash,
+    record_plan,
+    using_cache_dir,
+)
 from ._cost import kernel_infos
 from ._cpu import CpuExecutable
 from ._dispatch import BufferRef, DispatchCall, Payload
@@ -145,6 +154,8 @@ def compile(
     name: str | None = None,
     fixed: Mapping[str, int] | None = None,
     plugins: Sequence[CompilerPlugin | str] | None = None,
+    opt_level: int = 3,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> CpuExecutable:
     """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
 
@@ -156,16 +167,41 @@ def compile(
         fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
         plugins: compiler plugins for this compile, in order of preference (objects, or names of
             installed plugins); ``None`` means those registered with ``register_plugin``.
+        opt_level: LLVM optimisation level, 0-3 (part of every cache key).
+        cache_dir: the on-disk compile cache for this compile (``"off"``: none); None: the
+            default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
 
     Raises:
+        ArgumentTypeError: ``outputs`` or ``inputs`` are not tensors / a sequence of placeholders.
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
-        CompileError: lowering failed; VarBoundsError: a bad ``fixed`` value.
+        CompileError: lowering failed, or ``opt_level`` is not 0-3; VarBoundsError: a bad
+            ``fixed`` value.
     """
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise CompileError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    with using_cache_dir(cache_dir):
+        return _compile(outputs, inputs, vars, name, fixed, plugins, opt_level)
+
+
+def _compile(
+    outputs: Sequence[Any] | Any,
+    inputs: Sequence[Any],
+    vars: Sequence[Var] | None,
+    name: str | None,
+    fixed: Mapping[str, int] | None,
+    plugins: Sequence[CompilerPlugin | str] | None,
+    opt_level: int,
+) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
+    if not isinstance(inputs, Sequence) or hasattr(inputs, "node"):
+        raise ArgumentTypeError(f"inputs must be a sequence of placeholders, got {type(inputs).__name__}")
     ins = [as_node(i) for i in inputs]
     for i in ins:
         if i.op != "placeholder":
             raise CompileError(f"inputs must be placeholders, got {i!r}")
+    if len({i.id for i in ins}) != len(ins):
+        names = [i.attrs["name"] for i in ins]
+        raise CompileError(f"a placeholder is listed twice in inputs {names}; list each once")
     listed = {i.id for i in ins}
     missing = [n.attrs["name"] for n in toposort(outs) if n.op == "placeholder" and n.id not in listed]
     if missing:
@@ -173,11 +209,14 @@ def compile(
     graph = Graph.of(outs, ins, vars)
     label = name or "plan"
     chosen = resolve_plugins(plugins)
-    key = _plan_key(graph, label, fixed, chosen)
+    key = (*_plan_key(graph, label, fixed, chosen), opt_level)
+    # in memory, a plan is reused only with the very plugin objects it was compiled with: its
+    # dispatch calls run through them (their identity alone keys the plan index on disk)
+    memory_key = (key, tuple(id(p) for p in chosen))
     with _LOCK:
-        hit = _PLANS.get(key)
+        hit = _PLANS.get(memory_key)
         if hit is not None:
-            _PLANS.move_to_end(key)
+            _PLANS.move_to_end(memory_key)
     if hit is not None:
         count_memory_hit()
         return hit
@@ -194,7 +233,7 @@ def compile(
         code_key, (obj, loaded) = recorded, found
     else:
         ir_text = lowered.emit_ir()
-        code_key, obj, loaded = get_code(ir_text, label)
+        code_key, obj, loaded = get_code(ir_text, label, opt_level)
         if phash is not None:
             record_plan(phash, code_key)
     segments, calls, payloads, by_name = _dispatch_program(lowered)
@@ -225,7 +264,7 @@ def compile(
         arena_bytes=lowered.memory.arena_bytes,
     )
     with _LOCK:
-        _PLANS[key] = exe
+        _PLANS[memory_key] = exe
         while len(_PLANS) > _PLANS_MAX:
             _PLANS.popitem(last=False)
     return exe

@@ -23,7 +23,14 @@ import numpy as np
 from ..codegen._module import ENTRY, ENTRY_PROFILED, TICKS, ArgLayout, segment_entries
 from ..codegen._target import LoadedObject
 from ..dtypes import check_array_dtype
-from ..errors import DeviceError, DTypeMismatchError, ShapeMismatchError, VarBoundsError
+from ..errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    DeviceError,
+    DTypeMismatchError,
+    ShapeMismatchError,
+    VarBoundsError,
+)
 from ..profiler import _state as _trace
 from ._cost import KernelInfo
 from ._dispatch import DispatchCall, Payload, SegmentedLauncher
@@ -145,7 +152,7 @@ class CpuExecutable(Executable):
         self.name = name
         self.signature = signature
         self.layout = layout
-        self.consts = tuple(np.ascontiguousarray(c) for c in consts)
+        self.consts = tuple(np.asarray(c, order="C") for c in consts)  # keeps 0-d consts 0-d
         self.arena_bytes = arena_bytes
         self.kernel_names = tuple(kernel_names)
         self._ir_text = ir_text
@@ -227,14 +234,21 @@ class CpuExecutable(Executable):
         """Var values in signature order; values for ``fixed`` vars must equal what they were fixed to.
 
         Raises:
-            VarBoundsError: out of bounds, unknown, or contradicting a fixed value.
+            VarBoundsError: out of bounds, unknown, not an int, or contradicting a fixed value.
+            ArgumentTypeError: ``var_values`` is not a mapping.
         """
+        if var_values is not None and not isinstance(var_values, Mapping):
+            raise ArgumentTypeError(
+                f"{self.name!r}: var values must be a mapping of name to int, got {type(var_values).__name__}"
+            )
         given = dict(var_values or {})
         for name, value in self.fixed.items():
-            if name in given and given.pop(name) != value:
-                raise VarBoundsError(
-                    f"var {name!r} was fixed to {value} when {self.name!r} was compiled; got another value"
-                )
+            if name in given:
+                got = given.pop(name)
+                if isinstance(got, bool) or not isinstance(got, int | np.integer) or got != value:
+                    raise VarBoundsError(
+                        f"var {name!r} was fixed to {value} when {self.name!r} was compiled; got {got!r}"
+                    )
         return self.signature.var_values(given)
 
     def _checked_call(
@@ -248,8 +262,12 @@ class CpuExecutable(Executable):
         if var_values is None or len(var_values) < len(sig.vars):
             var_values = {**sig.infer_vars([np.shape(x) for x in inputs]), **(var_values or {})}
         values = self.check_vars(var_values)
+        if isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
+            raise ArgumentTypeError(
+                f"{self.name!r} takes a sequence of input arrays (one per input), got {type(inputs).__name__}"
+            )
         if len(inputs) != len(self.signature.inputs):
-            raise ShapeMismatchError(
+            raise ArgumentCountError(
                 f"{self.name!r} takes {len(self.signature.inputs)} inputs "
                 f"({[a.name for a in self.signature.inputs]}), got {len(inputs)}"
             )
@@ -258,7 +276,7 @@ class CpuExecutable(Executable):
             arr = np.asarray(x)
             check_array_dtype(arr, spec.dtype, f"input {spec.name!r}")
             if not (arr.flags.c_contiguous and arr.flags.aligned):
-                arr = np.ascontiguousarray(arr)
+                arr = np.array(arr, order="C")  # a 0-d array stays 0-d
             arrays.append(arr)
         self.signature.validate([a.shape for a in arrays], [s.dtype for s in self.signature.inputs], values)
         outs = [
@@ -336,7 +354,7 @@ class BoundCall:
     ) -> None:
         sig = exe.signature
         if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
-            raise ShapeMismatchError(
+            raise ArgumentCountError(
                 f"{exe.name!r} binds {len(sig.inputs)} inputs and {len(sig.outputs)} outputs, "
                 f"got {len(inputs)} and {len(outputs)}"
             )

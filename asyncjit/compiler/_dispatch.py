@@ -164,40 +164,44 @@ class SegmentedLauncher:
             steps.append(("cpu", (_SEGMENT_TYPE(entry), _PROFILED_TYPE(profiled) if profiled else None, k)))
             k = segments[i][1]
         self._steps = steps
-        args = self._base._args_addr
-        self._calls: list[Callable[[], None]] = [
-            functools.partial(s[1][0], args) if s[0] == "cpu" else s[1] for s in steps
-        ]
-        self._bound: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._cpu_calls = {
+            i: functools.partial(step[0], self._base._args_addr)
+            for i, (kind, step) in enumerate(steps)
+            if kind == "cpu"
+        }
+        self._calls: list[Callable[[], None]] = []
+        self._addrs: Sequence[int] | None = None
+        self._values: Sequence[int] | None = None
 
-    @property
-    def _arena_addr(self) -> int:
-        return int(self._base._args[self._exe.layout.arena_slot])
-
-    def _prepare(self, addrs: Sequence[int], values: Sequence[int]) -> None:
+    def _rebind(self, addrs: Sequence[int], values: Sequence[int]) -> None:
+        """Write the argument block and rebuild every dispatch call's views (new addresses or
+        var values); copies of both are kept, so a caller mutating its list is still seen."""
         base = self._base
-        if addrs != base._last_addrs:
-            base._args[0 : base._n_addr] = addrs  # type: ignore[call-overload]
-            base._last_addrs = addrs
-        if values != base._last_values:
-            base._args[base._var_slot : base._var_slot + len(values)] = values  # type: ignore[call-overload]
-            base._last_values = values
-        key = (tuple(addrs), tuple(values))
-        if key != self._bound:
-            arena = self._arena_addr
-            for kind, step in self._steps:
-                if kind == "dispatch":
-                    step.bind(addrs, self._n_in, arena, values, self._names, self._exe.fixed)
-            self._bound = key
+        base._args[0 : base._n_addr] = addrs  # type: ignore[call-overload]
+        base._args[base._var_slot : base._var_slot + len(values)] = values  # type: ignore[call-overload]
+        arena = int(base._args[self._exe.layout.arena_slot])
+        calls: list[Callable[[], None]] = []
+        for i, (kind, step) in enumerate(self._steps):
+            if kind == "cpu":
+                calls.append(self._cpu_calls[i])
+                continue
+            step.bind(addrs, self._n_in, arena, values, self._names, self._exe.fixed)
+            calls.append(
+                functools.partial(step.invoke, step.handle, step.entry, step.ins, step.outs, step.vars)
+            )
+        self._calls = calls
+        self._addrs, self._values = addrs[:], values[:]
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
-        self._prepare(addrs, values)
+        if addrs != self._addrs or values != self._values:
+            self._rebind(addrs, values)
         for call in self._calls:
             call()
 
     def profile(self, addrs: Sequence[int], values: Sequence[int], ticks: np.ndarray) -> None:
         """One replay recording the cycle counter around every kernel (dispatch calls included)."""
-        self._prepare(addrs, values)
+        if addrs != self._addrs or values != self._values:
+            self._rebind(addrs, values)
         if not self._exe._ticks_address:
             raise DeviceError("this executable was compiled without the profiled entry point")
         counter = _TICKS_TYPE(self._exe._ticks_address)

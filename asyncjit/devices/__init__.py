@@ -14,6 +14,7 @@ from ._registry import get_device_kind as get_device_kind
 from ._registry import register_compiler as register_compiler
 from ._registry import register_deserializer as register_deserializer
 from ._registry import register_device_kind as register_device_kind
+from ._registry import set_device_plugins as set_device_plugins
 
 register_deserializer(HostExecutable.kind, HostExecutable.deserialize)
 _install_builtin()
@@ -32,4 +33,5 @@ __all__ = [
     "register_compiler",
     "register_deserializer",
     "register_device_kind",
+    "set_device_plugins",
 ]

@@ -29,8 +29,14 @@ def _split(program: Any) -> tuple[Sequence[Any], Sequence[Any]]:
 
 
 def compile_for_cpu(program: Any, **options: Any) -> Executable:
-    """LLVM-compile ``(outputs, inputs)``; options are those of ``asyncjit.compiler.compile``."""
+    """LLVM-compile ``(outputs, inputs)``; options are those of ``asyncjit.compiler.compile``
+    (``plugins`` defaults to the ``cpu`` kind's, see ``set_device_plugins``)."""
+    from ._registry import get_device_kind
+
     outputs, inputs = _split(program)
+    kind_plugins = get_device_kind("cpu").plugins
+    if "plugins" not in options and kind_plugins:
+        options = {**options, "plugins": kind_plugins}
     return compile_graph(outputs, inputs, **options)
 
 

@@ -34,3 +34,5 @@ class DeviceKind:
     name: str
     description: str
     compiler: Compiler | None = attrs.field(default=None, eq=False)
+    plugins: tuple[Any, ...] = attrs.field(default=(), eq=False)
+    """Compiler plugins (objects or installed names) for compiles on this kind that choose none."""

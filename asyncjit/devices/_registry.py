@@ -7,6 +7,8 @@ until then ``Client.compile`` accepts a ``compiler=`` argument or an already-bui
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -62,6 +64,13 @@ def register_compiler(kind_name: str, compiler: Compiler | None) -> None:
     """Install (or remove, with None) the compiler ``Client.compile`` uses for a device kind."""
     with _lock:
         _kinds[kind_name] = attrs.evolve(get_device_kind(kind_name), compiler=compiler)
+
+
+def set_device_plugins(kind_name: str, plugins: Sequence[Any]) -> None:
+    """The compiler plugins (objects or installed names, in order of preference) used by compiles
+    for devices of ``kind_name`` that do not pass ``plugins=`` themselves (``()``: none)."""
+    with _lock:
+        _kinds[kind_name] = attrs.evolve(get_device_kind(kind_name), plugins=tuple(plugins))
 
 
 def executable_kind(executable: Executable) -> str:

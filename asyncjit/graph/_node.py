@@ -17,6 +17,7 @@ import numpy as np
 from attrs import define, field
 
 from ..dtypes import DType
+from ..errors import ArgumentTypeError
 from ..symbolic import Dim, Var, free_vars
 
 __all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
@@ -59,7 +60,7 @@ def as_node(x: Any) -> Node:
     node = getattr(x, "node", None)
     if isinstance(node, Node):
         return node
-    raise TypeError(f"expected a Tensor or Node, got {type(x).__name__}")
+    raise ArgumentTypeError(f"expected a Tensor or Node, got {type(x).__name__}")
 
 
 def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
@@ -81,7 +82,7 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
 
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, np.ndarray):
-        digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
         return ("ndarray", value.dtype.str, value.shape, digest)
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ._speech_tracker import SpeechTracker
 
 __all__ = ["SpeechSegment", "speech_timestamps"]
@@ -116,23 +117,24 @@ def speech_timestamps(
         sampling_rate: the package's name for ``sample_rate``; given, it wins.
 
     Raises:
-        ValueError: ``probs`` is not 1-D or holds NaN, or a parameter is out of range.
+        InvalidArgumentError (a ValueError): ``probs`` is not 1-D or holds NaN, or a parameter is
+            out of range.
     """
     if sampling_rate is not None:
         sample_rate = sampling_rate
     p = np.asarray(probs, dtype=np.float64)
     if p.ndim != 1:
-        raise ValueError(f"probs must be 1-D (one probability per chunk), got shape {p.shape}")
+        raise InvalidArgumentError(f"probs must be 1-D (one probability per chunk), got shape {p.shape}")
     if np.isnan(p).any():
-        raise ValueError("probs contains NaN; the VAD was fed NaN audio or a broken state")
+        raise InvalidArgumentError("probs contains NaN; the VAD was fed NaN audio or a broken state")
     if sample_rate <= 0:
-        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        raise InvalidArgumentError(f"sample_rate must be positive, got {sample_rate}")
     if window_size_samples is None:
         window_size_samples = 512 if sample_rate == 16000 else 256
     if window_size_samples <= 0:
-        raise ValueError(f"window_size_samples must be positive, got {window_size_samples}")
+        raise InvalidArgumentError(f"window_size_samples must be positive, got {window_size_samples}")
     if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must be within [0, 1], got {threshold}")
+        raise InvalidArgumentError(f"threshold must be within [0, 1], got {threshold}")
     if audio_length_samples is None:
         audio_length_samples = len(p) * window_size_samples
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from .. import dtypes
 from ..compiler import compile as compile_plan
-from ..errors import DTypeMismatchError, ModelFormatError, ShapeMismatchError
+from ..errors import DTypeMismatchError, InvalidArgumentError, ModelFormatError, ShapeMismatchError
 from ..runtime import Client, Device, default_client
 from ..scheduler import PooledStep, StreamMux
 from ..symbolic import Var
@@ -77,8 +77,9 @@ class SileroBatchedStep(PooledStep):
 
         self.sample_rate = check_sample_rate(sample_rate)
         max_batch = max_streams if max_batch_size is None else max_batch_size
-        if max_streams < 1 or max_batch < 1:
-            raise ValueError(f"max_streams and max_batch_size must be >= 1, got {max_streams}, {max_batch}")
+        for label, value in (("max_streams", max_streams), ("max_batch_size", max_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{label} must be an int >= 1, got {value!r}")
         w = weights if weights is not None else _sv.load_weights(self.sample_rate)
         if w.sample_rate != self.sample_rate:
             raise ModelFormatError(
@@ -151,7 +152,7 @@ class SileroBatchedStep(PooledStep):
         if arr.dtype.kind != "f":
             raise DTypeMismatchError(f"{self!r}: a {what} must be float32, got {arr.dtype}")
         if not np.isfinite(arr).all():
-            raise ValueError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
+            raise InvalidArgumentError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
         return arr.astype(np.float32, copy=False)
 
 

@@ -13,6 +13,7 @@ from . import _ops_control as _ops_control  # registers the op table
 from . import _ops_elementwise as _ops_elementwise
 from . import _ops_nn as _ops_nn
 from . import _ops_reduce as _ops_reduce
+from . import _ops_resize as _ops_resize
 from . import _ops_rnn as _ops_rnn
 from . import _ops_shape as _ops_shape
 from ._importer import OnnxModel as OnnxModel

@@ -105,8 +105,11 @@ def _int_div(x: Tensor, y: Tensor) -> Tensor:
     if not x.dtype.is_int:
         return x / y
     q = x // y  # floor; ONNX truncates toward zero
-    fix = ((x % y) != 0) & ((x < 0) ^ (y < 0))
-    return Tensor.select(fix, q + 1, q)
+    if x.dtype.is_unsigned:
+        return q
+    zero = Tensor.const(np.zeros((), x.dtype.np))
+    fix = ((x % y) != zero) & ((x < zero) ^ (y < zero))
+    return Tensor.select(fix, q + Tensor.const(np.ones((), x.dtype.np)), q)
 
 
 def _pow(x: Tensor, y: Tensor) -> Tensor:
@@ -219,7 +222,10 @@ _unary("Cosh", _keep(lambda x: (x.exp() + (-x).exp()) * 0.5))
 _unary("Asinh", _keep(lambda x: (x + (x * x + 1.0).sqrt()).log()))
 _unary("Acosh", _keep(lambda x: (x + (x * x - 1.0).sqrt()).log()))
 _unary("Atanh", _keep(lambda x: ((x + 1.0) / (1.0 - x)).log() * 0.5))
-_unary("BitwiseNot", lambda x: -x - 1 if x.dtype.is_int else x.logical_not())
+_unary(
+    "BitwiseNot",
+    lambda x: x ^ Tensor.const(np.invert(np.zeros((), x.dtype.np))) if x.dtype.is_int else x.logical_not(),
+)
 
 
 def _atan(x: Tensor) -> Tensor:

@@ -87,7 +87,9 @@ class AsyncjitBackendRep(BackendRep):
                 # a shape-like input (axes, pads, k, ...) fed at run time: fix the int inputs to
                 # this feed's values, as a user would with values= (the plan is per feed anyway)
                 ints = {
-                    k: v for k, v in feed.items() if (v.dtype.kind in "iub" and v.size <= 4096) or v.size == 1
+                    k: v
+                    for k, v in feed.items()
+                    if (v.dtype.kind in "iub" and v.size <= 4096) or v.size <= 16
                 }
                 dims = dims_for_feed(self.proto, {k: v for k, v in feed.items() if k not in ints})
                 prepared = self._prepare(dims, ints)

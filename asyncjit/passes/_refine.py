@@ -30,7 +30,10 @@ def fixed_values(graph: Graph, fixed: Mapping[str, int] | None) -> dict[str, int
         var = by_name.get(name)
         if var is None:
             raise VarBoundsError(f"cannot fix unknown var {name!r}; the graph has {sorted(by_name)}")
-        if not var.min <= int(value) <= var.max:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):  # 2.5 must not become 2
+            raise VarBoundsError(f"fixed value {name}={value!r} is not an int")
+        value = value.__index__()
+        if not var.min <= value <= var.max:
             raise VarBoundsError(f"fixed value {name}={value} is out of bounds [{var.min}, {var.max}]")
         out[name] = int(value)
     return out

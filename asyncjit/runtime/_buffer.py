@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import BufferDeletedError, DeviceError, WouldBlock
+from ..errors import ArgumentTypeError, BufferDeletedError, DeviceError, InvalidArgumentError, WouldBlock
 from ._commands import CopyCommand, ToHostCommand
 from ._events import Event
 from ._memory import Block, MemorySpace
@@ -196,7 +196,10 @@ class Buffer:
 
         Raises:
             TimeoutError: not ready within ``timeout`` seconds.
+            InvalidArgumentError: ``timeout`` is negative or NaN.
         """
+        if timeout is not None and not timeout >= 0:
+            raise InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         self._check_alive()
         if not self._event.wait_blocking(timeout):
             raise TimeoutError(f"{self!r} was not ready within {timeout} s")
@@ -313,10 +316,18 @@ class Buffer:
     # -- copies -----------------------------------------------------------------------------------
     def copy_to_device(self, device: Device) -> Buffer:
         """A copy on ``device``'s default memory space, returned at once; no host sync."""
-        return self.copy_to_memory_space(device.default_memory_space)
+        space = getattr(device, "default_memory_space", None)
+        if space is None:
+            raise ArgumentTypeError(f"copy_to_device takes a Device, got {type(device).__name__} {device!r}")
+        return self.copy_to_memory_space(space)
 
     def copy_to_memory_space(self, memory_space: MemorySpace) -> Buffer:
         """A copy in ``memory_space`` (run by its device's queue after this buffer is ready)."""
+        if not isinstance(memory_space, MemorySpace):
+            raise ArgumentTypeError(
+                f"copy_to_memory_space takes a MemorySpace, got {type(memory_space).__name__} "
+                f"{memory_space!r}"
+            )
         if memory_space.device.client is not self.device.client:
             raise DeviceError(f"{memory_space!r} belongs to another client than {self!r}")
         device = memory_space.device

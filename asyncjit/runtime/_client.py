@@ -24,7 +24,14 @@ from ..codegen import _parallel
 from ..compiler._executable import Executable
 from ..devices import Compiler, Deserializer, get_deserializer, get_device_kind
 from ..dtypes import DType, from_numpy
-from ..errors import CompileError, DeviceError
+from ..errors import (
+    ArgumentTypeError,
+    ClosedError,
+    CompileError,
+    DeviceError,
+    DeviceNotFoundError,
+    InvalidArgumentError,
+)
 from ._buffer import Buffer, HostBufferSemantics
 from ._commands import HostToDeviceCommand
 from ._device import Device, DeviceStatistics, InlinePolicy
@@ -43,25 +50,36 @@ class ClientStatistics:
     closed: bool
 
 
-def parse_devices(spec: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"`` or a list of those -> [(kind, count)].
+def parse_devices(spec: str | int | Sequence[str]) -> list[tuple[str, int]]:
+    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"``, a list of those, or ``N`` (N cpu devices)
+    -> [(kind, count)].
 
     Raises:
-        ValueError: a malformed entry or a count below 1.
+        InvalidArgumentError: a malformed entry or a count below 1.
+        ArgumentTypeError: ``spec`` is not a string, a number of cpu devices or a list of strings.
     """
-    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = f"cpu:{spec}"
+    if isinstance(spec, str):
+        parts = spec.split(",")
+    elif isinstance(spec, Sequence) and all(isinstance(p, str) for p in spec):
+        parts = list(spec)
+    else:
+        raise ArgumentTypeError(
+            f"devices must be a string like 'cpu:2', a list of them, or a number of cpu devices; got {spec!r}"
+        )
     out: list[tuple[str, int]] = []
     for part in parts:
         name, _, count = part.strip().partition(":")
         try:
             n = int(count) if count else 1
         except ValueError:
-            raise ValueError(f"bad device spec {part!r}: expected 'kind' or 'kind:N'") from None
+            raise InvalidArgumentError(f"bad device spec {part!r}: expected 'kind' or 'kind:N'") from None
         if not name or n < 1:
-            raise ValueError(f"bad device spec {part!r}: expected 'kind' or 'kind:N' with N >= 1")
+            raise InvalidArgumentError(f"bad device spec {part!r}: expected 'kind' or 'kind:N' with N >= 1")
         out.append((name, n))
     if not out:
-        raise ValueError("a client needs at least one device")
+        raise InvalidArgumentError("a client needs at least one device")
     return out
 
 
@@ -69,7 +87,8 @@ class Client:
     """The entry point: devices, memory spaces, loading, host transfers.
 
     Args:
-        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"`` or a list of such.
+        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"``, a list of such, or
+            an int N (``Client(2)`` is ``Client("cpu:2")``).
         max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
         inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
             device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
@@ -80,7 +99,7 @@ class Client:
 
     def __init__(
         self,
-        devices: str | Sequence[str] = "cpu",
+        devices: str | int | Sequence[str] = "cpu",
         *,
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
@@ -116,6 +135,15 @@ class Client:
         return tuple(self._devices)
 
     def device(self, index: int = 0) -> Device:
+        """The device at ``index`` (``DeviceNotFoundError``, an ``IndexError``, if there is none)."""
+        if type(index) is not int:
+            if isinstance(index, bool) or not hasattr(index, "__index__"):
+                raise ArgumentTypeError(f"{self!r}: a device index must be an int, got {index!r}")
+            index = index.__index__()
+        if not 0 <= index < len(self._devices):
+            raise DeviceNotFoundError(
+                f"{self!r} has {len(self._devices)} device(s); there is no device {index}"
+            )
         return self._devices[index]
 
     def memory_spaces(self) -> tuple[MemorySpace, ...]:
@@ -131,8 +159,8 @@ class Client:
     def _device_arg(self, device: Device | int | None) -> Device:
         if device is None:
             return self._devices[0]
-        if isinstance(device, int):
-            return self._devices[device]
+        if not isinstance(device, Device):
+            return self.device(device)  # an index, or a typed error
         if device.client is not self:
             raise DeviceError(f"{device!r} belongs to another client")
         return device
@@ -143,7 +171,11 @@ class Client:
     ) -> LoadedExecutable:
         """Bind a compiled plan to one device (default the first) or several."""
         if self._closed:
-            raise DeviceError(f"{self!r} is closed")
+            raise ClosedError(f"{self!r} is closed")
+        if not isinstance(executable, Executable):
+            raise ArgumentTypeError(
+                f"{self!r}.load takes an Executable (from compiler.compile), got {type(executable).__name__}"
+            )
         if isinstance(device, Sequence):
             devs = [self._device_arg(d) for d in device]
         else:
@@ -212,10 +244,15 @@ class Client:
                 ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
 
         Raises:
-            TypeError: a dtype asyncjit does not compute with (complex, strings...).
+            DTypeMismatchError: a dtype asyncjit does not compute with (complex, strings...).
+            ArgumentTypeError: ``semantics`` is not a ``HostBufferSemantics``.
             ClosedError: the device is closed.
         """
+        if not isinstance(semantics, HostBufferSemantics):
+            raise ArgumentTypeError(f"semantics must be a HostBufferSemantics member, got {semantics!r}")
         space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space
+        if memory_space is not None and not isinstance(memory_space, MemorySpace):
+            raise ArgumentTypeError(f"memory_space must be a MemorySpace, got {memory_space!r}")
         if memory_space is not None and memory_space.device.client is not self:
             raise DeviceError(f"{memory_space!r} belongs to another client")
         dev = space.device
@@ -240,7 +277,7 @@ class Client:
             return buf
         if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY):  # asked for an alias, got a copy
             _log.info("buffer.copied", semantics=semantics.value, reason=_why_copied(arr, semantics))
-        src = np.ascontiguousarray(arr)
+        src = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         block = space.allocate(src.nbytes)
         if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
             ev = Event()

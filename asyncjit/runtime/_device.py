@@ -37,7 +37,7 @@ import attrs
 import numpy as np
 
 from .._log import get_logger
-from ..errors import ClosedError
+from ..errors import ClosedError, InvalidArgumentError
 from ..profiler import _state as _trace
 from ._commands import Command, ExecuteCommand, Noop
 from ._events import READY, Event
@@ -105,10 +105,10 @@ class Device:
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
     ) -> None:
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
         if inline not in ("auto", "always", "never"):
-            raise ValueError(f"inline must be 'auto', 'always' or 'never', got {inline!r}")
+            raise InvalidArgumentError(f"inline must be 'auto', 'always' or 'never', got {inline!r}")
         self.client = client
         self.id = id
         self.kind = kind.name

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._log import get_logger
-from ..errors import DeviceError, WouldBlock
+from ..errors import (
+    ArgumentCountError,
+    ArgumentTypeError,
+    DeviceError,
+    DonateIndexError,
+    WouldBlock,
+)
 from ..profiler import _state as _trace
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, launch_error
@@ -239,6 +245,10 @@ class LoadedExecutable:
     def _check_device(self, device: Device | None, *, portable: bool) -> Device:
         if device is None:
             return self._devices[0]
+        if getattr(device, "_device_space", None) is None:
+            raise ArgumentTypeError(
+                f"{self!r}: device must be a Device, got {type(device).__name__} {device!r}"
+            )
         if device.client is not self.client:
             raise DeviceError(f"{device!r} belongs to another client than {self!r}")
         if not portable and device.id not in self._launchers:
@@ -253,10 +263,17 @@ class LoadedExecutable:
         """
         client = self.client
         shapes = []
-        dtypes_ok = len(args) == self._n_in
+        if type(args) is not list and type(args) is not tuple and not isinstance(args, Sequence):
+            raise ArgumentTypeError(
+                f"{self!r}: args must be a sequence of Buffers, got {type(args).__name__}"
+            )
+        if len(args) != self._n_in:
+            names = [a.name for a in self.signature.inputs]
+            raise ArgumentCountError(f"{self!r}: expected {self._n_in} inputs {names}, got {len(args)}")
+        dtypes_ok = True
         for a, dt in zip(args, self._in_dtypes):  # noqa: B905 - the count is checked above
             if type(a) is not Buffer:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{self!r}: arguments must be asyncjit Buffers, got {type(a).__name__}; "
                     "use client.buffer_from_host(array) first"
                 )
@@ -266,6 +283,10 @@ class LoadedExecutable:
                 dtypes_ok = False
             shapes.append(a.shape)
         if vars:
+            if type(vars) is not dict and not isinstance(vars, Mapping):
+                raise ArgumentTypeError(
+                    f"{self!r}: vars must be a mapping of var name to int, got {type(vars).__name__}"
+                )
             items = tuple(vars.items())
             cacheable = dtypes_ok
             for _, v in items:
@@ -278,9 +299,6 @@ class LoadedExecutable:
             hit = self._validated.get(key)
             if hit is not None:
                 return hit
-        for a in args[len(self._in_dtypes) :]:
-            if type(a) is not Buffer:
-                raise TypeError(f"{self!r}: arguments must be asyncjit Buffers, got {type(a).__name__}")
         sig = self.signature
         values = sig.var_values(vars)
         sig.validate(key[0], [a.dtype for a in args], values)
@@ -304,7 +322,7 @@ class LoadedExecutable:
         donate: Iterable[int],
         inline: bool | None,
     ) -> list[Buffer]:
-        donated = self._check_donation(args, donate) if donate else ()
+        donated = self._check_donation(args, donate) if donate or type(donate) is not tuple else ()
         if dev._closed:
             dev.check_open()
         timing = self._timing[dev.id]
@@ -365,7 +383,7 @@ class LoadedExecutable:
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
             except BaseException as exc:  # errors are values: poison the outputs
-                error = launch_error(exc)
+                error = launch_error(exc, timing.plan)
         finally:
             dev.end_inline(ran, error is not None)
             release_uses(args)
@@ -426,10 +444,17 @@ class LoadedExecutable:
         return policy == "always"
 
     def _check_donation(self, args: Sequence[Buffer], donate: Iterable[int]) -> tuple[int, ...]:
-        idx = tuple(donate)
+        try:
+            idx = tuple(donate)
+        except TypeError:
+            raise DonateIndexError(
+                f"{self!r}: donate takes a sequence of input indices (e.g. donate=[0]), got {donate!r}"
+            ) from None
         for i in idx:
+            if type(i) is not int and (isinstance(i, bool) or not hasattr(i, "__index__")):
+                raise DonateIndexError(f"{self!r}: donate indices must be ints, got {i!r}")
             if not 0 <= i < len(args):
-                raise IndexError(f"{self!r}: donate index {i} out of range for {len(args)} inputs")
+                raise DonateIndexError(f"{self!r}: donate index {i} out of range for {len(args)} inputs")
             buf = args[i]
             if not buf._donatable:
                 raise DeviceError(

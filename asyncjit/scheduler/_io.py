@@ -40,7 +40,7 @@ import numpy.typing as npt
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..audio import AudioConverter, audio_info, check_finite, open_audio
-from ..errors import AudioFormatError
+from ..errors import AudioFormatError, InvalidArgumentError
 from ._groups import single_failure
 
 INLINE_READ_SECONDS = 2e-3
@@ -84,7 +84,7 @@ class ChunkSource:
 
     def __init__(self, name: str, fill: Filler, read_ahead: int, block: int = 1) -> None:
         if read_ahead < 1:
-            raise ValueError(f"read_ahead must be >= 1 chunk, got {read_ahead}")
+            raise InvalidArgumentError(f"read_ahead must be >= 1 chunk, got {read_ahead}")
         self.name = name
         self.read_ahead = read_ahead
         self._fill = fill
@@ -170,7 +170,7 @@ class Rechunker:
 
     def __init__(self, chunk_samples: int) -> None:
         if chunk_samples < 1:
-            raise ValueError(f"chunk_samples must be >= 1, got {chunk_samples}")
+            raise InvalidArgumentError(f"chunk_samples must be >= 1, got {chunk_samples}")
         self.chunk_samples = chunk_samples
         self._pending: list[Chunk] = []
         self._count = 0

@@ -44,7 +44,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
-from ..errors import AudioFormatError, DTypeMismatchError, JitError, ShapeMismatchError, WouldBlock
+from ..errors import (
+    AudioFormatError,
+    DTypeMismatchError,
+    InvalidArgumentError,
+    JitError,
+    ShapeMismatchError,
+    WouldBlock,
+)
 from ..profiler import _state as _trace
 from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
@@ -748,29 +755,41 @@ class StreamMux:
 
 
 def _check_config(mux: StreamMux, step: BatchedStep, backlog: int | None) -> None:
+    """Raises ``InvalidArgumentError`` (a ``ValueError``) naming the first bad option."""
+    counts = {
+        "max_streams": mux.max_streams,
+        "max_batch_size": mux.max_batch_size,
+        "queue_depth": mux.queue_depth,
+        "pipeline_depth": mux.pipeline_depth,
+        "backlog": 0 if backlog is None else backlog,
+    }
+    for label, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentError(f"{label} must be an int, got {value!r}")
     if not 1 <= mux.max_streams <= step.num_slots:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"max_streams must be in [1, {step.num_slots}] (the plan's slots), got {mux.max_streams}"
         )
     if not 1 <= mux.max_batch_size <= step.max_batch_size:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"max_batch_size must be in [1, {step.max_batch_size}] (the plan's batch bound), "
             f"got {mux.max_batch_size}"
         )
     if not mux.max_queue_delay >= 0:
-        raise ValueError(f"max_queue_delay must be >= 0 seconds, got {mux.max_queue_delay}")
-    if mux.idle_timeout is not None and not mux.idle_timeout > 0:
-        raise ValueError(f"idle_timeout must be > 0 seconds or None, got {mux.idle_timeout}")
-    if mux.admission_timeout is not None and not mux.admission_timeout >= 0:
-        raise ValueError(f"admission_timeout must be >= 0 seconds or None, got {mux.admission_timeout}")
+        raise InvalidArgumentError(f"max_queue_delay must be >= 0 seconds, got {mux.max_queue_delay}")
+    for label, seconds, low in (
+        ("idle_timeout", mux.idle_timeout, "> 0"),
+        ("admission_timeout", mux.admission_timeout, ">= 0"),
+        ("metrics_interval", mux.metrics_interval, "> 0"),
+    ):
+        if seconds is not None and not (seconds > 0 if low == "> 0" else seconds >= 0):
+            raise InvalidArgumentError(f"{label} must be {low} seconds or None, got {seconds}")
     if mux.queue_depth < 1:
-        raise ValueError(f"queue_depth must be >= 1, got {mux.queue_depth}")
+        raise InvalidArgumentError(f"queue_depth must be >= 1, got {mux.queue_depth}")
     if backlog is not None and backlog < 0:
-        raise ValueError(f"backlog must be >= 0, got {backlog}")
+        raise InvalidArgumentError(f"backlog must be >= 0, got {backlog}")
     if mux.pipeline_depth < 1:
-        raise ValueError(f"pipeline_depth must be >= 1, got {mux.pipeline_depth}")
-    if mux.metrics_interval is not None and not mux.metrics_interval > 0:
-        raise ValueError(f"metrics_interval must be > 0 seconds or None, got {mux.metrics_interval}")
+        raise InvalidArgumentError(f"pipeline_depth must be >= 1, got {mux.pipeline_depth}")
 
 
 def _not_running() -> Signal:

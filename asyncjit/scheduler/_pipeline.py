@@ -20,6 +20,7 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..errors import InvalidArgumentError
 from ..runtime import Buffer, Device, LoadedExecutable
 from ._groups import single_failure
 
@@ -95,7 +96,7 @@ class Pipeline:
         self, stages: Sequence[Stage | tuple[str, StageFunction]], *, source_buffer: int = 2
     ) -> None:
         if not stages:
-            raise ValueError("a Pipeline needs at least one stage")
+            raise InvalidArgumentError("a Pipeline needs at least one stage")
         self.stages = tuple(s if isinstance(s, Stage) else Stage(*s) for s in stages)
         self.source_buffer = source_buffer
         self._counts = [_Counts() for _ in self.stages]

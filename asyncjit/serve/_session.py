@@ -23,9 +23,9 @@ import anyio
 import anyio.abc
 
 from ..audio import PcmConverter, PcmFormat
-from ..errors import AudioFormatError, JitError
+from ..errors import AudioFormatError, JitError, WouldBlock
 from ..models._speech_tracker import SpeechEdge, SpeechTracker
-from ..scheduler import MuxStream, Rechunker
+from ..scheduler import MuxStream, Rechunker, StepFuture
 from ._errors import ClientError
 
 if TYPE_CHECKING:
@@ -38,10 +38,25 @@ OUTBOX_ITEMS = 16
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
+FLUSH_BYTES = 8192
+"""Buffered answers are written at once past this size (else when the outbox is empty, or before
+waiting for a step)."""
 LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
+
+
+async def _submit(stream: MuxStream, chunks: list[Any]) -> list[StepFuture]:
+    """Queue the chunks; wait for room only when ``queue_depth`` steps are queued (one coroutine
+    per chunk only then)."""
+    futures = []
+    for chunk in chunks:
+        try:
+            futures.append(stream.submit_nowait(chunk))
+        except WouldBlock:
+            futures.append(await stream.submit(chunk))
+    return futures
 
 
 class Utterance:
@@ -150,9 +165,7 @@ class Connection:
         utt.samples += samples.size
         chunks = utt.rechunker.push(samples)
         if chunks:
-            stream = utt.stream
-            futures = [await stream.submit(chunk) for chunk in chunks]
-            await self.put((AUDIO, utt, futures, time.perf_counter()))
+            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
 
     async def finish(self) -> None:
         """End the utterance: the converter's and chunker's last samples (zero-padded), then STOP."""
@@ -164,12 +177,20 @@ class Connection:
         utt.samples += tail.size
         chunks = utt.rechunker.push(tail) + utt.rechunker.flush(pad=True)
         if chunks:
-            futures = [await utt.stream.submit(chunk) for chunk in chunks]
-            await self.put((AUDIO, utt, futures, time.perf_counter()))
+            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
         await self.put((STOP, utt))
 
     # -- the responder's side --------------------------------------------------------------
     async def _respond(self) -> None:
+        try:
+            await self._respond_loop()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            # the client went away while we wrote: nothing more can reach it
+            if self.reason is None:
+                self.reason = ("done", "the client went away")
+            self.scope.cancel()
+
+    async def _respond_loop(self) -> None:
         recv, model, metrics = self._recv, self.server.model, self.server.metrics
         latency, chunks = metrics.step_latency, metrics.chunks
         while True:
@@ -190,7 +211,11 @@ class Connection:
                 tracker = utt.tracker
                 for fut in item[2]:
                     try:
-                        p = model.probability(await fut)
+                        if not fut.done():
+                            if self._wbuf:  # write what is ready before waiting (under load the
+                                await self.flush()  # outbox never empties: never hold answers back)
+                            await fut
+                        p = model.probability(fut.result())
                     except JitError as exc:
                         code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
                         self.log.warning("step.failed", error=str(exc))
@@ -220,7 +245,7 @@ class Connection:
                 self.on_close(item[1], item[2])
                 await self.flush()
                 return
-            if len(self._wbuf) > 65536:
+            if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
 
     async def flush(self) -> None:

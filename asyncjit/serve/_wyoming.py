@@ -41,6 +41,9 @@ from ._session import MAX_MESSAGE_BYTES, PING, RAW, Connection, Utterance
 __all__ = ["WyomingConnection", "encode_event", "info_event"]
 
 
+_PONGS: dict[str, bytes] = {}
+
+
 def encode_event(event: Event) -> bytes:
     """An event in Wyoming's wire format, written by the ``wyoming`` package itself."""
     buf = io.BytesIO()
@@ -184,7 +187,12 @@ class WyomingConnection(Connection):
         self.write(encode_event(cls(timestamp=edge.ms).event()))
 
     def on_pong(self, token: Any) -> None:
-        self.write(encode_event(Pong(text=token).event()))
+        data = _PONGS.get(token) if isinstance(token, str) else None
+        if data is None:
+            data = encode_event(Pong(text=token).event())
+            if isinstance(token, str) and len(_PONGS) < 1024:  # clients reuse a few ping texts
+                _PONGS[token] = data
+        self.write(data)
 
     def on_close(self, code: str, message: str) -> None:
         if code != "done":

@@ -23,7 +23,7 @@ from ..dtypes import DType
 from ..errors import ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
-from . import _indexing, _nn
+from . import _indexing, _nn, _resize
 
 __all__ = ["Tensor"]
 
@@ -584,6 +584,25 @@ class Tensor:
     def take_along_axis(self, index: Tensor, axis: int) -> Tensor:
         """numpy ``take_along_axis`` / ONNX ``GatherElements``; out-of-range indices clamp."""
         return _nn.take_along_axis(self, index, axis)
+
+    def resize(
+        self,
+        sizes: Sequence[int] | None = None,
+        scales: Sequence[float] | None = None,
+        mode: str = "nearest",
+        coordinate_transformation_mode: str = "half_pixel",
+        nearest_mode: str = "round_prefer_floor",
+        cubic_coeff_a: float = -0.75,
+        exclude_outside: bool = False,
+        extrapolation_value: float = 0.0,
+        roi: Sequence[tuple[float, float]] | None = None,
+    ) -> Tensor:
+        """ONNX ``Resize`` with its attributes: one size or scale per axis (resized axes
+        static), ``roi`` as (start, end) per axis for ``tf_crop_and_resize``."""
+        return _resize.resize(
+            self, sizes, scales, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+            exclude_outside, extrapolation_value, roi,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ movement
     def reshape(self, *shape: Dim | Sequence[Dim]) -> Tensor:

@@ -1,0 +1,184 @@
+"""ONNX models through the generic importer against ONNX Runtime, side by side in one run.
+
+    .venv/bin/python benchmarks/onnx_models.py [--quick] [--models silero,light_squeezenet,...]
+
+Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
+calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
+ONNX Runtime with 1 intra-op thread and with its default threads; and the prepare time (import +
+compile + load) of a fresh process with an empty compile cache (cold) and again with the cache
+it left (warm). For Silero VAD the hand-built ``SileroVad`` (asyncjit.models) runs too: the
+generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.0 is faster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+QUICK = "--quick" in sys.argv
+ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/silero_vad.py would shadow the silero-vad package whose .onnx files we read
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+
+def _arg(name: str, default: str) -> str:
+    if name in sys.argv:
+        return sys.argv[sys.argv.index(name) + 1]
+    return default
+
+
+def median_time(fn: Callable[[], object], calls: int) -> float:
+    fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def prepare_times(path: str, dims: dict[str, Any], values: dict[str, int]) -> tuple[float, float]:
+    """Seconds to build a session in a fresh process: empty compile cache, then warm."""
+    code = (
+        "import time, logging, structlog\n"
+        "structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))\n"
+        "import asyncjit.onnx as ao\n"
+        "t = time.perf_counter()\n"
+        f"ao.InferenceSession({path!r}, {dims!r}, values={values!r})\n"
+        "print(time.perf_counter() - t)\n"
+    )
+    out = []
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, ASYNCJIT_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+        for _ in range(2):
+            res = subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            )
+            out.append(float(res.stdout.strip().splitlines()[-1]))
+    return out[0], out[1]
+
+
+def ort_session(path: str, threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def silero_rows(calls: int) -> list[str]:
+    import asyncjit.onnx as ao
+    from asyncjit.models import read_audio, speech_sample_path
+    from asyncjit.models.silero_vad import SileroVad, default_model_path
+
+    path = str(default_model_path().with_name("silero_vad_16k_op15.onnx"))
+    dims = {"batch": (1, 32), "sequence": 576}
+    values = {"sr": 16000}
+    sess = ao.InferenceSession(path, dims, values=values)
+    wave = read_audio(speech_sample_path())
+    x1 = np.concatenate([np.zeros(64, np.float32), wave[16000:16512]])[None]
+    s1 = np.zeros((2, 1, 128), np.float32)
+    x32 = np.stack([wave[i * 512 : i * 512 + 576] for i in range(32)])
+    s32 = np.zeros((2, 32, 128), np.float32)
+    sr = np.array(16000, np.int64)
+    ours1 = median_time(lambda: sess.run(None, {"input": x1, "state": s1}), calls)
+    ours32 = median_time(lambda: sess.run(None, {"input": x32, "state": s32}), calls // 4)
+    hand = SileroVad(16000)
+    chunk = wave[16000:16512]
+    hand1 = median_time(lambda: hand(chunk), calls)
+    rows = []
+    peers = {}
+    for threads in (1, 0):
+        o = ort_session(path, threads)
+        peers[threads] = (
+            median_time(lambda o=o: o.run(None, {"input": x1, "state": s1, "sr": sr}), calls),
+            median_time(lambda o=o: o.run(None, {"input": x32, "state": s32, "sr": sr}), calls // 4),
+        )
+    cold, warm = prepare_times(path, dims, values)
+    rows.append(
+        f"| silero_vad_16k_op15 (generic import) | {ours1 * 1e3:.3f} | {peers[1][0] * 1e3:.3f} | "
+        f"{peers[0][0] * 1e3:.3f} | {ours1 / peers[1][0]:.2f}x / {ours1 / peers[0][0]:.2f}x | "
+        f"{32 / ours32:,.0f} vs {32 / peers[1][1]:,.0f} / {32 / peers[0][1]:,.0f} | "
+        f"{cold:.2f} / {warm:.2f} ({warm / cold:.0%}) |"
+    )
+    rows.append(
+        f"| hand-built SileroVad (per 512-sample chunk) | {hand1 * 1e3:.3f} | | | generic/hand-built "
+        f"{ours1 / hand1:.2f}x | | |"
+    )
+    return rows
+
+
+def light_rows(names: list[str], calls: int) -> list[str]:
+    import onnx
+
+    import asyncjit.onnx as ao
+
+    data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    rows = []
+    for name in names:
+        path = str(data / f"{name}.onnx")
+        t0 = time.perf_counter()
+        sess = ao.InferenceSession(path)
+        first = time.perf_counter() - t0
+        info = sess.get_inputs()[0]
+        shape = tuple(int(d) for d in info.shape)
+        x = (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)
+        feed = {info.name: x}
+        ours = median_time(lambda s=sess, f=feed: s.run(None, f), calls)
+        peers = []
+        for threads in (1, 0):
+            peer = ort_session(path, threads)
+            peers.append(median_time(lambda p=peer, f=feed: p.run(None, f), calls))
+        cold, warm = prepare_times(path, {}, {})
+        del first
+        rows.append(
+            f"| {name} | {ours * 1e3:.2f} | {peers[0] * 1e3:.2f} | {peers[1] * 1e3:.2f} | "
+            f"{ours / peers[0]:.2f}x / {ours / peers[1]:.2f}x | batch fixed at {shape[0]} in the file | "
+            f"{cold:.1f} / {warm:.1f} ({warm / cold:.0%}) |"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    calls = 20 if QUICK else 200
+    light = [
+        "light_squeezenet",
+        "light_shufflenet",
+        "light_resnet50",
+        "light_inception_v1",
+        "light_densenet121",
+        "light_inception_v2",
+        "light_bvlc_alexnet",
+        "light_zfnet512",
+        "light_vgg19",
+    ]
+    chosen = _arg("--models", "silero," + ",".join(light)).split(",")
+    print(f"load: {os.getloadavg()}")
+    print(
+        "| model | asyncjit b1 ms | ORT 1t ms | ORT default ms | ratio vs ORT 1t / default | "
+        "b32 items/s (asyncjit vs ORT 1t / default) | prepare cold / warm s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    if "silero" in chosen:
+        for row in silero_rows(calls):
+            print(row, flush=True)
+    light_rows([m for m in chosen if m.startswith("light_")], max(5, calls // 20))
+
+
+if __name__ == "__main__":
+    main()
