@@ -13,8 +13,15 @@ from .dtypes import DType as DType
 from .dtypes import bool_ as bool_
 from .dtypes import float16 as float16
 from .dtypes import float32 as float32
+from .dtypes import float64 as float64
+from .dtypes import int8 as int8
+from .dtypes import int16 as int16
 from .dtypes import int32 as int32
 from .dtypes import int64 as int64
+from .dtypes import uint8 as uint8
+from .dtypes import uint16 as uint16
+from .dtypes import uint32 as uint32
+from .dtypes import uint64 as uint64
 from .errors import JitError as JitError
 from .jit import Jitted as Jitted
 from .jit import jit as jit
@@ -60,6 +67,9 @@ __all__ = [
     "errors",
     "float16",
     "float32",
+    "float64",
+    "int8",
+    "int16",
     "int32",
     "int64",
     "jit",
@@ -67,4 +77,8 @@ __all__ = [
     "reference",
     "symbolic",
     "tree",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
 ]

@@ -13,11 +13,13 @@ percentiles and the batch sizes, against ONNX Runtime per stream and hand-batche
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .audio import load_audio
+from .compiler import CompileStats, compile_stats
 from .models import SAMPLE_RATES, speech_sample_path, speech_timestamps
 from .models.silero_vad import SileroVad
 
@@ -30,7 +32,7 @@ def _chunks(audio: np.ndarray, n: int) -> list[np.ndarray]:
     return list(padded.reshape(-1, n))
 
 
-def _timed(fn: Callable[[np.ndarray], float], chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _timed(fn: Callable[[np.ndarray], float], chunks: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     probs, times = [], []
     for c in chunks:
         t0 = time.perf_counter()
@@ -47,32 +49,74 @@ def _load(path: str, out: Callable[[str], None]) -> tuple[np.ndarray, int]:
     """The file as float32 mono at 8 or 16 kHz, telling the user what it is and what was converted."""
     clip = load_audio(path, 16000, keep=SAMPLE_RATES)
     out(f"audio: {path} ({clip.info.describe()})")
-    if clip.conversions:
-        out(f"  converted: {'; '.join(clip.conversions)}")
+    shown = [c for c in clip.conversions if not c.endswith("to float32")]  # the format is shown above
+    if shown:
+        out(f"  converted: {'; '.join(shown)}")
     return clip.samples, clip.sample_rate
 
 
+def _segment_table(segments: Sequence[Any]) -> Any:
+    """The speech segments as a rich ``Table``."""
+    from rich.table import Table
+
+    table = Table(title=f"speech segments ({len(segments)})")
+    for column in ("#", "start (s)", "end (s)", "duration (s)"):
+        table.add_column(column, justify="right")
+    for i, s in enumerate(segments, 1):
+        table.add_row(str(i), f"{s.start_s:.2f}", f"{s.end_s:.2f}", f"{s.duration_s:.2f}")
+    return table
+
+
+def _how_prepared(before: CompileStats) -> str:
+    """Where the plans made since ``before`` came from, in words."""
+    now = compile_stats()
+    cold, disk = now.cold_compiles - before.cold_compiles, now.disk_hits - before.disk_hits
+    memory = now.memory_hits - before.memory_hits
+    parts = [f"{cold} plan(s) compiled"] if cold else []
+    if disk:
+        parts.append(f"{disk} loaded from the disk cache")
+    if memory:
+        parts.append(f"{memory} reused from memory")
+    return ", ".join(parts) or "no new plans"
+
+
 def run_demo(
-    audio_path: str | None = None, compare: bool = True, out: Callable[[str], None] = print
+    audio_path: str | None = None,
+    compare: bool = True,
+    out: Callable[[str], None] = print,
+    console: Any = None,
 ) -> dict[str, float]:
-    """Run the demo and return its figures (median/p99 seconds, ratio, max probability diff)."""
+    """Run the demo and return its figures (median/p99 seconds, ratio, max probability diff).
+
+    ``console``: a ``rich.console.Console`` for a progress bar and the segments as a table (the
+    CLI passes one when rich is installed and the output is a terminal); None prints plain lines.
+    """
     path = audio_path or speech_sample_path()
     audio, sr = _load(path, out)
 
+    before = compile_stats()
     t0 = time.perf_counter()
     vad = SileroVad(sr)
     seconds = time.perf_counter() - t0
-    out(f"asyncjit: Silero VAD prepared in {seconds:.3f} s (compiled once, or loaded from the cache)")
+    out(f"asyncjit: Silero VAD prepared in {seconds:.3f} s ({_how_prepared(before)})")
     chunks = _chunks(audio, vad.chunk_samples)
     vad(chunks[0])  # warm the plan and its buffers
     vad.reset()
-    probs, times = _timed(vad, chunks)
+    if console is not None:  # a progress bar, drawn between the timed calls
+        from rich.progress import track
+
+        probs, times = _timed(vad, track(chunks, description="streaming chunks", console=console))
+    else:
+        probs, times = _timed(vad, chunks)
     segments = speech_timestamps(
         probs, sr, window_size_samples=vad.chunk_samples, audio_length_samples=audio.size
     )
-    out(f"speech segments ({len(segments)}):")
-    for s in segments:
-        out(f"  {s.start_s:6.2f} s - {s.end_s:6.2f} s")
+    if console is not None:
+        console.print(_segment_table(segments))
+    else:
+        out(f"speech segments ({len(segments)}):")
+        for s in segments:
+            out(f"  {s.start_s:6.2f} s - {s.end_s:6.2f} s")
     out(f"asyncjit      per-chunk latency over {len(chunks)} chunks: {_fmt(times)}")
     figures = {"median": float(np.median(times)), "p99": float(np.percentile(times, 99))}
 
@@ -174,12 +218,13 @@ def run_streams_demo(
         "chunk when the previous result is back"
     )
     t0 = time.perf_counter()
+    before = compile_stats()
     probs, latencies, wall, metrics = anyio.run(_serve_streams, workload, sr, batch)
     rate = total / wall
     p50, p99 = np.percentile(latencies, [50, 99])
     out(
         f"asyncjit StreamMux   {rate:>9,.0f} chunks/s  ({total} chunks in {wall:.2f} s; "
-        f"{time.perf_counter() - t0:.2f} s with preparing)"
+        f"{time.perf_counter() - t0:.2f} s with preparing: {_how_prepared(before)})"
     )
     out(f"  per-chunk latency   p50 {p50 * 1e3:6.2f} ms   p99 {p99 * 1e3:6.2f} ms")
     hist = metrics["batch_size_histogram"]

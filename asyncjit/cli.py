@@ -32,7 +32,7 @@ def _demo(args: argparse.Namespace) -> int:
             if args.streams:
                 run_streams_demo(args.streams, args.audio, compare=not args.no_compare)
             else:
-                run_demo(args.audio, compare=not args.no_compare)
+                run_demo(args.audio, compare=not args.no_compare, console=_rich_console())
         finally:
             default_client().close()  # drain now, under the demo's log level, not at interpreter exit
     if args.trace:
@@ -41,6 +41,18 @@ def _demo(args: argparse.Namespace) -> int:
         for k in kernels[:5]:
             print(f"  {k.plan}/{k.kernel}: {k.calls} calls, {k.mean_s * 1e6:.1f} us each")
     return 0
+
+
+def _rich_console() -> Any:
+    """A rich console for tables when rich is installed (the ``cli`` extra) and stdout is a
+    terminal; None otherwise, for plain text (pipes, logs, tests)."""
+    if not sys.stdout.isatty():
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console()
 
 
 def _positive(text: str) -> int:

@@ -338,7 +338,7 @@ class Jitted:
         if isinstance(dev, Device):
             return dev
         client = default_client()
-        return client.device(0 if dev is None else int(dev))
+        return client.device(0 if dev is None else dev)  # an index; a typed error otherwise
 
     def _split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -542,7 +542,9 @@ class Jitted:
         if not self._cache:
             _log.info("jit.cache_miss", fn=self.name, reason="first call", cache_size=0)
             return
-        best = min((_diff(old, key) for old in self._cache), key=len)
+        # the nearest cached key: fewest differences, then fewest that change a value (so 3.0
+        # after 3 names the int/float difference, not another cached float)
+        _, best = min(((_rank(old, key), _diff(old, key)) for old in self._cache), key=lambda p: p[0])
         _log.info("jit.cache_miss", fn=self.name, reason="; ".join(best), cache_size=len(self._cache))
 
 
@@ -608,6 +610,24 @@ class Compiled:
                 f"{fn.name}: compiled for other arguments: {'; '.join(_diff(self.key, key))}"
             )
         return fn(*args, **kwargs)
+
+
+def _rank(old: CacheKey, new: CacheKey) -> tuple[int, int]:
+    """(differences, differences that change a value and not only its type) from ``old`` to ``new``."""
+    if old.treedef != new.treedef:
+        return (1_000_000, 1_000_000)
+    old_s, new_s = dict(old.statics), dict(new.statics)
+    changed = 0
+    for name in set(old_s) | set(new_s):
+        a, b = old_s.get(name), new_s.get(name)
+        if a != b:
+            same_value = (
+                isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 3 and a[2] == b[2]
+            )
+            changed += 0 if same_value else 1
+    for x, y in zip(old.leaves, new.leaves, strict=True):
+        changed += (x.shape != y.shape) + (x.dtype != y.dtype) + (x.device != y.device)
+    return (len(_diff(old, new)), changed)
 
 
 def _diff(old: CacheKey, new: CacheKey) -> list[str]:
@@ -695,10 +715,7 @@ def device_put(tree: Any, device: Any = None) -> Any:
     """
     from .runtime import Device, default_client
 
-    if isinstance(device, Device):
-        dev = device
-    else:
-        dev = default_client().device(0 if device is None else int(device))
+    dev = device if isinstance(device, Device) else default_client().device(0 if device is None else device)
     leaves, treedef = tree_flatten(tree)
     out = []
     for i, leaf in enumerate(leaves):

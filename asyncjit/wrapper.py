@@ -144,20 +144,22 @@ class PrepareConfig:
 
     Attributes:
         device: a ``Device``, an index into the default client's devices, or None (the first).
-        opt_level: LLVM optimisation level 0-3.
-        cache_dir: compile cache directory, ``"off"`` to disable, None for the default.
-        profiling: also compile an instrumented plan for ``execute_profiled``.
+        opt_level: LLVM optimisation level 0-3 (part of the compile-cache key).
+        cache_dir: compile cache directory for this prepare, ``"off"`` to disable, None for the
+            default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
+        profiling: allow ``execute_profiled`` (every plan carries its instrumented entry point,
+            which costs nothing until called; False makes ``execute_profiled`` refuse).
     """
 
     device: Any = None
     opt_level: int = 3
     cache_dir: str | None = None
-    profiling: bool = False
+    profiling: bool = True
 
     @classmethod
     def from_env(cls) -> PrepareConfig:
         """Read ``ASYNCJIT_DEVICE`` (an index), ``ASYNCJIT_OPT_LEVEL``, ``ASYNCJIT_CACHE_DIR``,
-        ``ASYNCJIT_PROFILE`` (``1``/``true``).
+        ``ASYNCJIT_PROFILE`` (default on; ``0``/``false`` make ``execute_profiled`` refuse).
 
         Raises:
             ValueError: a variable that is set but malformed, naming it.
@@ -174,7 +176,10 @@ class PrepareConfig:
         level = env.get("ASYNCJIT_OPT_LEVEL", "3")
         if level not in {"0", "1", "2", "3"}:
             raise ValueError(f"ASYNCJIT_OPT_LEVEL must be 0-3, got {level!r}")
-        profiling = env.get("ASYNCJIT_PROFILE", "").lower() in {"1", "true", "yes", "on"}
+        flag = env.get("ASYNCJIT_PROFILE", "1").strip().lower()
+        if flag not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+            raise ValueError(f"ASYNCJIT_PROFILE must be 1/true/yes/on or 0/false/no/off, got {flag!r}")
+        profiling = flag in {"1", "true", "yes", "on"}
         return cls(
             device=device, opt_level=int(level), cache_dir=env.get("ASYNCJIT_CACHE_DIR"), profiling=profiling
         )
@@ -198,6 +203,7 @@ class _Prepared:
     prepared_values: dict[str, int]
     output: Any  # Buffer of the last execution (or the zero buffer made at prepare)
     var_names: tuple[str, ...]
+    profiling: bool = True
     in_flight: int = 0
 
 
@@ -311,7 +317,12 @@ class JitWrapper(Generic[M]):
 
         fixed = {v.name: v.min for v in self._vars.values() if v.min == v.max}
         executable = compile_graph(
-            [output], list(placeholders.values()), name=type(self).__qualname__, fixed=fixed or None
+            [output],
+            list(placeholders.values()),
+            name=type(self).__qualname__,
+            fixed=fixed or None,
+            opt_level=config.opt_level,
+            cache_dir=config.cache_dir,
         )
         device = _resolve_device(config.device if config.device is not None else self._device)
         loaded = device.client.load(executable, device)
@@ -326,7 +337,7 @@ class JitWrapper(Generic[M]):
         values = {n: self._vars[n].max for n in names if n in self._vars}
         out_shape = loaded.signature.output_shapes(loaded.signature.var_values(values))[0]
         zero = device.client.buffer_from_host(np.zeros(out_shape, output.dtype.np), device=device)
-        self._prepared = _Prepared(loaded, inputs, views, values, zero, names)
+        self._prepared = _Prepared(loaded, inputs, views, values, zero, names, config.profiling)
         _log.info(
             "wrapper.prepare",
             plan=type(self).__qualname__,
@@ -463,6 +474,11 @@ class JitWrapper(Generic[M]):
             profiled (e.g. the reference device).
         """
         p = self._ready()
+        if not p.profiling:
+            raise NotPreparedError(
+                f"{type(self).__qualname__} was prepared with profiling=False (ASYNCJIT_PROFILE=0); "
+                "prepare with PrepareConfig(profiling=True) to profile it"
+            )
         resolved = self._values(values)
         profile = getattr(p.loaded.executable, "profile", None)
         if profile is None:
@@ -585,37 +601,49 @@ def _resolve_device(device: Any) -> Any:
     if isinstance(device, Device):
         return device
     client = default_client()
-    return client.device(0 if device is None else int(device))
+    return client.device(0 if device is None else device)  # an index; a typed error otherwise
+
+
+def _declared(self: JitWrapper[Any], name: str) -> Var:
+    """The var as its ``VarSpec`` declares it for this model: setters narrow within it, never beyond."""
+    return self._var_specs[name].resolve(self.model)
 
 
 def _with_bound(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
-    v = self._vars[name]
+    v, declared = self._vars[name], _declared(self, name)
+    if value > declared.max:
+        raise VarBoundsError(
+            f"{setter}({value}): var {name!r} is declared with max {declared.max} for this model; "
+            "a plan cannot be sized beyond what the model supports"
+        )
     if value < v.min:
         raise VarBoundsError(f"{setter}({value}): max < min ({v.min}) for var {name!r}")
     self._set_var(name, v.min, value, setter)
 
 
 def _with_min_bound(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
-    v = self._vars[name]
+    v, declared = self._vars[name], _declared(self, name)
     if value > v.max:
         raise VarBoundsError(f"{setter}({value}): min > max ({v.max}) for var {name!r}")
-    if value < 1:
-        raise VarBoundsError(f"{setter}({value}): vars need min >= 1")
+    if value < max(1, declared.min):
+        raise VarBoundsError(f"{setter}({value}): var {name!r} is declared with min {max(1, declared.min)}")
     self._set_var(name, value, v.max, setter)
 
 
 def _with_fixed(self: JitWrapper[Any], name: str, value: int, setter: str) -> None:
-    if value == 0:
-        raise VarBoundsError(f"{setter}(0): a var cannot be fixed at 0")
-    if value < 1:
-        raise VarBoundsError(f"{setter}({value}): vars need values >= 1")
+    declared = _declared(self, name)
+    if not max(1, declared.min) <= value <= declared.max:
+        raise VarBoundsError(
+            f"{setter}({value}): var {name!r} is declared in [{max(1, declared.min)}, {declared.max}] "
+            "for this model"
+        )
     self._set_var(name, value, value, setter)
 
 
 def _bind_var_setter(method: Callable[..., None], name: str, attr: str) -> Callable[..., Any]:
     def setter(self: JitWrapper[Any], value: int) -> JitWrapper[Any]:
         if isinstance(value, bool) or not hasattr(value, "__index__"):  # 2.5 must not become 2
-            raise VarBoundsError(f"{attr}({value!r}): var {name!r} takes an int")
+            raise VarBoundsError(f"{attr}({value!r}): var bounds are ints, got {type(value).__name__}")
         method(self, name, value.__index__(), attr)
         return self
 

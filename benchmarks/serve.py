@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -340,7 +341,7 @@ def loadgen(
     return result
 
 
-def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str], int]:
+def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str], int, int]:
     proc = _python(
         "-m",
         "asyncjit.cli",
@@ -349,6 +350,8 @@ def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str],
         backend,
         "--wyoming",
         "tcp://127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
         "--max-streams",
         str(max_streams),
         "--idle-timeout",
@@ -362,7 +365,21 @@ def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str],
     if "listening" not in line:
         proc.kill()
         raise SystemExit(f"asyncjit serve did not start: {line!r}")
-    return proc, int(line.rsplit(":", 1)[1])
+    ports = dict(re.findall(r"(\w+)=\w+://[\d.]+:(\d+)", line))
+    return proc, int(ports["wyoming"]), int(ports["metrics"])
+
+
+def wait_drained(metrics_port: int, limit: float = 120.0) -> float:
+    """Wait until the server holds no connection (the last phase's are closed); the seconds waited."""
+    import urllib.request
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health", timeout=30) as r:
+            if json.loads(r.read())["open_streams"] == 0:
+                break
+        time.sleep(0.5)
+    return time.perf_counter() - t0
 
 
 def stop_server(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -455,10 +472,11 @@ def main() -> None:
     n = args.connections or max(1000, 5 * peer_rt)
     fast_figures: dict[str, float] = {}
     for backend in args.backends.split(","):
-        server, port = start_server(backend, n + 64)
+        server, port, metrics_port = start_server(backend, n + 64)
         try:
             rt = loadgen(port, n, args.seconds, False, args.window, server.pid)
             show(f"asyncjit serve ({backend}), real time", rt)
+            print(f"  drained in {wait_drained(metrics_port):.1f} s", flush=True)
             fast = loadgen(port, n, args.fast_seconds, True, args.window, server.pid)
             show(f"asyncjit serve ({backend}), as fast as possible", fast)
             fast_figures[backend] = fast["chunks_per_s"]

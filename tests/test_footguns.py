@@ -18,6 +18,11 @@ what a user might expect and what asyncjit does.
 12. writing an input view while an async execute reads it
 13. reusing a recurrent wrapper after reset carries old state
 14. using a buffer after delete / donation
+15. an ONNX input that picks a branch, run with another value than the plan baked in
+16. a float var value (2.5, 3.0) or a bool silently truncated to an int
+17. ``donate=0`` or ``donate=[True]`` donating some other input, or none
+18. a recurrent state replaced by one of another size between steps
+19. a damaged compile-cache entry or serialized executable loaded as native code
 """
 
 from __future__ import annotations
@@ -264,3 +269,111 @@ def test_14_deleted_and_donated_buffers_raise_instead_of_reading_freed_memory() 
     np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
     with pytest.raises(BufferDeletedError):
         loaded.execute_blocking([donated])
+
+
+def test_15_an_onnx_input_that_picks_a_branch_must_be_fixed_with_values() -> None:
+    """An ``If`` on an input's value (Silero VAD's ``sr``) whose branches differ in shape cannot
+    be one plan: the load says to fix that input with ``values=``; a feed of another value is
+    then refused instead of silently running the branch baked in."""
+    onnx = pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper
+
+    import asyncjit.onnx as ao
+
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["t"], axis=0)],
+        "t",
+        [],
+        [helper.make_tensor_value_info("t", f, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "e", [], [helper.make_tensor_value_info("e", f, None)]
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", f, [3]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", f, None)],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [], [16000])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    assert onnx is not None
+    with pytest.raises(ao.OnnxImportError, match="values="):
+        ao.load(data)
+    sess = ao.InferenceSession(data, values={"sr": 16000})
+    assert sess.run(None, {"x": np.ones(3, np.float32)})[0].shape == (6,)
+    with pytest.raises(ValueError, match="fixed to 16000"):
+        sess.run(None, {"x": np.ones(3, np.float32), "sr": np.array(8000)})
+
+
+def test_16_float_and_bool_var_values_are_refused_not_truncated(doubler: Doubler) -> None:
+    """``with_t_bound(2.5)`` used to become 2 and ``compile(fixed={"t": 2.5})`` 2; ``True`` is an
+    int to Python. Each is a VarBoundsError naming the value: a length is never rounded."""
+    with pytest.raises(VarBoundsError, match=r"2\.5"):
+        Doubler(None).with_t_bound(2.5)  # type: ignore[arg-type]
+    with pytest.raises(VarBoundsError, match="True"):
+        Doubler(None).with_t_fixed(True)
+    with pytest.raises(VarBoundsError, match=r"3\.0"):
+        doubler.execute_with_vars({"t": 3.0})  # type: ignore[dict-item]
+    x = Tensor.placeholder((Var("t", 1, 8),), name="x")
+    with pytest.raises(VarBoundsError, match=r"2\.5"):
+        asyncjit.compiler.compile([x * 2.0], [x], fixed={"t": 2.5})  # type: ignore[dict-item]
+
+
+def test_17_donate_takes_a_list_of_input_indices() -> None:
+    """``donate=0`` (meant as "input 0") used to donate nothing, ``donate=[True]`` donated input
+    1: both are DonateIndexError now, as are indices out of range, and nothing is consumed."""
+    from asyncjit.errors import DonateIndexError
+
+    client = asyncjit.default_client()
+    x = Tensor.placeholder((4,), name="x")
+    y = Tensor.placeholder((4,), name="y")
+    loaded = client.load(asyncjit.compiler.compile([x + y], [x, y]))
+    a = client.buffer_from_host(np.ones(4, np.float32))
+    b = client.buffer_from_host(np.ones(4, np.float32))
+    for donate in (0, [True], [2], ["0"]):
+        with pytest.raises(DonateIndexError):
+            loaded.execute_blocking([a, b], donate=donate)  # type: ignore[arg-type]
+    assert not a.is_deleted() and not b.is_deleted()
+    (out,) = loaded.execute_blocking([a, b], donate=[0])
+    np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
+    assert a.is_deleted() and not b.is_deleted()
+
+
+def test_18_resized_recurrent_state_is_a_shape_error() -> None:
+    """Replacing ``state.h`` by a longer array used to fail inside numpy ("could not broadcast")
+    or split the output wrongly; the sizes are checked against the plan before every step."""
+    jit_ = Acc(None).prepare(InputSpec.f32((1, 2)), InputSpec.f32((1, 2)), InputSpec.f32((1, 2)))
+    rnn = JitRecurrent(jit_, LstmState.zeros(2), head_len=1)
+    rnn.state.h = np.zeros(3, np.float32)
+    with pytest.raises(ShapeMismatchError, match="h/c have 3/2 elements"):
+        rnn.step()
+    rnn.state.h = np.ones(2, np.float32)  # a replacement of the right size is fine
+    assert rnn.step()[0] == 2.0
+
+
+def test_19_damaged_object_code_is_refused_before_it_is_loaded() -> None:
+    """A serialized executable (or cache entry) whose object bytes were damaged but whose
+    checksum was fixed up used to crash the process in LLVM's loader; it is an ObjectCodeError."""
+    import hashlib
+
+    from asyncjit.compiler import deserialize
+    from asyncjit.compiler._serialize import _DIGEST
+    from asyncjit.errors import ObjectCodeError
+
+    x = Tensor.placeholder((4,), name="x")
+    exe = asyncjit.compiler.compile([x * 4.0], [x])
+    blob = exe.serialize()
+    obj = exe.object_code
+    damaged = obj[:64] + bytes(len(obj) - 64)  # a valid ELF header, zeroed sections
+    body = blob[:-_DIGEST].replace(obj, damaged)
+    with pytest.raises(ObjectCodeError):
+        deserialize(body + hashlib.blake2b(body, digest_size=_DIGEST).digest())

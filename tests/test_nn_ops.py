@@ -276,7 +276,7 @@ def _fuzz_check(case: GraphCase) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(graph_cases(kinds=(*NN_KINDS, "unary", "binary", "reduce", "permute"), max_steps=4))
 def test_fuzz_nn_ops(case: GraphCase) -> None:
@@ -285,7 +285,7 @@ def test_fuzz_nn_ops(case: GraphCase) -> None:
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(
     st.sampled_from(WIDE_INT_DTYPES).flatmap(

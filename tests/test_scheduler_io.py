@@ -7,6 +7,7 @@ import math
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import numpy as np
@@ -138,6 +139,8 @@ async def test_fast_reads_stay_on_the_loop_slow_ones_go_to_worker_threads(
         return await real(fn, *args, **kwargs)
 
     monkeypatch.setattr(_io.anyio.to_thread, "run_sync", counting)
+    # A mock clock: every read takes 0 s, so a loaded machine cannot make one look slow.
+    monkeypatch.setattr(_io, "time", SimpleNamespace(perf_counter=lambda: 0.0))
 
     async def read_all() -> np.ndarray:
         async with wav_chunks(tmp_path / "a.wav", 64, read_ahead=4) as src:  # 2 chunks per read

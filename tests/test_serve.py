@@ -270,6 +270,12 @@ def test_health_metrics_and_page(backend: str) -> None:
                 "asyncjit_serve_refusals_total",
             ):
                 assert name in text
+            lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+            values = dict(line.rsplit(" ", 1) for line in lines)
+            assert float(values["asyncjit_serve_chunks_total"]) == 63  # 32,000 samples, the last padded
+            batches = float(values["asyncjit_serve_batch_size_count"])
+            assert 0 < batches <= float(values["asyncjit_serve_batch_size_sum"])
+            assert float(values['asyncjit_serve_batch_size_bucket{le="+Inf"}']) == batches
         page = urllib.request.urlopen(f"http://127.0.0.1:{srv.port('websocket')}/", timeout=10).read()
         assert b"getUserMedia" in page and b"probability" in page
         with pytest.raises(urllib.error.HTTPError) as info:

@@ -98,13 +98,21 @@ class TestSetters:
         [
             (lambda j: j.with_t_bound(0), "max < min"),
             (lambda j: j.with_t_min_bound(65), "min > max"),
-            (lambda j: j.with_t_fixed(0), "fixed at 0"),
+            (lambda j: j.with_t_fixed(0), r"declared in \[1, 64\]"),
+            (lambda j: j.with_t_bound(1000), "declared with max 64"),
+            (lambda j: j.with_t_fixed(100), r"declared in \[1, 64\]"),
+            (lambda j: j.with_t_bound(2.7), "var bounds are ints, got float"),
+            (lambda j: j.with_t_fixed(True), "var bounds are ints, got bool"),
+            (lambda j: j.with_t_min_bound("3"), "var bounds are ints, got str"),
         ],
     )
     def test_invalid_setter_values_raise_value_error(self, call: Any, match: str) -> None:
-        """max < min, min > max and fixed 0 raise ValueError at the call."""
-        with pytest.raises(ValueError, match=match):
+        """max < min, min > max, beyond the model's declared bounds, and non-integers raise
+        VarBoundsError (a ValueError) at the call; nothing is clamped or truncated."""
+        with pytest.raises(VarBoundsError, match=match):
             call(ScaleJit(Model()))
+        assert issubclass(VarBoundsError, ValueError)
+        assert ScaleJit(Model()).with_t_bound(np.int64(10)).vars["t"].max == 10  # numpy ints are ints
 
     def test_setters_after_prepare_raise(self, prepared: ScaleJit) -> None:
         """Narrowing a var after prepare is a ValueError: the plan is compiled."""

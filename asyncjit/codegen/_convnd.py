@@ -36,6 +36,12 @@ def _prod(xs: Sequence[int]) -> int:
     return out
 
 
+def _depthwise(cin: int, cout: int, groups: int) -> bool:
+    """One input channel per group and few outputs each (MobileNet/ShuffleNet depthwise): a
+    matmul of M = cout/groups rows would fill less than one micro-tile, so taps are direct."""
+    return cin == groups and cout // groups < 8
+
+
 def _pointwise(ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]]) -> bool:
     return all(k == 1 for k in ks) and all(s == 1 for s in strides) and all(p == (0, 0) for p in pads)
 
@@ -51,6 +57,8 @@ def convnd_scratch_bytes(
     p_max: int,
 ) -> int:
     """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)."""
+    if _depthwise(cin, cout, groups):
+        return 0
     if _pointwise(ks, strides, pads):
         return matmul_scratch_bytes(cout // groups, max(p_max, 1), cin // groups)
     kk = cin // groups * _prod(ks)
@@ -149,6 +157,9 @@ def emit_convnd(
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         raise ValueError(f"conv: pads must be >= 0, got {pads}")
     cin_g, cout_g = cin // groups, cout // groups
+    if _depthwise(cin, cout, groups):
+        return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
+                               dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip
     kk = cin_g * _prod(ks)
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
@@ -213,5 +224,94 @@ def emit_convnd(
             with for_range(b, i64(0), p, name="bp") as j:
                 ptr = b.gep(row, [j], source_etype=F32)
                 b.store(b.fadd(b.load(ptr, typ=F32, align=4), bv), ptr, align=4)
+    b.ret_void()
+    return fn
+
+
+def _emit_depthwise(
+    module: ir.Module,
+    name: str,
+    *,
+    cout: int,
+    cout_g: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    has_bias: bool,
+) -> ir.Function:
+    """Per output channel and output row: the row starts at the bias, then every tap whose
+    outer-axis position is inside the input adds ``w * x`` over the output range (computed
+    once per tap) that reads inside the input -- a contiguous axpy for stride 1."""
+    r = len(ks)
+    args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
+    args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
+    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    x, w, bias, y, _scratch, n_arg = fn.args[:6]
+    sizes = list(fn.args[6 : 6 + r])
+    outs = list(fn.args[6 + r : 6 + 2 * r])
+    sx: list[ir.Value] = [i64(1)] * r
+    so: list[ir.Value] = [i64(1)] * r
+    for ax in range(r - 2, -1, -1):
+        sx[ax] = b.mul(sx[ax + 1], sizes[ax + 1])
+        so[ax] = b.mul(so[ax + 1], outs[ax + 1])
+    chan_in = b.mul(sx[0], sizes[0])
+    chan_out = b.mul(so[0], outs[0])
+    kprod = _prod(ks)
+    last = r - 1
+    with for_range(b, i64(0), n_arg, name="n") as n, for_range(b, i64(0), i64(cout), name="co") as co:
+        ci = b.sdiv(co, i64(cout_g))
+        xc = b.gep(x, [b.mul(b.add(b.mul(n, i64(cout // cout_g)), ci), chan_in)], source_etype=F32)
+        yc = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), co), chan_out)], source_etype=F32)
+        wc = b.gep(w, [b.mul(co, i64(kprod))], source_etype=F32)
+        init = (
+            b.load(b.gep(bias, [co], source_etype=F32), typ=F32, align=4)
+            if has_bias
+            else ir.Constant(F32, 0.0)
+        )
+
+        def rows(ax: int, yoff: ir.Value, picked: list[tuple[int, ir.Value]]) -> None:
+            if ax < last:
+                with for_range(b, i64(0), outs[ax], name=f"o{ax}") as o:
+                    rows(ax + 1, b.add(yoff, b.mul(o, so[ax])), [*picked, (ax, o)])
+                return
+            row = b.gep(yc, [yoff], source_etype=F32)
+            with for_range(b, i64(0), outs[last], name="init") as j:
+                b.store(init, b.gep(row, [j], source_etype=F32), align=4)
+
+            def taps(level: int, xoff: ir.Value, wflat: ir.Value) -> None:
+                if level == len(picked):
+                    for t in range(ks[last]):
+                        wv = b.load(b.gep(wc, [b.add(b.mul(wflat, i64(ks[last])), i64(t))], source_etype=F32),
+                                    typ=F32, align=4)  # fmt: skip
+                        off = b.sub(i64(t * dilations[last]), i64(pads[last][0]))
+                        lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
+                        with for_range(b, lo, hi, name="j") as j:
+                            xi = b.add(xoff, b.add(b.mul(j, i64(strides[last])), off))
+                            xv = b.load(b.gep(xc, [xi], source_etype=F32), typ=F32, align=4)
+                            yp = b.gep(row, [j], source_etype=F32)
+                            acc = b.load(yp, typ=F32, align=4)
+                            b.store(
+                                b.fadd(acc, b.fmul(wv, xv, flags=("contract",)), flags=("contract",)),
+                                yp,
+                                align=4,
+                            )
+                    return
+                ax2, o = picked[level]
+                for t in range(ks[ax2]):
+                    pos = b.sub(
+                        b.add(b.mul(o, i64(strides[ax2])), i64(t * dilations[ax2])), i64(pads[ax2][0])
+                    )
+                    inside = b.and_(b.icmp_signed(">=", pos, i64(0)), b.icmp_signed("<", pos, sizes[ax2]))
+                    with b.if_then(inside):
+                        taps(
+                            level + 1,
+                            b.add(xoff, b.mul(pos, sx[ax2])),
+                            b.add(b.mul(wflat, i64(ks[ax2])), i64(t)),
+                        )
+
+            taps(0, i64(0), i64(0))
+
+        rows(0, i64(0), [])
     b.ret_void()
     return fn

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -13,7 +14,15 @@ from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..symbolic import Var, upper
-from ._cache import count_memory_hit, get_code, get_code_by_key, lookup_plan, plan_hash, record_plan
+from ._cache import (
+    count_memory_hit,
+    get_code,
+    get_code_by_key,
+    lookup_plan,
+    plan_hash,
+    record_plan,
+    using_cache_dir,
+)
 from ._cost import kernel_infos
 from ._cpu import CpuExecutable
 from ._dispatch import BufferRef, DispatchCall, Payload
@@ -145,6 +154,8 @@ def compile(
     name: str | None = None,
     fixed: Mapping[str, int] | None = None,
     plugins: Sequence[CompilerPlugin | str] | None = None,
+    opt_level: int = 3,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> CpuExecutable:
     """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
 
@@ -156,12 +167,31 @@ def compile(
         fixed: vars to specialise to one value (``refine``); ``run`` still accepts them if equal.
         plugins: compiler plugins for this compile, in order of preference (objects, or names of
             installed plugins); ``None`` means those registered with ``register_plugin``.
+        opt_level: LLVM optimisation level, 0-3 (part of every cache key).
+        cache_dir: the on-disk compile cache for this compile (``"off"``: none); None: the
+            default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
 
     Raises:
         ArgumentTypeError: ``outputs`` or ``inputs`` are not tensors / a sequence of placeholders.
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
-        CompileError: lowering failed; VarBoundsError: a bad ``fixed`` value.
+        CompileError: lowering failed, or ``opt_level`` is not 0-3; VarBoundsError: a bad
+            ``fixed`` value.
     """
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise CompileError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    with using_cache_dir(cache_dir):
+        return _compile(outputs, inputs, vars, name, fixed, plugins, opt_level)
+
+
+def _compile(
+    outputs: Sequence[Any] | Any,
+    inputs: Sequence[Any],
+    vars: Sequence[Var] | None,
+    name: str | None,
+    fixed: Mapping[str, int] | None,
+    plugins: Sequence[CompilerPlugin | str] | None,
+    opt_level: int,
+) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
     if not isinstance(inputs, Sequence) or hasattr(inputs, "node"):
         raise ArgumentTypeError(f"inputs must be a sequence of placeholders, got {type(inputs).__name__}")
@@ -179,7 +209,7 @@ def compile(
     graph = Graph.of(outs, ins, vars)
     label = name or "plan"
     chosen = resolve_plugins(plugins)
-    key = _plan_key(graph, label, fixed, chosen)
+    key = (*_plan_key(graph, label, fixed, chosen), opt_level)
     # in memory, a plan is reused only with the very plugin objects it was compiled with: its
     # dispatch calls run through them (their identity alone keys the plan index on disk)
     memory_key = (key, tuple(id(p) for p in chosen))
@@ -203,7 +233,7 @@ def compile(
         code_key, (obj, loaded) = recorded, found
     else:
         ir_text = lowered.emit_ir()
-        code_key, obj, loaded = get_code(ir_text, label)
+        code_key, obj, loaded = get_code(ir_text, label, opt_level)
         if phash is not None:
             record_plan(phash, code_key)
     segments, calls, payloads, by_name = _dispatch_program(lowered)

@@ -16,6 +16,7 @@ refused (``CacheDirectoryWarning``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import hmac
@@ -27,6 +28,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -111,12 +113,28 @@ def code_key(ir_text: str, level: int = 3) -> str:
     return h.hexdigest()
 
 
+_DIR_OVERRIDE: contextvars.ContextVar[str | None] = contextvars.ContextVar("asyncjit_cache_dir", default=None)
+
+
+@contextlib.contextmanager
+def using_cache_dir(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Compile inside the block with this cache directory (``"off"``: none); None changes nothing."""
+    token = _DIR_OVERRIDE.set(None if path is None else os.fspath(path))
+    try:
+        yield
+    finally:
+        _DIR_OVERRIDE.reset(token)
+
+
 def cache_dir() -> Path | None:
-    """``$ASYNCJIT_CACHE_DIR`` (``off`` disables), else ``$XDG_CACHE_HOME/asyncjit``.
+    """``using_cache_dir``'s directory inside one, else ``$ASYNCJIT_CACHE_DIR`` (``off``
+    disables), else ``$XDG_CACHE_HOME/asyncjit``.
 
     Without ``XDG_CACHE_HOME`` the default is ``~/.cache/asyncjit``.
     """
-    env = os.environ.get("ASYNCJIT_CACHE_DIR")
+    env = _DIR_OVERRIDE.get()
+    if env is None:
+        env = os.environ.get("ASYNCJIT_CACHE_DIR")
     if env is not None:
         return None if env.strip().lower() in ("off", "0", "") else Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -139,6 +157,12 @@ def _open_cache(path: Path) -> bytes | None:
         st = path.stat()
     except OSError as exc:
         log.warning("compile_cache_unavailable", dir=str(path), error=str(exc))
+        warnings.warn(
+            f"compile cache directory {path} is unusable ({exc}); compiling without it "
+            "(set ASYNCJIT_CACHE_DIR to a directory of yours, or 'off')",
+            CacheDirectoryWarning,
+            stacklevel=4,
+        )
         return None
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or _not_mine(st):
         _refuse(

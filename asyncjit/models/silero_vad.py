@@ -85,7 +85,10 @@ HIDDEN = 128
 # silero_vad.utils_vad.OnnxWrapper uses, which the model was trained with.
 _CHUNK = {16000: 512, 8000: 256}
 _CONTEXT = {16000: 64, 8000: 32}
-_INSTALL_HINT = "install it with: pip install --no-deps silero-vad (its torch dependency is not needed)"
+_INSTALL_HINT = (
+    "install it with: pip install --no-deps silero-vad (its torch dependency is not needed), "
+    "or point ASYNCJIT_SILERO_ONNX at a silero_vad.onnx file"
+)
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -158,11 +161,18 @@ class SileroWeights:
 
 
 def default_model_path() -> Path:
-    """``silero_vad/data/silero_vad.onnx`` of the installed ``silero-vad`` (not imported).
+    """``$ASYNCJIT_SILERO_ONNX`` if set, else ``silero_vad/data/silero_vad.onnx`` of the installed
+    ``silero-vad`` package, found without importing it (its ``__init__`` imports torch).
 
     Raises:
-        ModelFormatError: ``silero-vad`` is not installed, or its data file is missing.
+        ModelFormatError: the file named by ``ASYNCJIT_SILERO_ONNX`` does not exist, or
+            ``silero-vad`` is not installed, or its data file is missing.
     """
+    env = os.environ.get("ASYNCJIT_SILERO_ONNX")
+    if env:
+        if not Path(env).is_file():
+            raise ModelFormatError(f"ASYNCJIT_SILERO_ONNX={env!r} is not a file")
+        return Path(env)
     return package_data_file("silero_vad", "data/silero_vad.onnx", _INSTALL_HINT)
 
 

@@ -24,6 +24,10 @@ __all__ = ["window_geometry"]
 @op("MatMul")
 def _matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
     a, b = n.t(ins[0]), n.t(ins[1])
+    if a.ndim > 2 and b.ndim == 2:
+        # rows of every batch at once: a batched matmul would broadcast (copy) b per batch
+        lead = a.shape[:-1]
+        return (a.reshape(-1, a.shape[-1]) @ b).reshape(*lead, b.shape[1])
     return a.matmul(b)
 
 
@@ -463,3 +467,49 @@ def _sce_loss(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     logp = x.log_softmax(1).cast(x.dtype)
     weight = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
     return [_nll(n, logp, n.t(ins[1]), weight), logp]
+
+
+@op("QLinearMatMul")
+def _qlinear_matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (n.t(v) for v in ins[:8])
+
+    def deq(q: Tensor, scale: Tensor, zp: Tensor, axis_last: bool) -> Tensor:
+        s, z = scale.cast(dt.float32), zp.cast(dt.float32)
+        if s.ndim == 1 and s.shape[0] != 1:  # per column of b / per row of a
+            s = s.reshape(1, s.shape[0]) if axis_last else s.reshape(s.shape[0], 1)
+            z = z.reshape(1, z.shape[0]) if axis_last else z.reshape(z.shape[0], 1)
+        return (q.cast(dt.float32) - z) * s
+
+    y = deq(a, a_scale, a_zp, False) @ deq(b, b_scale, b_zp, True)
+    info = np.iinfo(y_zp.dtype.np)  # type: ignore[type-var]
+    q = _round_even(y / y_scale.cast(dt.float32)) + y_zp.cast(dt.float32)
+    return q.clip(float(info.min), float(info.max)).cast(y_zp.dtype)
+
+
+@op("DynamicQuantizeLinear")
+def _dynamic_quantize(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
+    x = n.t(ins[0]).cast(dt.float32)
+    lo = x.min().minimum(0.0)
+    hi = x.max().maximum(0.0)
+    scale = (hi - lo) / 255.0
+    zp = _round_even(-lo / scale).clip(0.0, 255.0)
+    y = (_round_even(x / scale) + zp).clip(0.0, 255.0).cast(dt.uint8)
+    return [y, scale, zp.cast(dt.uint8)]
+
+
+def _window(n: NodeCtx, ins: list[Value | None], coeffs: tuple[float, ...]) -> Value:
+    size = int(n.const(ins[0], "size").reshape(-1)[0])
+    periodic = bool(n.attr("periodic", 1))
+    denom = size if periodic else size - 1
+    k = np.arange(size, dtype=np.float64)
+    w = np.zeros(size)
+    for i, c in enumerate(coeffs):
+        w += (-1) ** i * c * np.cos(2 * np.pi * i * k / max(denom, 1))
+    from ._values import np_dtype
+
+    return w.astype(np_dtype(n.attr("output_datatype", 1)))
+
+
+op("HannWindow")(lambda n, ins: _window(n, ins, (0.5, 0.5)))
+op("HammingWindow")(lambda n, ins: _window(n, ins, (25 / 46, 21 / 46)))
+op("BlackmanWindow")(lambda n, ins: _window(n, ins, (0.42, 0.5, 0.08)))

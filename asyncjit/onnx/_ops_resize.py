@@ -9,6 +9,7 @@ that axis; ``tf_crop_and_resize`` rows outside the input take the extrapolation 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -248,30 +249,51 @@ def _attention(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     qk = scores
     sq, sk = scores.shape[-2], scores.shape[-1]
     bias: Tensor | None = None
+    nonpad = n.t(ins[6]).cast(dt.int64) if len(ins) > 6 and ins[6] is not None else None
+    past = n.t(past_k).shape[2] if past_k is not None else 0
+    rows = Tensor.arange(sq, dt.int64).reshape(sq, 1)
+    cols = Tensor.arange(sk, dt.int64).reshape(1, sk)
+    # the causal/window frontier: bottom-right of the cache, or per batch of its valid length
+    shift: Any = past if nonpad is None else (nonpad - sq).reshape(-1, 1, 1, 1)
     if mask is not None:
         m = n.t(mask)
-        if m.shape[-1] != sk:  # a mask over the new keys only: the past ones are visible
-            m = m.pad(
-                [None] * (m.ndim - 1) + [(0, sk - m.shape[-1])], "constant", True if m.dtype.is_bool else 0
+        if m.shape[-1] != sk:  # a mask over the new keys only: the rest is masked out
+            pad = [None] * (m.ndim - 1) + [(0, sk - m.shape[-1])]
+            m = (
+                m.pad(pad, "constant", False)
+                if m.dtype.is_bool
+                else m.cast(dt.float32).pad(pad, "constant", float("-inf"))
             )
         bias = Tensor.select(m, 0.0, float("-inf")) if m.dtype.is_bool else m.cast(dt.float32)
     if n.attr("is_causal", 0):
-        rows = Tensor.arange(sq, dt.int64).reshape(sq, 1)
-        cols = Tensor.arange(sk, dt.int64).reshape(1, sk)
-        offset = n.t(past_k).shape[2] if past_k is not None else 0  # bottom-right of the cache
-        causal = Tensor.select(cols <= rows + offset, 0.0, float("-inf"))
+        causal = Tensor.select(cols <= rows + shift, 0.0, float("-inf"))
         bias = causal if bias is None else bias + causal
-    if bias is not None:
-        scores = scores + bias
-    after_mask = scores
+    left, right = n.attr("left_window_size", -1), n.attr("right_window_size", -1)
+    if left >= 0 or right >= 0:
+        at = rows + shift
+        allowed = Tensor.ones(list((at - cols).shape), dt.bool_)
+        if left >= 0:
+            allowed = allowed & (at - cols <= left)
+        if right >= 0:
+            allowed = allowed & (cols - at <= right)
+        window = Tensor.select(allowed, 0.0, float("-inf"))
+        bias = window if bias is None else bias + window
+    if nonpad is not None:
+        padding = Tensor.select(cols.reshape(1, 1, 1, sk) < nonpad.reshape(-1, 1, 1, 1), 0.0, float("-inf"))
+        bias = padding if bias is None else bias + padding
     cap = float(n.attr("softcap", 0.0))
     if cap > 0:
         scores = (scores / cap).tanh() * cap
     after_cap = scores
+    if bias is not None:
+        scores = scores + bias
+    after_mask = scores
     probs = scores.softmax(-1)
     y = probs @ vf
     if three_d:
         y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
     mode = n.attr("qk_matmul_output_mode", 0)
-    qk_out = [qk, after_mask, after_cap, probs][mode] if mode in (0, 1, 2, 3) else qk
+    qk_out = (
+        [after_cap if cap > 0 else qk, after_mask, after_cap, probs][mode] if mode in (0, 1, 2, 3) else qk
+    )
     return [y.cast(q.dtype), present_k, present_v, qk_out.cast(q.dtype)]

@@ -446,3 +446,21 @@ def _space_to_depth(n: NodeCtx, ins: list[Value | None]) -> Value:
     else:
         y = x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
     return y.reshape(N, C * b * b, H // b, W // b)
+
+
+@op("CenterCropPad")
+def _center_crop_pad(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x = n.t(ins[0])
+    target = [int(v) for v in n.const(ins[1], "shape")]
+    axes = [axis_of(a, x.ndim, n) for a in n.attr("axes", list(range(x.ndim)))]
+    for a, want in zip(axes, target, strict=True):
+        d = x.shape[a]
+        if not isinstance(d, int):
+            raise n.fail("CenterCropPad needs static dims on the cropped axes")
+        if d > want:
+            start = (d - want) // 2
+            x = x.shrink([None if i != a else (start, start + want) for i in range(x.ndim)])
+        elif d < want:
+            before = (want - d) // 2
+            x = x.pad([None if i != a else (before, want - d - before) for i in range(x.ndim)])
+    return x

@@ -99,7 +99,8 @@ class Trace:
             except BaseException as exc:
                 from ..runtime._commands import launch_error
 
-                plan, error = getattr(cmd.launcher.exe, "name", "?"), launch_error(exc)
+                plan = str(getattr(cmd.launcher.exe, "name", "?"))
+                error = launch_error(exc, plan)
             else:
                 error = None
         else:

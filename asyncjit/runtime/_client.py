@@ -50,19 +50,24 @@ class ClientStatistics:
     closed: bool
 
 
-def parse_devices(spec: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"`` or a list of those -> [(kind, count)].
+def parse_devices(spec: str | int | Sequence[str]) -> list[tuple[str, int]]:
+    """``"cpu"``, ``"cpu:2"``, ``"cpu:2,reference"``, a list of those, or ``N`` (N cpu devices)
+    -> [(kind, count)].
 
     Raises:
         InvalidArgumentError: a malformed entry or a count below 1.
-        ArgumentTypeError: ``spec`` is neither a string nor a sequence of strings.
+        ArgumentTypeError: ``spec`` is not a string, a number of cpu devices or a list of strings.
     """
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = f"cpu:{spec}"
     if isinstance(spec, str):
         parts = spec.split(",")
     elif isinstance(spec, Sequence) and all(isinstance(p, str) for p in spec):
         parts = list(spec)
     else:
-        raise ArgumentTypeError(f"devices must be a string like 'cpu:2' or a list of them, got {spec!r}")
+        raise ArgumentTypeError(
+            f"devices must be a string like 'cpu:2', a list of them, or a number of cpu devices; got {spec!r}"
+        )
     out: list[tuple[str, int]] = []
     for part in parts:
         name, _, count = part.strip().partition(":")
@@ -82,7 +87,8 @@ class Client:
     """The entry point: devices, memory spaces, loading, host transfers.
 
     Args:
-        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"`` or a list of such.
+        devices: ``"cpu"`` (default), ``"cpu:N"``, ``"cpu:2,reference:1"``, a list of such, or
+            an int N (``Client(2)`` is ``Client("cpu:2")``).
         max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
         inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
             device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
@@ -93,7 +99,7 @@ class Client:
 
     def __init__(
         self,
-        devices: str | Sequence[str] = "cpu",
+        devices: str | int | Sequence[str] = "cpu",
         *,
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
@@ -245,6 +251,8 @@ class Client:
         if not isinstance(semantics, HostBufferSemantics):
             raise ArgumentTypeError(f"semantics must be a HostBufferSemantics member, got {semantics!r}")
         space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space
+        if memory_space is not None and not isinstance(memory_space, MemorySpace):
+            raise ArgumentTypeError(f"memory_space must be a MemorySpace, got {memory_space!r}")
         if memory_space is not None and memory_space.device.client is not self:
             raise DeviceError(f"{memory_space!r} belongs to another client")
         dev = space.device
@@ -269,7 +277,7 @@ class Client:
             return buf
         if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY):  # asked for an alias, got a copy
             _log.info("buffer.copied", semantics=semantics.value, reason=_why_copied(arr, semantics))
-        src = np.ascontiguousarray(arr)
+        src = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         block = space.allocate(src.nbytes)
         if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
             ev = Event()

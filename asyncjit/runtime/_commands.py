@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
+from ..errors import JitError, KernelRuntimeError
 from ._events import Event
 from ._uses import release_uses
 
@@ -39,15 +40,44 @@ _CHEAP_BYTES = 1 << 20
 """Copies up to this size count as cheap (a worker may hold earlier completions across them)."""
 
 
-def launch_error(exc: BaseException) -> BaseException:
-    """``exc`` raised by a launcher, without the runtime's own frame on its traceback.
+_KERNEL_ERRORS: dict[type[BaseException], type[KernelRuntimeError]] = {}
 
-    The error lives as long as the buffers it poisons; the frame that called the launcher holds
-    the command (or the inputs), so keeping it would keep those buffers' memory alive through
-    a reference cycle until the garbage collector runs. The launcher's frames stay.
+
+def _kernel_error_type(cls: type[BaseException]) -> type[KernelRuntimeError]:
+    """``KernelRuntimeError`` that is also ``cls``: ``except ValueError`` keeps catching a
+    kernel's ``ValueError``, ``except KernelRuntimeError`` catches every kernel failure."""
+    made = _KERNEL_ERRORS.get(cls)
+    if made is None:
+        try:
+            made = type(f"KernelRuntimeError[{cls.__name__}]", (KernelRuntimeError, cls), {})
+        except TypeError:  # a layout that cannot be combined (rare builtins): the plain class
+            made = KernelRuntimeError
+        _KERNEL_ERRORS[cls] = made
+    return made
+
+
+def launch_error(exc: BaseException, plan: str = "") -> BaseException:
+    """What a launcher raised, as the error that poisons the outputs.
+
+    A ``JitError`` (already typed) or a ``BaseException`` that is not an ``Exception`` stays as
+    it is; any other exception becomes a ``KernelRuntimeError`` naming the plan that also
+    subclasses the original type, with the original as ``__cause__`` and its traceback.
+
+    The runtime's own frame is dropped from the traceback: the error lives as long as the
+    buffers it poisons, and that frame holds the command (or the inputs), so keeping it would
+    keep those buffers' memory alive through a reference cycle until the garbage collector
+    runs. The launcher's frames stay.
     """
     tb = exc.__traceback__
-    return exc.with_traceback(tb.tb_next) if tb is not None else exc
+    tb = tb.tb_next if tb is not None else None
+    if isinstance(exc, JitError) or not isinstance(exc, Exception):
+        return exc.with_traceback(tb)
+    cls = _kernel_error_type(type(exc))
+    wrapped = cls.__new__(cls)
+    Exception.__init__(wrapped, f"kernel failure in plan {plan or '?'!r}: {type(exc).__name__}: {exc}")
+    wrapped.__cause__ = exc
+    exc.__traceback__ = tb
+    return wrapped.with_traceback(tb)
 
 
 class PlanTiming:
@@ -167,7 +197,7 @@ class ExecuteCommand(Command):
                 self.launcher(self.addrs, self.values)
                 timing.observe(_perf_ns() - t0)
         except BaseException as exc:  # errors are values: poison the outputs
-            return launch_error(exc)
+            return launch_error(exc, timing.plan)
         return None
 
 

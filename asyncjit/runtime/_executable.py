@@ -383,7 +383,7 @@ class LoadedExecutable:
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
             except BaseException as exc:  # errors are values: poison the outputs
-                error = launch_error(exc)
+                error = launch_error(exc, timing.plan)
         finally:
             dev.end_inline(ran, error is not None)
             release_uses(args)

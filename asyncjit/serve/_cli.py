@@ -69,7 +69,7 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without input before closing")
     p.add_argument("--write-timeout", type=float, default=10.0, help="seconds a client may not read")
-    p.add_argument("--grace", type=float, default=3.0, help="seconds to drain at shutdown before cancelling")
+    p.add_argument("--grace", type=float, default=2.0, help="seconds to drain at shutdown before cancelling")
     p.add_argument("--max-batch-size", type=int, default=None, help="streams per native call")
     p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
     p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")

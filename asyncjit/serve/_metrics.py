@@ -29,7 +29,10 @@ class _BatchSizes(Collector):
         self.mux: StreamMux | None = None
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        sizes: list[int] = [] if self.mux is None else self.mux._metrics.batch_sizes
+        histogram: dict[int, int] = {} if self.mux is None else self.mux.metrics()["batch_size_histogram"]
+        sizes = [0] * (max(histogram, default=0) + 1)
+        for size, n in histogram.items():
+            sizes[size] = n
         buckets: list[tuple[str, float]] = []
         total = 0
         size_sum = 0

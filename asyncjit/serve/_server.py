@@ -59,7 +59,7 @@ class ServeConfig:
     max_streams: int = 1024
     idle_timeout: float = 30.0
     write_timeout: float = 10.0
-    grace: float = 3.0
+    grace: float = 2.0
     max_batch_size: int | None = None
     max_queue_delay: float = 0.002
 

@@ -38,6 +38,9 @@ OUTBOX_ITEMS = 16
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
+FLUSH_BYTES = 8192
+"""Buffered answers are written at once past this size (else when the outbox is empty, or before
+waiting for a step)."""
 LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
@@ -179,6 +182,15 @@ class Connection:
 
     # -- the responder's side --------------------------------------------------------------
     async def _respond(self) -> None:
+        try:
+            await self._respond_loop()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            # the client went away while we wrote: nothing more can reach it
+            if self.reason is None:
+                self.reason = ("done", "the client went away")
+            self.scope.cancel()
+
+    async def _respond_loop(self) -> None:
         recv, model, metrics = self._recv, self.server.model, self.server.metrics
         latency, chunks = metrics.step_latency, metrics.chunks
         while True:
@@ -199,7 +211,11 @@ class Connection:
                 tracker = utt.tracker
                 for fut in item[2]:
                     try:
-                        p = model.probability(fut.result() if fut.done() else await fut)
+                        if not fut.done():
+                            if self._wbuf:  # write what is ready before waiting (under load the
+                                await self.flush()  # outbox never empties: never hold answers back)
+                            await fut
+                        p = model.probability(fut.result())
                     except JitError as exc:
                         code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
                         self.log.warning("step.failed", error=str(exc))
@@ -229,7 +245,7 @@ class Connection:
                 self.on_close(item[1], item[2])
                 await self.flush()
                 return
-            if len(self._wbuf) > 65536:
+            if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
 
     async def flush(self) -> None:
