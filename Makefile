@@ -40,6 +40,13 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The differential fuzzer (not part of `make test`, which runs a short fixed-seed slice of it):
+# random graphs through every compile path against the reference; prints a repro per failure.
+MINUTES ?= 10
+SEED ?= 1
+fuzz: $(TEST_STAMP)
+	$(BIN)/python tests/fuzz.py --minutes $(MINUTES) --seed $(SEED)
+
 bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 

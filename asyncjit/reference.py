@@ -71,13 +71,21 @@ def run_nodes(
     """``evaluate`` on nodes; returns one array per output node."""
     order = toposort(out_nodes)
     variables = graph_vars(order)
+    # vars of fed placeholders the outputs do not use may be given too (a compiled plan takes
+    # them); they are checked against their bounds but never required
+    fed = [as_node(k) for k in inputs if not isinstance(k, str)]
+    extra = [
+        v
+        for v in graph_vars(toposort([n for n in fed if n.op == "placeholder"]))
+        if v not in variables and v.name in var_values
+    ]
     bindings = dict(var_values)
-    unknown = set(bindings) - {v.name for v in variables}
+    unknown = set(bindings) - {v.name for v in (*variables, *extra)}
     if unknown:
         raise VarBoundsError(
             f"unknown var(s) {sorted(unknown)}; the graph uses {[v.name for v in variables]}"
         )
-    check_bindings(variables, bindings)
+    check_bindings((*variables, *extra), bindings)
 
     placeholders: dict[str, list[Node]] = {}
     for n in order:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 import attrs
+import numpy as np
 
 from .errors import ArgumentTypeError, InvalidArgumentError, VarBoundsError
 
@@ -62,38 +63,40 @@ class Expr:
     __slots__ = ()
 
     # -- arithmetic (each returns ``int`` when the result simplifies to a constant) --
+    # Non-scalar operands (a Tensor) give NotImplemented, so Python tries the other side's
+    # reflected operator: ``t * x`` for a Tensor ``x`` is ``x.__rmul__(t)``.
     def __add__(self, other: Dim) -> Dim:
-        return _add(self, other)
+        return _add(self, other) if not _defers(other) else NotImplemented
 
     def __radd__(self, other: Dim) -> Dim:
-        return _add(other, self)
+        return _add(other, self) if not _defers(other) else NotImplemented
 
     def __sub__(self, other: Dim) -> Dim:
-        return _add(self, _mul(other, -1))
+        return _add(self, _mul(other, -1)) if not _defers(other) else NotImplemented
 
     def __rsub__(self, other: Dim) -> Dim:
-        return _add(other, _mul(self, -1))
+        return _add(other, _mul(self, -1)) if not _defers(other) else NotImplemented
 
     def __neg__(self) -> Dim:
         return _mul(self, -1)
 
     def __mul__(self, other: Dim) -> Dim:
-        return _mul(self, other)
+        return _mul(self, other) if not _defers(other) else NotImplemented
 
     def __rmul__(self, other: Dim) -> Dim:
-        return _mul(other, self)
+        return _mul(other, self) if not _defers(other) else NotImplemented
 
     def __floordiv__(self, other: Dim) -> Dim:
-        return _floordiv(self, other)
+        return _floordiv(self, other) if not _defers(other) else NotImplemented
 
     def __rfloordiv__(self, other: Dim) -> Dim:
-        return _floordiv(other, self)
+        return _floordiv(other, self) if not _defers(other) else NotImplemented
 
     def __mod__(self, other: Dim) -> Dim:
-        return _mod(self, other)
+        return _mod(self, other) if not _defers(other) else NotImplemented
 
     def __rmod__(self, other: Dim) -> Dim:
-        return _mod(other, self)
+        return _mod(other, self) if not _defers(other) else NotImplemented
 
     def __index__(self) -> int:
         raise ArgumentTypeError(f"symbolic dim {self} has no concrete value; bind its vars first")
@@ -215,6 +218,15 @@ class Max(Expr):
 def is_dim(value: object) -> bool:
     """True for an ``int`` (not ``bool``) or an ``Expr``."""
     return isinstance(value, Expr) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _defers(value: object) -> bool:
+    """Whether an operator on a dim should leave ``value`` to its own reflected operator: true
+    for objects that are not scalars (a Tensor: ``t * x`` is ``x.__rmul__(t)``); ints, floats,
+    bools and numpy scalars stay here, where ``as_dim`` accepts or names what is wrong."""
+    return value is not None and not isinstance(
+        value, Expr | int | float | complex | str | bytes | np.generic
+    )
 
 
 def as_dim(value: object) -> Dim:

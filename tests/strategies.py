@@ -22,6 +22,27 @@ from typing import Any
 import attrs
 import numpy as np
 from hypothesis import strategies as st
+from oracle import (
+    ANY_UNARY_ORACLE,
+    BINARY_NAMES,
+    FLOAT_UNARY_ORACLE,
+    NP_TYPES,
+    RANK,
+    binary_tensor,
+    oracle_binary,
+    oracle_cast,
+    oracle_conv1d,
+    oracle_gather,
+    oracle_matmul,
+    oracle_nonzero,
+    oracle_reduce,
+    oracle_scatter,
+    oracle_unary,
+    promote,
+    round_to,
+    unary_tensor,
+    weak_dtype,
+)
 
 from asyncjit import Tensor, Var
 from asyncjit import dtypes as dt
@@ -137,313 +158,53 @@ def bindings_for(variables: Sequence[Var]) -> st.SearchStrategy[dict[str, int]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the numpy oracle (independent of asyncjit.graph._ops): dtypes, rounding, casts
+# input values
 
-_RANK = {"bool": 0, "int32": 1, "int64": 2, "float16": 3, "float32": 4}
-_NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float16": np.float16, "float32": np.float32}
+VALUE_PROFILES = ("quarter", "wide", "extreme", "big")
+"""How inputs are drawn: ``quarter`` steps in [-4, 4] (exact in every dtype); ``wide``: random
+bit patterns over the dtype's whole range (denormals, inf and NaN included); ``extreme``: mostly
+special values (+-0, +-inf, NaN, +-max, +-min normal, denormals, huge trig arguments, int
+min/max); ``big``: magnitudes near the dtype's max (overflow-edge sums and products)."""
 
-
-def _promote(*dtypes: np.dtype[Any]) -> np.dtype[Any]:
-    return np.dtype(max((d.name for d in dtypes), key=_RANK.__getitem__))
-
-
-def _weak(value: object, other: np.dtype[Any]) -> np.dtype[Any]:
-    """The dtype a Python scalar takes next to an array of dtype ``other``."""
-    if isinstance(value, bool):
-        return other
-    if isinstance(value, int):
-        return np.dtype(np.int32) if other == np.bool_ else other
-    return other if other.kind == "f" else np.dtype(np.float32)
+_F_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e18, -1e18, 3.6e17, 1e30, 2.0**21, 1e-40, -1e-45]
 
 
-def _round(value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    """Round a float64 result to ``dtype`` (floats go through float32, as the spec says)."""
-    with np.errstate(all="ignore"):
-        if dtype.kind == "f":
-            return np.asarray(value).astype(np.float32).astype(dtype)
-        return np.asarray(value).astype(dtype)
-
-
-def oracle_cast(x: np.ndarray, to: np.dtype[Any]) -> np.ndarray:
-    """Saturating float->int (NaN -> 0), ``!= 0`` to bool, wrapping int->int."""
-    to = np.dtype(to)
-    if to == np.bool_:
-        return np.asarray(x != 0)
-    with np.errstate(all="ignore"):
-        if to.kind in "iu" and x.dtype.kind == "f":
-            bits = to.itemsize * 8 - (1 if to.kind == "i" else 0)  # value bits
-            y = np.trunc(x.astype(np.float64))
-            y = np.where(np.isnan(y), 0.0, y)
-            least = -(2.0**bits) if to.kind == "i" else 0.0
-            big, small = y >= 2.0**bits, y < least
-            inside = np.where(big | small, 0.0, y).astype(to)
-            top, bottom = np.array(2**bits - 1, to), np.array(int(least), to)
-            return np.where(big, top, np.where(small, bottom, inside)).astype(to)
-        return x.astype(to)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    flat = [math.erf(float(v)) for v in x.ravel()]
-    return np.array(flat, dtype=np.float64).reshape(x.shape)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-FLOAT_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "reciprocal": lambda x: 1.0 / x,
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
-    "sin": np.sin,
-    "cos": np.cos,
-    "erf": _erf,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
-}
-ANY_UNARY_ORACLE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "neg": np.negative,
-    "abs": np.abs,
-    "relu": lambda x: np.where((x > 0) | (x != x), x, np.zeros((), x.dtype)),  # NaN stays NaN
-}
-
-
-def unary_tensor(name: str, x: Tensor) -> Tensor:
-    """Apply the ``Tensor`` method for an oracle unary name."""
-    if name == "gelu_tanh":
-        return x.gelu(approximate="tanh")
-    if name == "neg":
-        return -x
-    return getattr(x, name)()  # type: ignore[no-any-return]
-
-
-def oracle_unary(name: str, x: np.ndarray) -> np.ndarray:
-    """The numpy meaning of ``unary_tensor(name, x)``."""
-    with np.errstate(all="ignore"):
-        if name in ANY_UNARY_ORACLE:
-            return np.asarray(ANY_UNARY_ORACLE[name](x)).astype(x.dtype)
-        if name in ("floor", "ceil") and x.dtype.kind != "f":
-            return x
-        xf = x if x.dtype.kind == "f" else oracle_cast(x, np.dtype(np.float32))
-        return _round(FLOAT_UNARY_ORACLE[name](xf.astype(np.float64)), xf.dtype)
-
-
-def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        safe = np.where(y == 0, np.ones((), y.dtype), y)
-        return np.where(y == 0, np.zeros((), x.dtype), np.floor_divide(x, safe)).astype(x.dtype)
-
-
-def _int_mod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        safe = np.where(y == 0, np.ones((), y.dtype), y)
-        return np.where(y == 0, np.zeros((), x.dtype), np.mod(x, safe)).astype(x.dtype)
-
-
-def _arith(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """One primitive op on same-dtype arrays, rounded once."""
-    dtype = x.dtype
-    with np.errstate(all="ignore"):
-        if dtype.kind == "f":
-            a, b = x.astype(np.float64), y.astype(np.float64)
-            fns: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-                "add": np.add,
-                "sub": np.subtract,
-                "mul": np.multiply,
-                "div": np.true_divide,
-                "pow": np.power,
-                "maximum": np.maximum,
-                "minimum": np.minimum,
-            }
-            return _round(fns[op](a, b), dtype)
-        ifns: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-            "add": np.add,
-            "sub": np.subtract,
-            "mul": np.multiply,
-            "maximum": np.maximum,
-            "minimum": np.minimum,
-            "idiv": _int_floordiv,
-            "mod": _int_mod,
-        }
-        return np.asarray(ifns[op](x, y)).astype(dtype)
-
-
-BINARY_NAMES = (
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
-    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor",
-)  # fmt: skip
-_CMP = {
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-}
-_LOGIC = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
-
-
-def binary_tensor(name: str, x: Tensor | float | int, y: Tensor | float | int) -> Tensor:
-    """Apply the Python operator (or method) for a binary name; one side may be a scalar."""
-    import operator
-
-    ops: dict[str, Callable[[Any, Any], Tensor]] = {
-        "add": operator.add,
-        "sub": operator.sub,
-        "mul": operator.mul,
-        "truediv": operator.truediv,
-        "floordiv": operator.floordiv,
-        "mod": operator.mod,
-        "pow": operator.pow,
-        "lt": operator.lt,
-        "le": operator.le,
-        "gt": operator.gt,
-        "ge": operator.ge,
-        "eq": operator.eq,
-        "ne": operator.ne,
-        "and": operator.and_,
-        "or": operator.or_,
-        "xor": operator.xor,
-    }
-    if name in ("maximum", "minimum"):
-        if isinstance(x, Tensor):
-            return getattr(x, name)(y)  # type: ignore[no-any-return]
-        assert isinstance(y, Tensor)
-        return getattr(y, name)(x)  # type: ignore[no-any-return]  # symmetric
-    return ops[name](x, y)
-
-
-def oracle_binary(name: str, x: np.ndarray | float | int, y: np.ndarray | float | int) -> np.ndarray:
-    """The numpy meaning of ``binary_tensor(name, x, y)`` under asyncjit's promotion rules."""
-    with np.errstate(over="ignore"):  # a weak 1e9 next to float16 is inf
-        if not isinstance(x, np.ndarray):
-            assert isinstance(y, np.ndarray)
-            xa, ya = np.array(x, _weak(x, y.dtype)), y
-        elif not isinstance(y, np.ndarray):
-            xa, ya = x, np.array(y, _weak(y, x.dtype))
-        else:
-            xa, ya = x, y
-    if name == "pow" and isinstance(y, int) and not isinstance(y, bool) and y == 2:
-        return _arith("mul", xa, xa)
-    if name in ("truediv", "pow"):
-        # Tensor makes the tensor side float first, then promotes
-        if isinstance(x, np.ndarray) and x.dtype.kind != "f":
-            xa = oracle_cast(xa, np.dtype(np.float32))
-            if not isinstance(y, np.ndarray):
-                ya = np.array(y, _weak(y, xa.dtype))
-        if isinstance(y, np.ndarray) and not isinstance(x, np.ndarray) and y.dtype.kind != "f":
-            ya = oracle_cast(ya, np.dtype(np.float32))
-            xa = np.array(x, _weak(x, ya.dtype))
-    common = _promote(xa.dtype, ya.dtype)
-    xa, ya = oracle_cast(xa, common), oracle_cast(ya, common)
-    xa, ya = np.broadcast_arrays(xa, ya)
-    if name in _CMP:
-        with np.errstate(all="ignore"):
-            return np.asarray(_CMP[name](xa, ya))
-    if name in _LOGIC:
-        return np.asarray(_LOGIC[name](xa, ya)).astype(common)
-    if name == "truediv":
-        return _arith("div", xa, ya)
-    if name == "pow":
-        return _arith("pow", xa, ya)
-    if name == "floordiv":
-        if common.kind == "i":
-            return _arith("idiv", xa, ya)
-        return oracle_unary("floor", _arith("div", xa, ya))
-    if name == "mod":
-        if common.kind == "i":
-            return _arith("mod", xa, ya)
-        q = oracle_unary("floor", _arith("div", xa, ya))
-        return _arith("sub", xa, _arith("mul", q, ya))
-    return _arith(name, xa, ya)
-
-
-def oracle_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    """sum/prod/max/min/mean with asyncjit's identities (bool sums as int32)."""
-    if x.dtype == np.bool_:
-        x = x.astype(np.int32)
-    if op == "mean":
-        xf = x if x.dtype.kind == "f" else oracle_cast(x, np.dtype(np.float32))
-        total = oracle_reduce("sum", xf, axes, keepdims)
-        count = math.prod(x.shape[a] for a in axes)
-        with np.errstate(all="ignore"):
-            return _round(total.astype(np.float64) / count, xf.dtype)
-    with np.errstate(all="ignore"):
-        if x.dtype.kind == "f":
-            work = x.astype(np.float64)
-            ident = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}[op]
-        else:
-            work = x
-            info = np.iinfo(x.dtype)
-            ident = {"sum": 0, "prod": 1, "max": int(info.min), "min": int(info.max)}[op]
-        if op in ("sum", "prod"):
-            fn = np.sum if op == "sum" else np.prod
-            y = fn(work, axis=axes, keepdims=keepdims, dtype=work.dtype)
-        else:
-            fn2 = np.max if op == "max" else np.min
-            y = fn2(work, axis=axes, keepdims=keepdims, initial=ident)
-    return _round(np.asarray(y), x.dtype)
-
-
-def oracle_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    common = _promote(x.dtype, y.dtype)
-    x, y = oracle_cast(x, common), oracle_cast(y, common)
-    with np.errstate(all="ignore"):
-        if common.kind == "f":
-            return _round(np.matmul(x.astype(np.float64), y.astype(np.float64)), common)
-        return np.asarray(np.matmul(x, y)).astype(common)
-
-
-def oracle_conv1d(
-    x: np.ndarray, w: np.ndarray, stride: int, padding: tuple[int, int], dilation: int, groups: int
+def _float_values(
+    rng: np.random.Generator, dtype: np.dtype[Any], shape: tuple[int, ...], profile: str
 ) -> np.ndarray:
-    """Cross-correlation by explicit window indices (not the reference's per-tap loop)."""
-    n, c, length = x.shape
-    o, cg, k = w.shape
-    xp = np.zeros((n, c, length + padding[0] + padding[1]))
-    xp[:, :, padding[0] : padding[0] + length] = x
-    span = dilation * (k - 1) + 1
-    lout = (xp.shape[2] - span) // stride + 1
-    lout = max(lout, 0)
-    out = np.zeros((n, o, lout))
-    og = o // groups
-    if lout:
-        taps = np.arange(lout)[:, None] * stride + np.arange(k)[None, :] * dilation  # [Lout, K]
-        for g in range(groups):
-            windows = xp[:, g * cg : (g + 1) * cg, :][:, :, taps]  # [N, cg, Lout, K]
-            out[:, g * og : (g + 1) * og] = np.einsum(
-                "nclk,ock->nol", windows, w[g * og : (g + 1) * og].astype(np.float64)
-            )
-    return _round(out, x.dtype)
+    info = np.finfo(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    quarter = rng.integers(-16, 17, size=n) / 4
+    if profile == "quarter":
+        return quarter.astype(dtype).reshape(shape)
+    if profile == "wide":
+        bits = rng.integers(0, 2 ** (8 * dtype.itemsize), size=n, dtype=np.uint64)
+        return bits.astype(np.dtype(f"u{dtype.itemsize}")).view(dtype).reshape(shape)
+    if profile == "big":
+        mags = float(info.max) * rng.uniform(0.25, 1.0, size=n)
+        return (rng.choice([-1.0, 1.0], size=n) * mags).astype(dtype).reshape(shape)
+    specials = [*_F_SPECIALS, float(info.max), -float(info.max), float(info.tiny), -float(info.tiny)]
+    pick = rng.integers(0, len(specials), size=n)
+    with np.errstate(over="ignore"):
+        vals = np.where(rng.random(n) < 0.6, np.array(specials)[pick], quarter)
+        return vals.astype(dtype).reshape(shape)
 
 
-def oracle_gather(x: np.ndarray, axis: int, idx: np.ndarray) -> np.ndarray:
-    clamped = np.minimum(np.maximum(idx.astype(np.int64), 0), x.shape[axis] - 1)
-    return np.take(x, clamped, axis=axis)
-
-
-def oracle_scatter(x: np.ndarray, axis: int, idx: np.ndarray, src: np.ndarray) -> np.ndarray:
-    out = np.array(x, copy=True)
-    moved_out, moved_src = np.moveaxis(out, axis, 0), np.moveaxis(src, axis, 0)
-    for i, j in enumerate(idx.tolist()):
-        if 0 <= j < out.shape[axis]:
-            moved_out[j] = moved_src[i]
-    return out
-
-
-def oracle_nonzero(x: np.ndarray, size: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
-    flat = np.atleast_1d(x)
-    hits = [list(ix) for ix in np.ndindex(*flat.shape) if flat[ix] != 0]
-    out = np.full((size, max(x.ndim, 1)), fill, np.int64)
-    for row, ix in enumerate(hits[:size]):
-        out[row] = ix
-    return out, np.array(len(hits), np.int64)
+def input_values(
+    rng: np.random.Generator, spec: _PlaceholderSpec, shape: tuple[int, ...], profile: str
+) -> np.ndarray:
+    """One placeholder's array under a value profile (int index placeholders keep their range)."""
+    if spec.dtype.kind == "f":
+        return _float_values(rng, spec.dtype, shape, profile)
+    if spec.dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    arr = rng.integers(spec.low, spec.high + 1, size=shape).astype(spec.dtype)
+    if profile in ("quarter", "wide") or spec.indices:
+        return arr
+    info = np.iinfo(spec.dtype)
+    edges = {int(info.min), int(info.max), int(info.min) + 1, int(info.max) - 1, 0, 1, -1}
+    edge = np.array(sorted(e for e in edges if info.min <= e <= info.max), spec.dtype)
+    return np.where(rng.random(shape) < 0.5, edge[rng.integers(0, len(edge), size=shape)], arr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,13 +223,22 @@ class DimChoice:
 
 def _dim_choices(variables: Sequence[Var], allow_zero: bool) -> list[DimChoice]:
     out = [DimChoice(n, lambda b, n=n: n) for n in (1, 2, 3, 4)]
+    if allow_zero:
+        out.append(DimChoice(0, lambda b: 0))
     for v in variables:
         name = v.name
         out.append(DimChoice(v, lambda b, name=name: b[name]))
         out.append(DimChoice(v + 1, lambda b, name=name: b[name] + 1))
         out.append(DimChoice(2 * v, lambda b, name=name: 2 * b[name]))
-        if allow_zero:
+        if allow_zero or v.min >= 2:
             out.append(DimChoice(v - 1, lambda b, name=name: b[name] - 1))
+        if allow_zero or v.min >= 2:
+            out.append(DimChoice(v // 2, lambda b, name=name: b[name] // 2))
+        if allow_zero:
+            out.append(DimChoice(v % 3, lambda b, name=name: b[name] % 3))
+    if len(variables) == 2:
+        a, c = variables
+        out.append(DimChoice(a * c, lambda b, x=a.name, y=c.name: b[x] * b[y]))
     return out
 
 
@@ -491,6 +261,7 @@ class _PlaceholderSpec:
     dtype: np.dtype[Any]
     low: int
     high: int  # int data is drawn from [low, high]; may depend on nothing else
+    indices: bool = False  # an index tensor: its range matters more than its extremes
 
 
 @attrs.define(eq=False)
@@ -510,6 +281,7 @@ class GraphCase:
     program: list[_Step]
     output_ids: list[int]
     specs: list[_PlaceholderSpec]
+    profile: str = "quarter"
 
     @property
     def var_bounds(self) -> dict[str, tuple[int, int]]:
@@ -530,19 +302,16 @@ class GraphCase:
             f"v{i}={s.what}({','.join(f'v{a}' for a in s.args)})" for i, s in enumerate(self.program)
         )
 
-    def make_inputs(self, bindings: Mapping[str, int], seed: int | None = None) -> dict[Tensor, np.ndarray]:
-        """Arrays for every placeholder at ``bindings`` (deterministic for a seed)."""
+    def make_inputs(
+        self, bindings: Mapping[str, int], seed: int | None = None, profile: str | None = None
+    ) -> dict[Tensor, np.ndarray]:
+        """Arrays for every placeholder at ``bindings`` (deterministic for a seed), with values
+        drawn by ``profile`` (default: the case's; see ``VALUE_PROFILES``)."""
         rng = np.random.default_rng(self.seed if seed is None else seed)
         feed: dict[Tensor, np.ndarray] = {}
         for spec in self.specs:
             shape = tuple(d.value(bindings) for d in spec.shape)
-            if spec.dtype.kind == "f":
-                arr = (rng.integers(-16, 17, size=shape) / 4).astype(spec.dtype)
-            elif spec.dtype == np.bool_:
-                arr = rng.integers(0, 2, size=shape).astype(np.bool_)
-            else:
-                arr = rng.integers(spec.low, spec.high + 1, size=shape).astype(spec.dtype)
-            feed[spec.tensor] = arr
+            feed[spec.tensor] = input_values(rng, spec, shape, profile or self.profile)
         return feed
 
     def expected(
@@ -565,6 +334,7 @@ class GraphCase:
 ALL_KINDS = (
     "unary", "binary", "scalar_binary", "where", "cast", "reduce", "matmul", "conv1d", "reshape",
     "permute", "expand", "slice", "shrink", "pad", "cat", "gather", "scatter", "nonzero", "arange",
+    "const",
 )  # fmt: skip
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -601,10 +371,15 @@ class _Builder:
         return len(self.tensors) - 1
 
     def placeholder(
-        self, shape: Sequence[DimChoice], dtype: np.dtype[Any], low: int = -6, high: int = 6
+        self,
+        shape: Sequence[DimChoice],
+        dtype: np.dtype[Any],
+        low: int = -6,
+        high: int = 6,
+        indices: bool = False,
     ) -> int:
         t = Tensor.placeholder(tuple(d.dim for d in shape), dt.from_numpy(dtype), name=f"p{len(self.specs)}")
-        self.specs.append(_PlaceholderSpec(t, tuple(shape), np.dtype(dtype), low, high))
+        self.specs.append(_PlaceholderSpec(t, tuple(shape), np.dtype(dtype), low, high, indices))
         for d in shape:
             self._dim_value.setdefault(repr(d.dim), d.value)
         self.tensors.append(t)
@@ -700,9 +475,25 @@ def _k_scalar_binary(b: _Builder) -> None:
     i = b.pick(lambda t: not t.dtype.is_bool)
     if i is None:
         return
-    scalar = b.draw(st.sampled_from([2, 3, -1, 0, 0.5, -1.5, 2.0]))
     reverse = b.draw(st.booleans())
     x = b.tensors[i]
+    if b.draw(st.integers(0, 3)) == 0:  # a symbolic dim used as a value, on either side
+        d = b.draw(st.sampled_from([c for c in b.choices if not isinstance(c.dim, int)] or b.choices))
+        out = binary_tensor(name, d.dim, x) if reverse else binary_tensor(name, x, d.dim)  # type: ignore[arg-type]
+
+        def dim_oracle(
+            a: list[np.ndarray],
+            bb: Mapping[str, int],
+            n: str = name,
+            f: DimValue = d.value,
+            r: bool = reverse,
+        ) -> np.ndarray:
+            v = np.array(f(bb)).astype(a[0].dtype)  # a dim takes the tensor's dtype (weak)
+            return oracle_binary(n, v, a[0]) if r else oracle_binary(n, a[0], v)
+
+        b.add(out, f"{name}{'_r' if reverse else ''}[{d.dim}]", (i,), dim_oracle)
+        return
+    scalar = b.draw(st.sampled_from([2, 3, -1, 0, 0.5, -1.5, 2.0, 1e10, -3e38, math.inf, math.nan]))
     out = binary_tensor(name, scalar, x) if reverse else binary_tensor(name, x, scalar)
 
     def oracle(
@@ -711,6 +502,42 @@ def _k_scalar_binary(b: _Builder) -> None:
         return oracle_binary(n, s, a[0]) if r else oracle_binary(n, a[0], s)
 
     b.add(out, f"{name}{'_r' if reverse else ''}[{scalar}]", (i,), oracle)
+
+
+_CONST_VALUES = [0, 1, -1, 3, 2.5, -0.0, 1e10, 65504.0, 3e38, -3e38, math.inf, -math.inf, math.nan, 1e-40]
+
+
+def _k_const(b: _Builder) -> None:
+    """A rank-0 (or tiny) constant of any dtype, combined with a value or another constant (so
+    constant folding sees rank-0 operands)."""
+    dtype = b.draw(st.sampled_from(b.dtypes))
+    vals = b.draw(st.lists(st.sampled_from(_CONST_VALUES), min_size=1, max_size=3))
+    with np.errstate(all="ignore"):
+        arr = (
+            oracle_cast(np.array(vals, np.float64), dtype)
+            if dtype.kind != "f"
+            else np.array(vals).astype(dtype)
+        )
+    arr = arr[:1].reshape(()) if b.draw(st.booleans()) else arr
+    c = b.const(arr)
+    name = b.draw(st.sampled_from(BINARY_NAMES))
+    logical = name in ("and", "or", "xor")
+    ok = [
+        j for j, t in enumerate(b.tensors)
+        if j != c and _broadcastable(t.shape, arr.shape) and _binary_ok(name, t.dtype, b.tensors[c].dtype)
+    ]  # fmt: skip
+    if not ok or (logical and dtype.kind == "f"):
+        return
+    j = b.draw(st.sampled_from(ok))
+    i, k = (c, j) if b.draw(st.booleans()) else (j, c)
+    out = binary_tensor(name, b.tensors[i], b.tensors[k])
+    b.add(out, f"{name}[const]", (i, k), lambda a, _b, n=name: oracle_binary(n, a[0], a[1]))
+
+
+def _binary_ok(name: str, x: dt.DType, y: dt.DType) -> bool:
+    if name in ("and", "or", "xor"):
+        return not x.is_float and not y.is_float
+    return not (x.is_bool or y.is_bool)
 
 
 def _k_where(b: _Builder) -> None:
@@ -725,8 +552,8 @@ def _k_where(b: _Builder) -> None:
         out = Tensor.select(b.tensors[cond], b.tensors[j], other)
 
         def oracle(a: list[np.ndarray], _b: Mapping[str, int], o: Any = other) -> np.ndarray:
-            y = np.array(o, _weak(o, a[1].dtype))
-            common = _promote(a[1].dtype, y.dtype)
+            y = np.array(o, weak_dtype(o, a[1].dtype))
+            common = promote(a[1].dtype, y.dtype)
             c, xx, yy = np.broadcast_arrays(a[0], oracle_cast(a[1], common), oracle_cast(y, common))
             return np.where(c, xx, yy)
 
@@ -735,7 +562,7 @@ def _k_where(b: _Builder) -> None:
     out = Tensor.select(b.tensors[cond], b.tensors[i], b.tensors[j])
 
     def oracle2(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
-        common = _promote(a[1].dtype, a[2].dtype)
+        common = promote(a[1].dtype, a[2].dtype)
         c, xx, yy = np.broadcast_arrays(a[0], oracle_cast(a[1], common), oracle_cast(a[2], common))
         return np.where(c, xx, yy)
 
@@ -815,9 +642,12 @@ def _k_conv1d(b: _Builder) -> None:
     og = b.draw(st.integers(1, 2))
     padding = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
     span = dilation * (k - 1) + 1
-    v = b.draw(st.sampled_from(b.variables))
     extra = max(span - 1 - padding[0] - padding[1], 0)
-    length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    if b.variables:
+        v = b.draw(st.sampled_from(b.variables))
+        length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    else:
+        length = DimChoice(3 + extra, lambda _b, e=3 + extra: e)
     n = b.draw_dim(nonzero=True)
     xi = b.placeholder([n, DimChoice(cg * groups, lambda _b, c=cg * groups: c), length], b.draw_dtype("f"))
     rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
@@ -1020,7 +850,8 @@ def _k_pad(b: _Builder) -> None:
         hi = b.draw(st.sampled_from(opts))
         pads.append((lo, hi))
         widths.append(lambda bb, lo=lo, hi=hi: (_val(lo, bb), _val(hi, bb)))
-    value: Any = b.draw(st.sampled_from([0, 1, -2.5])) if mode == "constant" else 0
+    pad_values = [0, 1, -2.5, math.nan, math.inf, -math.inf, 1e10, 1e19, -1e19, 2**31 + 5, 70000.0, True]
+    value: Any = b.draw(st.sampled_from(pad_values)) if mode == "constant" else 0
     out = x.pad(pads, mode=mode, value=value)
 
     def oracle(
@@ -1029,6 +860,9 @@ def _k_pad(b: _Builder) -> None:
         w = [f(bb) for f in ws]
         if m == "constant":
             fill = oracle_cast(np.array(v, np.float64 if isinstance(v, float) else np.int64), a[0].dtype)
+            if a[0].dtype.kind == "f":  # float -> float16 via float64 (1e10 -> inf), as cast does
+                with np.errstate(over="ignore"):
+                    fill = np.array(v, np.float64).astype(a[0].dtype)
             return np.pad(a[0], w, mode="constant", constant_values=fill)
         return np.pad(a[0], w, mode=m)
 
@@ -1055,7 +889,7 @@ def _k_cat(b: _Builder) -> None:
     out = Tensor.cat([b.tensors[k] for k in order], axis=ax - x.ndim if b.draw(st.booleans()) else ax)
 
     def oracle(a: list[np.ndarray], _b: Mapping[str, int], ax: int = ax) -> np.ndarray:
-        common = _promote(*(v.dtype for v in a))
+        common = promote(*(v.dtype for v in a))
         return np.concatenate([oracle_cast(v, common) for v in a], axis=ax)
 
     b.add(out, f"cat{ax}", tuple(order), oracle)
@@ -1073,7 +907,9 @@ def _k_gather(b: _Builder) -> None:
         idx = np.array(b.draw(st.lists(st.integers(-2, hi_d + 2), min_size=m, max_size=m)), dtype=np.int64)
         j = b.const(idx.astype(b.draw(st.sampled_from([np.int32, np.int64]))))
     else:
-        j = b.placeholder([b.draw_dim()], b.draw(st.sampled_from(INT_DTYPES)), low=-2, high=hi_d + 2)
+        j = b.placeholder(
+            [b.draw_dim()], b.draw(st.sampled_from(INT_DTYPES)), low=-2, high=hi_d + 2, indices=True
+        )
     out = x[(slice(None),) * ax + (b.tensors[j],)] if b.draw(st.booleans()) else x.gather(ax, b.tensors[j])
     b.add(out, f"gather{ax}", (i, j), lambda a, _b, ax=ax: oracle_gather(a[0], ax, a[1]))
 
@@ -1143,6 +979,7 @@ KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
     "scatter": _k_scatter,
     "nonzero": _k_nonzero,
     "arange": _k_arange,
+    "const": _k_const,
 }
 
 
@@ -1153,13 +990,21 @@ def graph_cases(
     dtypes: Sequence[np.dtype[Any]] = ALL_DTYPES,
     max_steps: int = 6,
     max_vars: int = 2,
+    profiles: Sequence[str] = ("quarter",),
+    max_bound: int = 7,
 ) -> GraphCase:
-    """A random small graph over ``kinds`` (every op kind by default) with inputs, vars and bindings."""
-    names = ("t", "s")[: draw(st.integers(1, max_vars))]
+    """A random small graph over ``kinds`` (every op kind by default) with inputs, vars and bindings.
+
+    Vars have ``1 <= min <= max <= max_bound`` (``min == max`` too); ``profiles`` are the
+    ``VALUE_PROFILES`` the inputs may be drawn from."""
+    names = ("t", "s")[: draw(st.integers(0, max_vars))]
     variables = []
     for name in names:
         lo = draw(st.integers(1, 3))
-        variables.append(Var(name, lo, lo + draw(st.integers(0, 4))))
+        hi = lo + draw(st.integers(0, 4))
+        if max_bound > hi and draw(st.integers(0, 3)) == 0:
+            hi = draw(st.integers(hi, max_bound))
+        variables.append(Var(name, lo, min(hi, max(max_bound, lo))))
     bindings = draw(bindings_for(variables))
     b = _Builder(draw, tuple(variables), bindings, [np.dtype(d) for d in dtypes])
     b.placeholder(b.draw_shape(), b.draw_dtype())
@@ -1179,6 +1024,7 @@ def graph_cases(
         program=b.program,
         output_ids=output_ids,
         specs=b.specs,
+        profile=draw(st.sampled_from(list(profiles))),
     )
     case.inputs = case.make_inputs(bindings)
     return case
@@ -1228,7 +1074,7 @@ def oracle_conv2d(
                     j * strides[1] : j * strides[1] + kw,
                 ]
                 out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
-    return _round(out, x.dtype)
+    return round_to(out, x.dtype)
 
 
 def oracle_pool1d(
@@ -1251,7 +1097,7 @@ def oracle_pool1d(
             count = sum(1 for p in taps if p < length + pad[1]) if include else len(inside)
             total = x[:, :, inside].astype(np.float64).sum(axis=2)
             out[:, :, o] = total / count if count else 0.0
-    return _round(out, x.dtype)
+    return round_to(out, x.dtype)
 
 
 def oracle_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
@@ -1439,8 +1285,8 @@ NN_KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
 KIND_BUILDERS.update(NN_KIND_BUILDERS)
 NN_KINDS = tuple(NN_KIND_BUILDERS)
 # The wider ints, each drawn on its own (with bool) by ``graph_cases(dtypes=...)``: one int
-# dtype per graph keeps the oracle's promotion (``_RANK``) a total order.
+# dtype per graph keeps the oracle's promotion (``RANK``) a total order.
 WIDE_INT_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
 for _d in WIDE_INT_DTYPES:
-    _RANK.setdefault(_d.name, 1)
-    _NP.setdefault(_d.name, _d.type)
+    RANK.setdefault(_d.name, 1)
+    NP_TYPES.setdefault(_d.name, _d.type)

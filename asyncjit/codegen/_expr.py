@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from llvmlite import ir
 
 from ..errors import CompileError
-from ..graph import OPS, Node
+from ..graph import OPS, Node, cast_scalar
 from ..symbolic import Dim, Index, bounds, smax, smin, upper
 from ._index import emit_dim, floordiv_runtime, i64
 from ._scalar import emit_elementwise
@@ -304,7 +304,7 @@ class Emitter:
                     for k, (j, d) in enumerate(zip(shifted, x.shape, strict=True))
                 ),
             )
-        fill = const(node.dtype, node.attrs.get("value", 0))
+        fill = const(node.dtype, cast_scalar(node.attrs.get("value", 0), node.dtype))
         cond: ir.Value = ir.Constant(I1, 1)
         for k in padded:
             cond = self.b.and_(cond, self.in_range(shifted[k], x.shape[k]))

@@ -194,15 +194,19 @@ def _copy(ctx: _Ctx, kernel: Kernel) -> None:
     _store_all(ctx, node, lambda idx: ctx.em.value(node, idx))
 
 
+def _wide(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    return v if v.type == F64 else b.fpext(v, F64)
+
+
 def _combine(
     ctx: _Ctx, op: str, acc: ir.Value, v: ir.Value, is_float: bool, unsigned: bool = False
 ) -> ir.Value:
     b = ctx.b
     if is_float:
         if op == "sum":
-            return b.fadd(acc, v, flags=_REDUCE_FLAGS)
+            return b.fadd(acc, _wide(b, v), flags=_REDUCE_FLAGS)
         if op == "prod":
-            return b.fmul(acc, v, flags=_REDUCE_FLAGS)
+            return b.fmul(acc, _wide(b, v), flags=_REDUCE_FLAGS)
         sfx = "f64" if acc.type == F64 else "f32"
         name = f"llvm.maximum.{sfx}" if op == "max" else f"llvm.minimum.{sfx}"
         return intrinsic(b, name, acc.type, [acc, v])
@@ -216,7 +220,11 @@ def _combine(
 
 
 def _float_acc(node: Node) -> ir.Type:
-    """Float sums run in float32 (float16 rounds once at the end) or float64 for float64."""
+    """Float sum/prod accumulate in double and round once (the reference semantics, graph._ops):
+    a float32 sum cannot overflow midway, and the unspecified order costs < 1 ulp. max/min are
+    exact in the dtype's own width (float16 in float32)."""
+    if node.op == "reduce" and node.attrs["op"] in ("sum", "prod"):
+        return F64
     return F64 if node.dtype.itemsize == 8 else F32
 
 
@@ -238,7 +246,9 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
         return _combine(ctx, op, acc_v, v, is_float, unsigned)
 
     def finish(idx: tuple[Dim, ...], result: ir.Value) -> None:
-        if node.dtype.name == "float16":
+        if result.type == F64 and node.dtype.name in ("float32", "float16"):
+            result = ctx.b.fptrunc(result, F32)  # double -> float -> half, as the reference
+        if node.dtype.name == "float16":  # rounds float64 -> float32 -> float16
             result = ctx.b.fptrunc(result, F16)
         ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
 

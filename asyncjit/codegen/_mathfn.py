@@ -9,7 +9,9 @@ ranges (near 0, large magnitudes, denormal inputs).  Denormal *outputs* are prod
 (exp, pow, sigmoid scale in two steps or through double); denormal inputs are handled.
 
 sin, cos and pow compute in double precision inside (half the vector width, still no calls):
-that is the cheapest way to keep <= 1 ulp over a large argument range.
+that is the cheapest way to keep <= 1 ulp over a large argument range. sin and cos reduce huge
+arguments with a constant table of the bits of 2/pi (one load per lane), so they are right for
+every finite float32, 3e38 included.
 """
 
 from __future__ import annotations
@@ -243,6 +245,96 @@ _SIN_POLY = [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800, 1 / 622
 _COS_POLY = [1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001600, -1 / 87178291200]
 
 
+def _pi_bits(bits: int) -> int:
+    """``floor(pi * 2**bits)`` by Machin's formula in integer fixed point (exact to the last bit
+    after the guard bits are dropped); used once, to build the reduction table below."""
+    guard = 32
+    one = 1 << (bits + guard)
+
+    def arctan_inv(k: int) -> int:
+        total, term, n, sign = 0, one // k, 1, 1
+        while term:
+            total += sign * (term // n)
+            term //= k * k
+            n += 2
+            sign = -sign
+        return total
+
+    return (16 * arctan_inv(5) - 4 * arctan_inv(239)) >> guard
+
+
+_RED_MIN_EXP = 148  # biased float32 exponent of 2**21: below it the Cody-Waite path is exact
+_RED_BITS = 400
+
+
+def _reduction_table() -> list[float]:
+    """Per float32 exponent ``E`` (x = M * 2**E, M a 24-bit integer, E in [-2, 104]): the three
+    doubles c1 + c2 + c3 = (2**E * 2/pi) mod 4, c1 on a 2**-24 grid, c2 on a 2**-50 grid, so
+    ``M*c1`` and ``M*c2`` are exact in double and only ``M*c3`` (< 2**-26) rounds (Payne-Hanek)."""
+    scale = _RED_BITS + 8
+    two_over_pi = (2 << (2 * scale)) // _pi_bits(scale)  # floor(2/pi * 2**scale)
+    out: list[float] = []
+    for e in range(_RED_MIN_EXP - 150, 255 - 150):
+        u = two_over_pi << e if e >= 0 else two_over_pi >> -e
+        u %= 4 << scale  # (2**E * 2/pi) mod 4, in units of 2**-scale
+        c1 = u >> (scale - 24)
+        rest = u - (c1 << (scale - 24))
+        c2 = rest >> (scale - 50)
+        rest -= c2 << (scale - 50)
+        out += [c1 / 2**24, c2 / 2**50, rest / 2**scale]
+    return out
+
+
+_RED_TABLE = _reduction_table()
+
+
+def _table_row(m: _M, index: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """``_RED_TABLE[3*index : 3*index + 3]`` for an i32 (or vector of i32) row index."""
+    b = m.b
+    name = "asyncjit.sincos_reduction"
+    table = m.module.globals.get(name)
+    if table is None:
+        ty = ir.ArrayType(F64, len(_RED_TABLE))
+        table = ir.GlobalVariable(m.module, ty, name=name)
+        table.global_constant = True
+        table.linkage = "internal"
+        table.initializer = ir.Constant(ty, _RED_TABLE)
+    zero = ir.Constant(I32, 0)
+
+    def load(i: ir.Value, k: int) -> ir.Value:
+        at = b.add(b.mul(i, ir.Constant(I32, 3)), ir.Constant(I32, k))
+        return b.load(b.gep(table, [zero, at], inbounds=True))
+
+    if not m.n:
+        return load(index, 0), load(index, 1), load(index, 2)
+    cols: list[ir.Value] = [ir.Constant(m.ty(F64), ir.Undefined)] * 3
+    for lane in range(m.n):
+        i = b.extract_element(index, ir.Constant(I32, lane))
+        cols = [b.insert_element(cols[k], load(i, k), ir.Constant(I32, lane)) for k in range(3)]
+    return cols[0], cols[1], cols[2]
+
+
+def _reduce_large(m: _M, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(n, r) with x = n*pi/2 + r, |r| <= ~pi/4, for |x| >= 2**21 (any finite float32; other
+    lanes give garbage that the caller discards). Error in r below 2**-75 absolute."""
+    b = m.b
+    bits = m.bits(x)
+    expo = b.and_(b.lshr(bits, m.i(23)), m.i(0xFF))
+    row = b.sub(expo, m.i(_RED_MIN_EXP))
+    row = b.select(b.icmp_signed("<", row, m.i(0)), m.i(0), row)
+    row = b.select(b.icmp_signed(">", row, m.i(254 - _RED_MIN_EXP)), m.i(254 - _RED_MIN_EXP), row)
+    c1, c2, c3 = _table_row(m, row)
+    mant = b.sitofp(b.or_(b.and_(bits, m.i(0x7FFFFF)), m.i(0x800000)), m.ty(F64))
+    p1 = b.fmul(mant, c1)  # exact: 24 x 26 bits
+    p1 = b.fsub(p1, b.fmul(m.call("floor", b.fmul(p1, m.d(0.25))), m.d(4.0)))  # mod 4, exact
+    s = b.fadd(p1, b.fmul(mant, c2))  # exact: a multiple of 2**-50 below 8
+    n = m.call("rint", s)
+    f = b.fadd(b.fsub(s, n), b.fmul(mant, c3))
+    r = b.fmul(f, m.d(math.pi / 2))
+    neg = b.fcmp_ordered("<", x, m.f(0.0))
+    return b.select(neg, b.fneg(n), n), b.select(neg, b.fneg(r), r)
+
+
 def _sincos(m: _M, x: ir.Value, cosine: bool) -> ir.Value:
     b = m.b
     xd = b.fpext(x, m.ty(F64))
@@ -250,10 +342,15 @@ def _sincos(m: _M, x: ir.Value, cosine: bool) -> ir.Value:
     r = m.fma(n, m.d(-_PIO2_1), xd)
     r = m.fma(n, m.d(-_PIO2_2), r)
     r = m.fma(n, m.d(-_PIO2_3), r)
+    # |x| >= 2**21: n * _PIO2_1 is no longer exact; reduce with the bits of 2/pi instead
+    large = b.fcmp_ordered(">=", m.call("fabs", x), m.f(2.0**21))
+    n_big, r_big = _reduce_large(m, x)
+    n = b.select(large, n_big, n)
+    r = b.select(large, r_big, r)
     z = b.fmul(r, r)
     s = b.fmul(r, m.horner(z, _SIN_POLY, dbl=True))
     c = m.horner(z, _COS_POLY, dbl=True)
-    # quadrant from n; |n| >= 2^62 (or inf/nan) would make fptosi poison, so zero it first.
+    # quadrant from n (|n| < 2**21 or in [-4, 4]); inf/nan would make fptosi poison: zero it first
     big = b.fcmp_unordered("uge", m.call("fabs", n), m.d(2.0**62))
     q = b.trunc(b.fptosi(b.select(big, m.d(0.0), n), m.ty(I64)), m.ty(I32))
     if cosine:
@@ -262,8 +359,7 @@ def _sincos(m: _M, x: ir.Value, cosine: bool) -> ir.Value:
     neg = b.icmp_signed("!=", b.and_(q, m.i(2)), m.i(0))
     v = b.select(odd, c, s)
     v = b.select(neg, b.fneg(v), v)
-    # Beyond |x| ~ 2^50 the double reduction is no longer exact; keep the result in [-1, 1].
-    v = b.select(b.fcmp_ordered(">", v, m.d(1.0)), m.d(1.0), v)
+    v = b.select(b.fcmp_ordered(">", v, m.d(1.0)), m.d(1.0), v)  # polynomial overshoot near 1
     v = b.select(b.fcmp_ordered("<", v, m.d(-1.0)), m.d(-1.0), v)
     res = b.fptrunc(v, m.ty(F32))
     if not cosine:
@@ -273,8 +369,8 @@ def _sincos(m: _M, x: ir.Value, cosine: bool) -> ir.Value:
 
 
 def _sin(m: _M, x: ir.Value) -> ir.Value:
-    """sin(x). Correctly rounded in every sample up to |x| = 1e15 (error <= 0.5 ulp; double
-    reduction exact while |x|*2/pi < 2^52); beyond ~4.5e15 inaccurate but in [-1, 1]; inf -> nan."""
+    """sin(x) for every finite float32 (Cody-Waite reduction below 2**21, Payne-Hanek with a
+    table of the bits of 2/pi above, both in double; error <= 1 ulp); inf -> nan."""
     return _sincos(m, x, cosine=False)
 
 

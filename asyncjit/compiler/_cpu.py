@@ -152,7 +152,7 @@ class CpuExecutable(Executable):
         self.name = name
         self.signature = signature
         self.layout = layout
-        self.consts = tuple(np.ascontiguousarray(c) for c in consts)
+        self.consts = tuple(np.asarray(c, order="C") for c in consts)  # keeps 0-d consts 0-d
         self.arena_bytes = arena_bytes
         self.kernel_names = tuple(kernel_names)
         self._ir_text = ir_text
@@ -276,7 +276,7 @@ class CpuExecutable(Executable):
             arr = np.asarray(x)
             check_array_dtype(arr, spec.dtype, f"input {spec.name!r}")
             if not (arr.flags.c_contiguous and arr.flags.aligned):
-                arr = np.ascontiguousarray(arr)
+                arr = np.array(arr, order="C")  # a 0-d array stays 0-d
             arrays.append(arr)
         self.signature.validate([a.shape for a in arrays], [s.dtype for s in self.signature.inputs], values)
         outs = [

@@ -53,11 +53,15 @@ class Signature:
 
     Var values travel as a tuple of ints in ``vars`` order; shapes are evaluated from them by
     functions compiled once (``symbolic.compile_dims``), so a replay does not walk expressions.
+    ``fixed`` holds the vars the compiler specialised away (``compile(fixed=...)`` and vars with
+    ``min == max``): callers may still pass them, with exactly the value they were fixed to, so
+    every entry point accepts the bindings the reference interpreter accepts.
     """
 
     inputs: tuple[ArgSpec, ...]
     outputs: tuple[ArgSpec, ...]
     vars: tuple[Var, ...]
+    fixed: Mapping[str, int] = attrs.field(factory=dict, kw_only=True)
     _in_shapes: object = attrs.field(init=False, repr=False)
     _out_shapes: object = attrs.field(init=False, repr=False)
     _checks: tuple[tuple[str, int, int], ...] = attrs.field(init=False, repr=False)
@@ -109,9 +113,17 @@ class Signature:
                 f"var values must be a mapping of name to int, got {type(bindings).__name__}"
             )
         bindings = dict(bindings)
+        for name, value in self.fixed.items():
+            if name in bindings and bindings.pop(name) != value:
+                raise VarBoundsError(
+                    f"var {name!r} was fixed to {value} when this plan was compiled; got another value"
+                )
         unknown = set(bindings) - set(self.var_names)
         if unknown:
-            raise VarBoundsError(f"unknown var(s) {sorted(unknown)}; this plan has {list(self.var_names)}")
+            raise VarBoundsError(
+                f"unknown var(s) {sorted(unknown)}; this plan has {list(self.var_names)}"
+                + (f" (and fixed {dict(self.fixed)})" if self.fixed else "")
+            )
         full = {v.name: bindings.get(v.name, v.max) for v in self.vars}
         check_bindings(self.vars, full)
         return tuple(int(full[v.name]) for v in self.vars)

@@ -119,10 +119,10 @@ class Lowered:
         return str(ref)
 
 
-def signature_of(graph: Graph) -> Signature:
+def signature_of(graph: Graph, fixed: Mapping[str, int] | None = None) -> Signature:
     ins = tuple(ArgSpec(str(n.attrs["name"]), n.shape, n.dtype) for n in graph.inputs)
     outs = tuple(ArgSpec(f"output{j}", n.shape, n.dtype) for j, n in enumerate(graph.outputs))
-    return Signature(ins, outs, graph.vars)
+    return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}))
 
 
 def lower(
@@ -152,5 +152,14 @@ def lower(
     memory = plan_memory(fusion, scratch)
     layout = ArgLayout(len(graph.inputs), len(graph.outputs), len(memory.consts), len(graph.vars))
     return Lowered(
-        name, graph, fusion, memory, layout, signature_of(graph), fixed_map, claims, linked, dispatched
+        name,
+        graph,
+        fusion,
+        memory,
+        layout,
+        signature_of(graph, fixed_map),
+        fixed_map,
+        claims,
+        linked,
+        dispatched,
     )

@@ -118,7 +118,7 @@ def serialize_cpu(exe: CpuExecutable) -> bytes:
 def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Everything about a plan but its object code, as JSON, and its constants in order."""
     sig = exe.signature
-    consts = [np.ascontiguousarray(c) for c in exe.consts]
+    consts = [np.asarray(c, order="C") for c in exe.consts]  # 0-d stays 0-d
     meta = {
         "name": exe.name,
         "inputs": [_spec(a) for a in sig.inputs],
@@ -212,6 +212,7 @@ def build_executable(
         tuple(_unspec(a) for a in meta["inputs"]),
         tuple(_unspec(a) for a in meta["outputs"]),
         tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),
+        fixed={str(k): int(v) for k, v in meta["fixed"].items()},
     )
     layout = ArgLayout(*meta["layout"])
     calls = [

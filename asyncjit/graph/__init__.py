@@ -11,6 +11,7 @@ from ._node import toposort as toposort
 from ._ops import OPS as OPS
 from ._ops import OpDef as OpDef
 from ._ops import cast_array as cast_array
+from ._ops import cast_scalar as cast_scalar
 from ._ops import conv_out_len as conv_out_len
 from ._ops import reduce_identity as reduce_identity
 from ._ops import slice_length as slice_length
@@ -21,6 +22,7 @@ __all__ = [
     "OpDef",
     "as_node",
     "cast_array",
+    "cast_scalar",
     "conv_out_len",
     "graph_vars",
     "make_node",

@@ -82,7 +82,7 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
 
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, np.ndarray):
-        digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
         return ("ndarray", value.dtype.str, value.shape, digest)
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)

@@ -15,13 +15,29 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0 (native code must not trap on them).
 * ``maximum``/``minimum`` propagate NaN, as numpy does; so does ``relu`` (``max(x, 0)``).
 * ``pad``'s constant value is converted to the tensor's dtype as ``cast`` would (2.7 -> 2 in
-  int32, NaN -> 0).
+  int32, NaN -> 0, 1e10 -> int32 max, 1e10 -> float16 inf; ``cast_scalar``); a Python int too
+  wide for int64 wraps.
+* Transcendentals are defined on every float32, extremes included: ``sin``/``cos`` reduce any
+  finite argument exactly (3e38 too), ``gelu(-inf)`` is its limit -0.0 in both forms,
+  ``gelu(+inf)`` is inf; NaN in gives NaN out.
 * ``gather`` clamps indices into range; ``scatter`` drops out-of-range indices and, for repeated
   indices, the last write wins. Negative indices are out of range too (no wrap-around from the
   end): gather reads row 0 for them, scatter ignores them. Data never steers native code outside
   a buffer.
 * Reductions have identities (sum 0, prod 1, max -inf/int min, min +inf/int max), so an empty
   (zero-length) reduced axis is defined.
+* Float ``sum``/``prod`` accumulate in float64 and round once to the output dtype (float16
+  through float32). The order of accumulation is unspecified (compiled code vectorizes and
+  reassociates); in float64 that moves the result by a few float64 ulps, which rounding to
+  float32 hides except at exact rounding ties and under catastrophic cancellation. A float32
+  sum cannot overflow midway (``sum([3e38, 3e38, -3e38])`` is 3e38); a product can, in float64,
+  only with more than eight factors of extreme magnitude, and then its value depends on the
+  order. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
+* ``matmul`` and ``conv1d`` are *not* exactly rounded: the reference evaluates them in float64,
+  compiled code accumulates in float32 with FMA in an unspecified order (that is what makes them
+  fast and batch-invariant). They agree within the usual dot-product bound (about K float32
+  ulps of ``sum(|a*b|)``); a float32 partial sum that overflows while the exact result is
+  finite (|terms| near 3e38) is outside their domain.
 """
 
 from __future__ import annotations
@@ -143,10 +159,20 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _erfc(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erfc, otypes=[np.float64])(x) if x.size else x.astype(np.float64)
+
+
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    # Written without the cancellation of 1 + tanh(u) / 1 + erf(z) for negative x (which would
+    # flush gelu(-8) to -0.0): 0.5*(1 + tanh(u)) = sigmoid(2u), 1 + erf(z) = erfc(-z).
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+        y = x * _sigmoid(2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
+    else:
+        y = 0.5 * x * _erfc(-x / math.sqrt(2.0))
+    # the formula is -inf * 0 = NaN at -inf; the limit (and what finite x -> -inf approach) is -0.0
+    out: np.ndarray = np.where(np.isneginf(x), -0.0, y)
+    return out
 
 
 UNARY_FLOAT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -331,6 +357,22 @@ def cast_array(x: np.ndarray, to: DType) -> np.ndarray:
 
 _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args[0], n.dtype))
 
+
+def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
+    """A Python scalar converted to ``to`` as ``cast`` converts an element (NaN -> 0 in an int,
+    1e10 -> int32 max, 1e10 -> float16 inf); a Python int too wide for any dtype wraps."""
+    if isinstance(value, bool | np.bool_):
+        src = np.array(bool(value))
+    elif isinstance(value, (int, np.integer)):
+        bits = 64
+        v = (int(value) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # wrap into int64
+        src = np.array(v, np.int64)
+    else:
+        src = np.array(float(value), np.float64)
+    out: bool | int | float = cast_array(src, to).reshape(()).item()
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # reductions (keepdims: reduced axes stay with size 1; Tensor reshapes them away)
 
@@ -396,9 +438,9 @@ def _infer_matmul(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
 
 def _ref_matmul(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
     x, y = args
-    if x.dtype.kind == "f":
-        x, y = x.astype(np.float64), y.astype(np.float64)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # a signalling NaN's conversion sets "invalid"
+        if x.dtype.kind == "f":
+            x, y = x.astype(np.float64), y.astype(np.float64)
         return _out(node, np.matmul(x, y))
 
 
@@ -536,7 +578,7 @@ def _ref_pad(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nda
     widths = [(evaluate(lo, b), evaluate(hi, b)) for lo, hi in node.attrs["pads"]]
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
-        value = cast_array(np.array(node.attrs.get("value", 0)), node.dtype)  # as a cast op would
+        value = cast_scalar(node.attrs.get("value", 0), node.dtype)  # as a cast op would
         return np.pad(args[0], widths, mode="constant", constant_values=value)
     return np.pad(args[0], widths, mode=mode)
 
@@ -613,7 +655,8 @@ def _infer_conv1d(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
 
 
 def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, w = (v.astype(np.float64) for v in args)
+    with np.errstate(all="ignore"):  # a signalling NaN's conversion sets "invalid"
+        x, w = (v.astype(np.float64) for v in args)
     stride, dilation, groups = node.attrs["stride"], node.attrs["dilation"], node.attrs["groups"]
     pl, pr = (evaluate(p, b) for p in node.attrs["padding"])
     n, _, _ = x.shape
@@ -631,7 +674,8 @@ def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
     for g in range(groups):
         cols = windows[:, g * cin_g : (g + 1) * cin_g]  # [N, Cg, Lout, K]
         wg = w[g * og : (g + 1) * og]
-        out[:, g * og : (g + 1) * og, :] = np.einsum("nclk,ock->nol", cols, wg, optimize=True)
+        with np.errstate(all="ignore"):  # inf * 0 in a window is NaN, as in matmul
+            out[:, g * og : (g + 1) * og, :] = np.einsum("nclk,ock->nol", cols, wg, optimize=True)
     return _out(node, out)
 
 

@@ -52,8 +52,9 @@ def fold_constants(graph: Graph) -> Graph:
         biggest = max(int(s.attrs["value"].size) for s in sources if s is not None)
         if size is None or size > biggest or size > MAX_FOLD_ELEMENTS:
             return new
-        args = [np.ascontiguousarray(_value(i)) for i in new.inputs]
-        value = np.ascontiguousarray(OPS[new.op].reference(new, args, {}))
+        # np.asarray(order="C"), not np.ascontiguousarray: that one turns a 0-d array into 1-d
+        args = [np.asarray(_value(i), order="C") for i in new.inputs]
+        value = np.array(OPS[new.op].reference(new, args, {}), order="C")  # owned: frozen below
         value.setflags(write=False)
         return make_node("const", (), value=value)
 

@@ -275,7 +275,7 @@ class Client:
             return buf
         if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY):  # asked for an alias, got a copy
             _log.info("buffer.copied", semantics=semantics.value, reason=_why_copied(arr, semantics))
-        src = np.ascontiguousarray(arr)
+        src = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         block = space.allocate(src.nbytes)
         if semantics is S.IMMUTABLE_UNTIL_TRANSFER_COMPLETES:
             ev = Event()

@@ -1,0 +1,353 @@
+"""The differential fuzzer's engine: one ``GraphCase`` through every way of running a plan, each
+compared with ``asyncjit.reference`` element by element.
+
+Paths: ``compile`` (one plan for every binding), ``fixed`` (``compile(fixed=...)`` at the
+binding), ``jit`` (the graph re-traced by ``asyncjit.jit``, with ``dynamic`` dims when the inputs
+carry every var, else static shapes) and ``execute``
+(a loaded plan on a device, through ``LoadedExecutable.execute``). Inputs go in C order, Fortran
+order or as strided views.
+
+Comparison (``compare``): ints and bools exactly; floats within ``tolerance_ulps`` ulps *of the
+output dtype* (NaN matches NaN, inf matches only the same inf, -0.0 matches 0.0). There is no
+quota of wrong elements. The reference is re-evaluated with every rounding perturbed within its
+bound (``perturbed_runs``: each float op's result moved by its error bound, each dot product by
+the float32 accumulation bound, ``a*b + c`` by an ulp of the product for FMA contraction). Where
+those runs move the reference, the compiled value may differ by twice as much (the reference's
+own conditioning); where they flip an int or bool or make a NaN/inf appear, the position is
+skipped (a cast of 2.9999998 vs 3.0000002, a dot product whose float32 partial sums overflow).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from strategies import GraphCase
+
+from asyncjit import Tensor, Var, jit, reference
+from asyncjit.compiler import compile as aj_compile
+from asyncjit.graph import OPS, Node, make_node, toposort
+from asyncjit.passes._graph import Graph
+from asyncjit.passes._refine import refine
+from asyncjit.symbolic import evaluate
+
+__all__ = ["LAYOUTS", "PATHS", "Mismatch", "check_case", "compare", "perturbed_runs", "tolerance_ulps"]
+
+PATHS = ("compile", "fixed", "jit", "execute")
+LAYOUTS = ("C", "F", "strided")
+
+# Error bounds in ulps of a float op's result (tests/test_codegen_mathfn.py measures them);
+# ops not listed are exact (movement, compare, cast, abs, max, ...). add/mul/div/sqrt: 0.5,
+# rounded up: FMA contraction of a*b+c moves a result by up to one ulp of the product.
+_OP_ULPS = {
+    "add": 1.0, "sub": 1.0, "mul": 1.0, "div": 1.0, "sqrt": 1.0, "rsqrt": 2.0, "recip": 1.0,
+    "exp": 1.0, "log": 1.0, "pow": 1.0, "sin": 1.0, "cos": 1.0, "tanh": 2.0, "sigmoid": 3.0,
+    "erf": 2.0, "gelu": 4.0, "reduce": 1.0,
+}  # fmt: skip
+_DOT_OPS = ("matmul", "conv1d")
+# erf and gelu are specified to an absolute error (tests/test_codegen_mathfn.py ABS_BOUND): in the
+# far negative tail gelu's value (< 1e-7) carries no relative accuracy
+_OP_ABS = {"erf": 2e-7, "gelu": 1e-6}
+
+
+def tolerance_ulps(outputs: Sequence[Node]) -> float:
+    """Allowed distance in output-dtype ulps: 2 plus the error bounds of the float ops on the way
+    (per-op errors add up along a chain before any amplification, which ``perturbed_runs``
+    catches)."""
+    total = 2.0
+    for n in toposort(list(outputs)):
+        if n.dtype.is_float and n.op in _OP_ULPS:
+            total += _OP_ULPS[n.op]
+    return total
+
+
+def _ulp(values: np.ndarray) -> np.ndarray:
+    """One ulp of each value in its own dtype, as float64 (denormal spacing at 0; 0 for inf/NaN)."""
+    with np.errstate(all="ignore"):
+        sp = np.spacing(np.abs(values)).astype(np.float64)
+    return np.where(np.isfinite(sp), sp, 0.0)
+
+
+def _is_product(node: Node) -> bool:
+    while node.op in ("expand", "reshape", "neg"):
+        node = node.inputs[0]
+    return node.op == "mul"
+
+
+def _perturb(
+    node: Node,
+    value: np.ndarray,
+    args: list[np.ndarray],
+    bindings: Mapping[str, int],
+    rng: np.random.Generator,
+    sign: int,
+) -> np.ndarray:
+    if not node.dtype.is_float or value.size == 0:
+        return value
+    if node.op in _DOT_OPS:
+        # float32 accumulation in any order: |error| <= (K + 1) * u * sum(|a*b|), here as a value
+        k = int(args[0].shape[-1]) if node.op == "matmul" else int(np.prod(args[1].shape[1:]))
+        with np.errstate(all="ignore"):
+            mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
+            bound = (k + 1) * 2.0**-24 * mags
+    elif node.op in _OP_ULPS:
+        bound = np.maximum(_OP_ULPS[node.op] * _ulp(value), _OP_ABS.get(node.op, 0.0))
+        if node.op in ("add", "sub") and any(_is_product(i) for i in node.inputs):
+            # a*b + c contracted to an FMA skips the rounding of a*b: up to an ulp of the product
+            with np.errstate(all="ignore"):
+                bound = bound + np.maximum(*(_ulp(np.abs(a).astype(value.dtype)) for a in args))
+    else:
+        return value
+    step = sign * np.ones(value.shape) if sign else rng.uniform(-1.0, 1.0, value.shape)
+    with np.errstate(all="ignore"):
+        moved = value.astype(np.float64) + step * bound
+        out = np.where(np.isfinite(value), moved, value.astype(np.float64))
+        out = np.where(np.isinf(bound) | np.isnan(bound), np.nan, out)  # a dot whose |terms| overflow
+        return out.astype(value.dtype)
+
+
+def _run_perturbed(
+    outputs: Sequence[Node],
+    feed: Mapping[int, np.ndarray],
+    bindings: Mapping[str, int],
+    rng: np.random.Generator,
+    sign: int,
+) -> list[np.ndarray]:
+    values: dict[int, np.ndarray] = {}
+    for node in toposort(list(outputs)):
+        if node.op == "placeholder":
+            values[node.id] = feed[node.id]
+            continue
+        args = [values[i.id] for i in node.inputs]
+        with np.errstate(all="ignore"):
+            value = OPS[node.op].reference(node, args, bindings)
+        values[node.id] = _perturb(node, value, args, bindings, rng, sign)
+    return [values[n.id] for n in outputs]
+
+
+def perturbed_runs(
+    outputs: Sequence[Node], feed: Mapping[int, np.ndarray], bindings: Mapping[str, int], seed: int
+) -> list[list[np.ndarray]]:
+    """The reference re-run three times with every rounding moved within its bound: all up, all
+    down, and at random."""
+    rng = np.random.default_rng(seed)
+    return [_run_perturbed(outputs, feed, bindings, rng, sign) for sign in (1, -1, 0)]
+
+
+def _close(a: np.ndarray, b: np.ndarray, tol: float, slack: np.ndarray | float = 0.0) -> np.ndarray:
+    """Elementwise: a and b equal as values within ``tol`` ulps of b's dtype (or ``slack``)."""
+    if a.dtype.kind != "f":
+        return np.asarray(a == b)
+    with np.errstate(all="ignore"):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        both_nan = np.isnan(a64) & np.isnan(b64)
+        near = np.abs(a64 - b64) <= np.maximum(tol * np.maximum(_ulp(b), _ulp(a)), slack)
+        return both_nan | (a64 == b64) | (np.isfinite(a64) & np.isfinite(b64) & near)
+
+
+def compare(
+    got: np.ndarray, want: np.ndarray, perturbed: Sequence[np.ndarray], tol: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bad, excused) masks. A float position may differ from ``want`` by ``tol`` ulps, or by
+    twice as much as the perturbed references moved there (their rounding is legitimate, so an
+    error they show is the reference's own conditioning); a position where a perturbed run is
+    not even finite-comparable (NaN/inf appears or vanishes, an int or bool flips) is skipped.
+    ``excused`` marks the positions where the perturbed runs moved beyond ``tol``."""
+    excused = np.zeros(want.shape, bool)
+    skipped = np.zeros(want.shape, bool)
+    moved = np.zeros(want.shape)
+    for p in perturbed:
+        off = ~_close(p, want, tol)
+        excused |= off
+        if want.dtype.kind != "f":
+            skipped |= off
+            continue
+        with np.errstate(all="ignore"):
+            d = np.abs(p.astype(np.float64) - want.astype(np.float64))
+            same_special = (np.isnan(p) & np.isnan(want)) | (p == want)
+        skipped |= off & ~np.isfinite(d) & ~same_special
+        moved = np.maximum(moved, np.where(np.isfinite(d), d, 0.0))
+    bad = ~_close(got, want, tol, 2.0 * moved) & ~skipped
+    return bad, excused
+
+
+@attrs.frozen
+class Mismatch:
+    """One output of one run that differs from the reference (or a run that raised)."""
+
+    path: str
+    layout: str
+    bindings: Mapping[str, int]
+    output: int
+    count: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.path}/{self.layout} at {dict(self.bindings)}] output {self.output}: {self.detail}"
+
+
+def _layout(arr: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "F":
+        return np.array(arr, order="F")  # np.asfortranarray would make a 0-d array 1-d
+    if layout == "strided" and arr.ndim:
+        wide = np.empty((*arr.shape[:-1], 2 * arr.shape[-1]), arr.dtype)
+        wide[..., ::2] = arr
+        view = wide[..., ::2]
+        assert view.shape == arr.shape
+        return view
+    return arr
+
+
+def _clone_for_jit(graph: Graph, tensors: Sequence[Tensor]) -> list[Tensor]:
+    memo: dict[int, Node] = {p.id: t.node for p, t in zip(graph.inputs, tensors, strict=True)}
+    for node in graph.nodes:
+        if node.id in memo:
+            continue
+        memo[node.id] = make_node(node.op, tuple(memo[i.id] for i in node.inputs), **dict(node.attrs))
+    return [Tensor(memo[o.id]) for o in graph.outputs]
+
+
+def _jit_runner(
+    case: GraphCase, bindings: Mapping[str, int]
+) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """The case as a function traced by ``jit``: with ``dynamic`` dims when every placeholder dim
+    is an int or a plain var (one plan for every binding), else with static shapes."""
+    graph = Graph.of([t.node for t in case.outputs], [p.node for p in case.placeholders])
+    dynamic: dict[str, dict[int, tuple[str, int, int]]] = {}
+    for k, p in enumerate(case.placeholders):
+        for axis, d in enumerate(p.shape):
+            if isinstance(d, Var):
+                dynamic.setdefault(f"p{k}", {})[axis] = (d.name, d.min, d.max)
+            elif not isinstance(d, int):
+                dynamic = {}
+                graph = refine(graph, dict(bindings))  # static shapes at this binding
+                break
+        else:
+            continue
+        break
+    declared = {spec[0] for dims in dynamic.values() for spec in dims.values()}
+    if graph.vars and not {v.name for v in graph.vars} <= declared:  # a var no input shape carries
+        dynamic = {}  # (jit would run it at its upper bound): trace at this binding instead
+        graph = refine(graph, dict(bindings))
+    source = graph
+
+    def fn(*xs: Tensor) -> list[Tensor]:
+        return _clone_for_jit(source, xs)
+
+    params = [
+        inspect.Parameter(f"p{k}", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for k in range(len(case.placeholders))
+    ]
+    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    jitted = jit(fn, name="fuzz", dynamic=dynamic or None)
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        out = jitted(*arrays)
+        outs = out if isinstance(out, list | tuple) else [out]
+        return [b.to_numpy_blocking() for b in outs]
+
+    return run
+
+
+_CLIENT: list[Any] = []
+
+
+def _execute_runner(exe: Any) -> Callable[[list[np.ndarray], Mapping[str, int]], list[np.ndarray]]:
+    """The plan loaded on a device (one client per process) and run through ``execute``."""
+    from asyncjit.runtime import Client
+
+    if not _CLIENT:
+        _CLIENT.append(Client("cpu"))
+    client = _CLIENT[0]
+
+    def run(arrays: list[np.ndarray], var_values: Mapping[str, int]) -> list[np.ndarray]:
+        loaded = client.load(exe)
+        dev = client.device(0)
+        bufs = [client.buffer_from_host(a, dev) for a in arrays]
+        outs = loaded.execute_blocking(bufs, dict(var_values))
+        return [b.to_numpy_blocking() for b in outs]
+
+    return run
+
+
+def case_bindings(case: GraphCase, names: Sequence[str]) -> list[dict[str, int]]:
+    """The drawn binding, every corner of the var bounds, and 1 where allowed, for ``names``
+    (the vars of the compiled plan: those of every placeholder, used or not)."""
+    byname = {v.name: v for v in case.variables}
+    out = [{n: case.bindings[n] for n in names}]
+    for corner in itertools.product(*[(byname[n].min, byname[n].max) for n in names]):
+        out.append(dict(zip(names, corner, strict=True)))
+    unique: list[dict[str, int]] = []
+    for b in out:
+        if b not in unique:
+            unique.append(b)
+    return unique
+
+
+def check_case(
+    case: GraphCase,
+    paths: Sequence[str] = PATHS,
+    layouts: Sequence[str] = LAYOUTS,
+    seed: int = 0,
+    stats: dict[str, int] | None = None,
+) -> tuple[int, list[Mismatch]]:
+    """Run ``case`` through ``paths`` at every binding of ``case_bindings``; returns (runs done,
+    mismatches). Exceptions from asyncjit on a valid graph are mismatches too. ``stats`` (if
+    given) counts the output ``elements`` compared and those ``skipped`` as ill-conditioned."""
+    stats = {} if stats is None else stats
+    outputs = [t.node for t in case.outputs]
+    tol = tolerance_ulps(outputs)
+    rng = np.random.default_rng(seed)
+    exe = aj_compile(case.outputs, case.placeholders)
+    runs = 0
+    found: list[Mismatch] = []
+    names = [*exe.signature.var_names, *exe.signature.fixed]
+    used = {v.name for v in case.graph_vars}
+    for k, bindings in enumerate(case_bindings(case, names)):
+        full = {**case.bindings, **bindings}
+        feed = case.make_inputs(full, seed=case.seed + k)
+        arrays = [feed[p] for p in case.placeholders]
+        ref_bindings = {n: v for n, v in bindings.items() if n in used}
+        want = reference.evaluate(case.outputs, feed, ref_bindings)
+        by_id = {p.node.id: a for p, a in zip(case.placeholders, arrays, strict=True)}
+        perturbed = perturbed_runs(outputs, by_id, ref_bindings, seed + k)
+        for path in paths:
+            if path == "jit" and any(p.dtype.name == "float64" for p in case.placeholders):
+                continue  # jit turns float64 arrays into float32 (as JAX without x64): by design
+            layout = layouts[int(rng.integers(0, len(layouts)))]
+            laid = [_layout(a, layout) for a in arrays]
+            runs += 1
+            try:
+                if path == "compile":
+                    got = exe.run(laid, bindings)
+                elif path == "fixed":
+                    got = aj_compile(case.outputs, case.placeholders, fixed=bindings).run(laid, bindings)
+                elif path == "jit":
+                    got = _jit_runner(case, bindings)(laid)
+                else:
+                    got = _execute_runner(exe)(laid, bindings)
+            except Exception as exc:
+                found.append(Mismatch(path, layout, bindings, -1, 1, f"raised {type(exc).__name__}: {exc}"))
+                continue
+            for j, (g, w) in enumerate(zip(got, want, strict=True)):
+                shape = tuple(evaluate(d, ref_bindings) for d in outputs[j].shape)
+                if g.shape != w.shape or g.dtype != w.dtype or w.shape != shape:
+                    found.append(
+                        Mismatch(path, layout, bindings, j, 1, f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}")
+                    )
+                    continue
+                bad, skipped = compare(g, w, [p[j] for p in perturbed], tol)
+                stats["elements"] = stats.get("elements", 0) + int(w.size)
+                stats["skipped"] = stats.get("skipped", 0) + int(skipped.sum())
+                if bad.any():
+                    at = np.argwhere(bad)[:3].tolist() if bad.ndim else [[]]
+                    detail = (
+                        f"{int(bad.sum())} of {bad.size} differ beyond {tol} ulps, e.g. at {at}: "
+                        f"got {g[bad][:3].tolist()} want {w[bad][:3].tolist()}"
+                    )
+                    found.append(Mismatch(path, layout, bindings, j, int(bad.sum()), detail))
+    return runs, found

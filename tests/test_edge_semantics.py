@@ -1,0 +1,218 @@
+"""Edge cases where compiled plans and the reference once disagreed (found by differential
+fuzzing): pad values across dtypes, rank-0 constants, vars with min == max, gelu at -inf, huge
+trig arguments, reductions at the overflow edge, symbolic dims on the left of a Tensor.
+
+Each test runs the compiled plan and ``asyncjit.reference`` on the same graph and asserts the
+value the semantics (``asyncjit.graph._ops``, docs/semantics.md) define.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from asyncjit import Tensor, Var, jit, reference
+from asyncjit import dtypes as dt
+from asyncjit.compiler import compile as aj_compile
+from asyncjit.errors import VarBoundsError
+
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
+
+
+@pytest.fixture
+def no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "off")
+
+
+def both(
+    outputs: Sequence[Tensor],
+    inputs: Sequence[Tensor],
+    feed: Sequence[np.ndarray],
+    var_values: dict[str, int],
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    got = aj_compile(list(outputs), list(inputs)).run(list(feed), var_values)
+    want = reference.evaluate(list(outputs), dict(zip(inputs, feed, strict=True)), var_values)
+    return got, want
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise-equal values (NaN == NaN, -0.0 != 0.0), same dtype and shape."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "fill"),
+    [
+        (dt.int32, math.nan, 0),
+        (dt.int32, math.inf, 2**31 - 1),
+        (dt.int32, -math.inf, -(2**31)),
+        (dt.int32, 1e10, 2**31 - 1),
+        (dt.int32, 2.7, 2),
+        (dt.int32, 2**32 + 5, 5),  # an int wider than the dtype wraps, as an int cast does
+        (dt.int64, 1e19, 2**63 - 1),
+        (dt.int64, -1e19, -(2**63)),
+        (dt.int64, math.nan, 0),
+        (dt.float16, 1e10, math.inf),
+        (dt.float16, -1e10, -math.inf),
+        (dt.float16, math.nan, math.nan),
+        (dt.float32, 1e300, math.inf),
+        (dt.bool_, 0.5, True),
+        (dt.bool_, math.nan, True),
+    ],
+)
+def test_pad_value_converts_like_cast(dtype: dt.DType, value: float, fill: float) -> None:
+    x = Tensor.placeholder((2,), dtype, name="x")
+    y = x.pad([(1, 1)], value=value)
+    a = np.ones(2, dtype.np)
+    (got,), (want,) = both([y], [x], [a], {})
+    assert same(got, want)
+    expected = np.array(fill).astype(dtype.np)
+    assert same(got[:1], expected.reshape(1)), (got, expected)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda p: p / Tensor.const(np.int32(3)),
+        lambda p: p ** Tensor.const(np.float32(2)),
+        lambda p: p == Tensor.const(np.float32(1.5)),
+        lambda p: p > Tensor.const(np.int32(1)),
+        lambda p: p // Tensor.const(np.bool_(True)),
+        lambda p: (p <= p).where(True, 0),
+        lambda p: Tensor.const(np.float32(2)) * Tensor.const(np.float32(3)) + p,
+    ],
+)
+def test_rank0_constants_fold(build: Callable[[Tensor], Tensor]) -> None:
+    p = Tensor.placeholder((), dt.float32, name="p")
+    y = build(p)
+    assert y.shape == ()
+    (got,), (want,) = both([y], [p], [np.array(1.5, np.float32)], {})
+    assert same(got, want)
+
+
+def test_folded_rank0_result_keeps_rank() -> None:
+    """A graph of constants only: folding leaves a 0-d const, not a 1-d one."""
+    y = Tensor.const(np.float32(6)) / Tensor.const(np.int32(3))
+    x = Tensor.placeholder((), dt.float32, name="x")
+    (got, _), _ = both([y, x + 0], [x], [np.array(0, np.float32)], {})
+    assert got.shape == () and got == 2.0
+
+
+def test_var_with_min_equal_max_everywhere() -> None:
+    """A var fixed by its bounds (or by ``fixed=``) is still accepted by name, if equal."""
+    t = Var("t", 3, 3)
+    x = Tensor.placeholder((t,), dt.float32, name="x")
+    exe = aj_compile([x * 2], [x])
+    a = np.arange(3, dtype=np.float32)
+    assert same(exe.run([a], {"t": 3})[0], a * 2)
+    assert same(exe.run([a], {})[0], a * 2)
+    with pytest.raises(VarBoundsError):
+        exe.run([a], {"t": 4})
+    out = jit(dynamic={"x": {0: ("t", 3, 3)}})(lambda x: x * 2)(a)
+    assert same(out.to_numpy_blocking(), a * 2)
+
+    s = Var("s", 1, 4)
+    y = Tensor.placeholder((s,), dt.float32, name="y")
+    fixed = aj_compile([y + 1], [y], fixed={"s": 2})
+    assert fixed.signature.fixed == {"s": 2}
+    assert same(fixed.run([a[:2]], {"s": 2})[0], a[:2] + 1)
+    with pytest.raises(VarBoundsError):
+        fixed.run([a[:2]], {"s": 3})
+
+
+@pytest.mark.anyio
+async def test_loaded_executable_accepts_fixed_var() -> None:
+    from asyncjit.runtime import Client
+
+    t = Var("t", 3, 3)
+    x = Tensor.placeholder((t,), dt.float32, name="x")
+    async with Client("cpu") as client:
+        loaded = client.load(aj_compile([x * 2], [x]))
+        buf = client.buffer_from_host(np.ones(3, np.float32), client.device(0))
+        (out,) = await loaded.execute([buf], {"t": 3})
+        assert same(await out.to_numpy(), np.full(3, 2, np.float32))
+        with pytest.raises(VarBoundsError):
+            await loaded.execute([buf], {"t": 2})
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [dt.float32, dt.float16])
+def test_gelu_limits(approximate: str, dtype: dt.DType) -> None:
+    x = Tensor.placeholder((5,), dtype, name="x")
+    y = x.gelu(approximate=approximate)
+    a = np.array([-np.inf, np.inf, np.nan, -1e30 if dtype == dt.float32 else -6e4, 0.0], dtype.np)
+    (got,), (want,) = both([y], [x], [a], {})
+    assert same(got, want)
+    assert math.copysign(1.0, float(got[0])) == -1.0 and got[0] == 0  # the limit is -0.0
+    assert got[1] == np.inf and np.isnan(got[2])
+
+
+def test_sin_cos_huge_arguments_match_reference() -> None:
+    x = Tensor.placeholder((8,), dt.float32, name="x")
+    a = np.array([1e18, -1e18, 3.6e17, 1e30, 3.4028235e38, -3.4028235e38, 2.0**21, 1e7], np.float32)
+    got, want = both([x.sin(), x.cos()], [x], [a], {})
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g.astype(np.float64) - w).max() <= np.spacing(np.float32(1.0))
+    assert abs(float(got[0][0]) - math.sin(float(np.float32(1e18)))) < 1e-6
+
+
+def test_float_reductions_accumulate_in_float64() -> None:
+    x = Tensor.placeholder((4,), dt.float32, name="x")
+    h = Tensor.placeholder((4,), dt.float16, name="h")
+    outs = [x.prod(), x.sum(), h.sum(), x.mean()]
+    feed = [np.array([1e30, 1e30, 0, 1e30], np.float32), np.array([6e4, 6e4, -6e4, 1], np.float16)]
+    got, want = both(outs, [x, h], feed, {})
+    assert all(same(g, w) for g, w in zip(got, want, strict=True))
+    assert got[0] == 0 and got[2] == np.float16(6e4)
+    feed[0] = np.array([3e38, 3e38, -3e38, 1], np.float32)
+    got, want = both(outs, [x, h], feed, {})
+    assert got[1] == np.float32(3e38) and all(same(g, w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda t, x: t * x,
+        lambda t, x: t - x,
+        lambda t, x: t + x,
+        lambda t, x: t / x,
+        lambda t, x: t // x,
+        lambda t, x: t % x,
+        lambda t, x: t**x,
+        lambda t, x: t < x,
+        lambda t, x: t == x,
+        lambda t, x: (t - 1) * x,
+        lambda t, x: (t // 2) - x,
+    ],
+)
+@pytest.mark.parametrize("dtype", [dt.float32, dt.int32])
+def test_symbolic_dim_on_the_left(build: Callable[[Var, Tensor], Tensor], dtype: dt.DType) -> None:
+    t = Var("t", 1, 5)
+    x = Tensor.placeholder((t,), dtype, name="x")
+    y = build(t, x)
+    assert isinstance(y, Tensor)
+    a = np.arange(1, 4).astype(dtype.np)
+    (got,), (want,) = both([y], [x], [a], {"t": 3})
+    assert same(got, want)
+
+
+def test_symbolic_dims_still_reject_non_dims() -> None:
+    t = Var("t", 1, 5)
+    with pytest.raises(TypeError, match="expected an int or symbolic dim, got float"):
+        t * 0.5
+    assert str(t * np.int64(2)) == "2*t"
+
+
+def test_var_of_an_unused_input_is_accepted_by_every_path() -> None:
+    """A plan takes the vars of all its inputs; the reference accepts them for fed placeholders."""
+    t = Var("t", 1, 4)
+    x = Tensor.placeholder((t,), dt.float32, name="x")
+    y = Tensor.placeholder((2,), dt.float32, name="y")
+    feed = [np.ones(3, np.float32), np.ones(2, np.float32)]
+    (got,), (want,) = both([y + 1], [x, y], feed, {"t": 3})
+    assert same(got, want)
+    with pytest.raises(VarBoundsError):
+        reference.evaluate(y + 1, {x: feed[0], y: feed[1]}, {"t": 9})
