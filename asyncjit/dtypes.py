@@ -21,7 +21,7 @@ from typing import Final
 import attrs
 import numpy as np
 
-from .errors import DTypeMismatchError
+from .errors import DTypeMismatchError, UnsupportedDTypeError
 
 __all__ = [
     "DType",
@@ -115,7 +115,7 @@ def from_numpy(dtype: object) -> DType:
     """Map a numpy dtype (or anything ``np.dtype`` accepts, or a ``DType``) to a ``DType``.
 
     Raises:
-        DTypeMismatchError: (a ``TypeError``) for dtypes asyncjit does not compute with
+        UnsupportedDTypeError: (a ``TypeError``) for dtypes asyncjit does not compute with
             (complex, bfloat16, strings, ...).
     """
     if isinstance(dtype, DType):
@@ -125,11 +125,13 @@ def from_numpy(dtype: object) -> DType:
     try:
         npd = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as exc:
-        raise DTypeMismatchError(f"not a dtype: {dtype!r}") from exc
+        raise UnsupportedDTypeError(f"not a dtype: {dtype!r}") from exc
     found = _BY_NUMPY.get(npd)
     if found is None:
         names = ", ".join(d.name for d in DTYPES)
-        raise DTypeMismatchError(f"asyncjit does not support dtype {npd} (supported: {names}); cast it first")
+        raise UnsupportedDTypeError(
+            f"asyncjit does not support dtype {npd} (supported: {names}); cast it first"
+        )
     return found
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "StreamClosedError",
     "StreamIdleError",
     "TensorError",
+    "UnsupportedDTypeError",
     "UnsupportedOpError",
     "VarBoundsError",
     "WouldBlock",
@@ -79,6 +80,14 @@ class ShapeMismatchError(TensorError):
 
 class DTypeMismatchError(TensorError, TypeError):
     """An argument's dtype does not match the dtype its spec requires."""
+
+
+class UnsupportedDTypeError(JitError, TypeError):
+    """A dtype asyncjit does not compute with (complex, strings, objects, ...): cast the data first.
+
+    Only a ``TypeError`` (not a ``ValueError`` like ``DTypeMismatchError``): it says what the data
+    is, not that it disagrees with a spec.
+    """
 
 
 class VarBoundsError(TensorError):

@@ -338,7 +338,7 @@ class Jitted:
         if isinstance(dev, Device):
             return dev
         client = default_client()
-        return client.device(0 if dev is None else int(dev))
+        return client.device(0 if dev is None else dev)  # an index; a typed error otherwise
 
     def _split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -715,10 +715,7 @@ def device_put(tree: Any, device: Any = None) -> Any:
     """
     from .runtime import Device, default_client
 
-    if isinstance(device, Device):
-        dev = device
-    else:
-        dev = default_client().device(0 if device is None else int(device))
+    dev = device if isinstance(device, Device) else default_client().device(0 if device is None else device)
     leaves, treedef = tree_flatten(tree)
     out = []
     for i, leaf in enumerate(leaves):

@@ -121,6 +121,13 @@ class JitRecurrent(Generic[J]):
     def __repr__(self) -> str:
         return f"<JitRecurrent {type(self.jit).__qualname__} head={self.head_len} hidden={self.state.h.size}>"
 
+    def _check_pack(self, pack_inputs: object) -> None:
+        if pack_inputs is not None and not callable(pack_inputs):
+            raise ArgumentTypeError(
+                f"{self!r}: pack_inputs must be a function of the jit (or None), "
+                f"got {type(pack_inputs).__name__}"
+            )
+
     def _check_state(self) -> None:
         """The state may be replaced between steps (``state.h = ...``), but not resized: the
         output layout ``[head | h | c]`` was checked against the sizes at construction."""
@@ -146,6 +153,7 @@ class JitRecurrent(Generic[J]):
         """Run one iteration and return the head (a float32 array of ``head_len``)."""
         t0 = time.perf_counter()
         self._check_state()
+        self._check_pack(pack_inputs)
         if pack_inputs is not None:
             pack_inputs(self.jit)
         self.jit.pack_state(self.state)
@@ -162,6 +170,7 @@ class JitRecurrent(Generic[J]):
         """``step`` for event-loop callers: the replay is awaited, never blocking the loop."""
         t0 = time.perf_counter()
         self._check_state()
+        self._check_pack(pack_inputs)
         if pack_inputs is not None:
             result = pack_inputs(self.jit)
             if isinstance(result, Awaitable):

@@ -601,7 +601,7 @@ def _resolve_device(device: Any) -> Any:
     if isinstance(device, Device):
         return device
     client = default_client()
-    return client.device(0 if device is None else int(device))
+    return client.device(0 if device is None else device)  # an index; a typed error otherwise
 
 
 def _declared(self: JitWrapper[Any], name: str) -> Var:

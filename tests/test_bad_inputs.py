@@ -23,6 +23,7 @@ import pytest
 import asyncjit
 from asyncjit import Client, InputSpec, JitRecurrent, JitWrapper, LstmState, Tensor, Var, jit
 from asyncjit.compiler import CpuExecutable, compile
+from asyncjit.devices import executable_kind
 from asyncjit.errors import (
     ArgumentCountError,
     ArgumentTypeError,
@@ -31,6 +32,7 @@ from asyncjit.errors import (
     ClosedError,
     CompileError,
     DeviceError,
+    DeviceNotFoundError,
     DonateIndexError,
     DTypeMismatchError,
     InputBufferNotFoundError,
@@ -40,10 +42,12 @@ from asyncjit.errors import (
     ShapeMismatchError,
     StaticArgumentError,
     TensorError,
+    UnsupportedDTypeError,
     VarBoundsError,
 )
 from asyncjit.models.silero_vad import SileroBatchedStep, SileroVad, vad_mux
 from asyncjit.runtime import Buffer, LoadedExecutable
+from asyncjit.runtime._executable import pack_executable
 from asyncjit.scheduler import HostBatchedStep, MuxClosedError, StreamClosedError, StreamMux
 
 T = Var("t", 1, 8)
@@ -231,7 +235,7 @@ COMPILE = [
     Case(
         "tensor/unknown_dtype",
         lambda e: Tensor.placeholder((2,), "complex64"),
-        DTypeMismatchError,
+        UnsupportedDTypeError,
         "complex64",
     ),
     Case("var/min_above_max", lambda e: Var("n", 5, 2), VarBoundsError, "n"),
@@ -463,14 +467,16 @@ CLIENT = [
     Case(
         "client/buffer_object_array",
         lambda e: e.client.buffer_from_host(np.array([object()])),
-        DTypeMismatchError,
+        UnsupportedDTypeError,
         "object",
     ),
-    Case("client/buffer_strings", lambda e: e.client.buffer_from_host(["a", "b"]), DTypeMismatchError, "<U1"),
+    Case(
+        "client/buffer_strings", lambda e: e.client.buffer_from_host(["a", "b"]), UnsupportedDTypeError, "<U1"
+    ),
     Case(
         "client/buffer_complex",
         lambda e: e.client.buffer_from_host(np.ones(2, np.complex64)),
-        DTypeMismatchError,
+        UnsupportedDTypeError,
         "complex64",
     ),
     Case(
@@ -804,7 +810,56 @@ VAD = [
     ),
 ]
 
-TABLE = [*COMPILE, *RUN, *EXECUTE, *CLIENT, *BUFFER, *JIT, *WRAPPER, *RECURRENT, *VAD]
+DEVICES = [
+    Case(
+        "devices/wrapper_device_string",
+        lambda e: AffineJit(Model(), device="cpu").prepare(InputSpec.f32((8, 4)), InputSpec.f32((4,))),
+        ArgumentTypeError,
+        "'cpu'",
+    ),
+    Case(
+        "devices/wrapper_device_index",
+        lambda e: AffineJit(Model(), device=9).prepare(InputSpec.f32((8, 4)), InputSpec.f32((4,))),
+        DeviceNotFoundError,
+        "9",
+    ),
+    Case(
+        "devices/jit_device_string",
+        lambda e: jit(lambda a: a * 2, device="gpu")(e.x),
+        ArgumentTypeError,
+        "'gpu'",
+    ),
+    Case("devices/jit_device_index", lambda e: jit(lambda a: a * 2, device=9)(e.x), DeviceNotFoundError, "9"),
+    Case("devices/silero_device", lambda e: SileroVad(16000, device="cpu"), ArgumentTypeError, "'cpu'"),
+    Case("devices/client_spec_none", lambda e: Client(None), ArgumentTypeError, "None"),
+    Case(
+        "devices/deserialize_unknown_kind",
+        lambda e: e.client.deserialize_executable(pack_executable("nokind", b"")),
+        DeviceError,
+        "nokind",
+    ),
+    Case(
+        "devices/deserialize_junk_payload",
+        lambda e: e.client.deserialize_executable(pack_executable(executable_kind(e.exe), b"junk")),
+        CompileError,
+        "not a serialized",
+    ),
+    Case(
+        "buffer/copy_to_space_not_space",
+        lambda e: e.bx.copy_to_memory_space("host"),
+        ArgumentTypeError,
+        "'host'",
+    ),
+    Case(
+        "client/buffer_space_not_space",
+        lambda e: e.client.buffer_from_host(e.x, memory_space="host"),
+        ArgumentTypeError,
+        "'host'",
+    ),
+    Case("recurrent/pack_not_callable", lambda e: e.recurrent().step(3), ArgumentTypeError, "pack_inputs"),
+]
+
+TABLE = [*COMPILE, *RUN, *EXECUTE, *CLIENT, *BUFFER, *JIT, *WRAPPER, *RECURRENT, *VAD, *DEVICES]
 
 
 @pytest.mark.parametrize("case", TABLE, ids=[c.id for c in TABLE])

@@ -249,3 +249,17 @@ def test_validate_object_rejects(damage: str) -> None:
     validate_object(obj, (ENTRY,))
     with pytest.raises(ObjectCodeError):
         validate_object(_TAMPER[damage](obj), (ENTRY,))
+
+
+def test_cache_dir_that_is_a_file_warns_and_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ASYNCJIT_CACHE_DIR naming a regular file is not silent: a CacheDirectoryWarning, no cache."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile
+
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_bytes(b"")
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", str(not_a_dir))
+    x = Tensor.placeholder((3,), name="x")
+    with pytest.warns(CacheDirectoryWarning, match="unusable"):
+        exe = compile((x * 6.5 + 0.125).exp(), [x])
+    assert exe.run([np.zeros(3, np.float32)])[0][0] == pytest.approx(np.exp(0.125))

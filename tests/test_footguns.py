@@ -18,6 +18,11 @@ what a user might expect and what asyncjit does.
 12. writing an input view while an async execute reads it
 13. reusing a recurrent wrapper after reset carries old state
 14. using a buffer after delete / donation
+15. an ONNX input that picks a branch, run with another value than the plan baked in
+16. a float var value (2.5, 3.0) or a bool silently truncated to an int
+17. ``donate=0`` or ``donate=[True]`` donating some other input, or none
+18. a recurrent state replaced by one of another size between steps
+19. a damaged compile-cache entry or serialized executable loaded as native code
 """
 
 from __future__ import annotations
@@ -307,3 +312,97 @@ def test_15_an_onnx_input_that_picks_a_branch_must_be_fixed_with_values() -> Non
     assert sess.run(None, {"x": np.ones(3, np.float32)})[0].shape == (6,)
     with pytest.raises(ValueError, match="fixed to 16000"):
         sess.run(None, {"x": np.ones(3, np.float32), "sr": np.array(8000)})
+
+
+def test_16_float_and_bool_var_values_are_refused_not_truncated(doubler: Doubler) -> None:
+    """``with_t_bound(2.5)`` used to become 2 and ``compile(fixed={"t": 2.5})`` 2; ``True`` is an
+    int to Python. Each is a VarBoundsError naming the value: a length is never rounded."""
+    with pytest.raises(VarBoundsError, match=r"2\.5"):
+        Doubler(None).with_t_bound(2.5)  # type: ignore[arg-type]
+    with pytest.raises(VarBoundsError, match="True"):
+        Doubler(None).with_t_fixed(True)
+    with pytest.raises(VarBoundsError, match=r"3\.0"):
+        doubler.execute_with_vars({"t": 3.0})  # type: ignore[dict-item]
+    x = Tensor.placeholder((Var("t", 1, 8),), name="x")
+    with pytest.raises(VarBoundsError, match=r"2\.5"):
+        asyncjit.compiler.compile([x * 2.0], [x], fixed={"t": 2.5})  # type: ignore[dict-item]
+
+
+def test_17_donate_takes_a_list_of_input_indices() -> None:
+    """``donate=0`` (meant as "input 0") used to donate nothing, ``donate=[True]`` donated input
+    1: both are DonateIndexError now, as are indices out of range, and nothing is consumed."""
+    from asyncjit.errors import DonateIndexError
+
+    client = asyncjit.default_client()
+    x = Tensor.placeholder((4,), name="x")
+    y = Tensor.placeholder((4,), name="y")
+    loaded = client.load(asyncjit.compiler.compile([x + y], [x, y]))
+    a = client.buffer_from_host(np.ones(4, np.float32))
+    b = client.buffer_from_host(np.ones(4, np.float32))
+    for donate in (0, [True], [2], ["0"]):
+        with pytest.raises(DonateIndexError):
+            loaded.execute_blocking([a, b], donate=donate)  # type: ignore[arg-type]
+    assert not a.is_deleted() and not b.is_deleted()
+    (out,) = loaded.execute_blocking([a, b], donate=[0])
+    np.testing.assert_array_equal(out.to_numpy_blocking(), 2)
+    assert a.is_deleted() and not b.is_deleted()
+
+
+def test_18_resized_recurrent_state_is_a_shape_error() -> None:
+    """Replacing ``state.h`` by a longer array used to fail inside numpy ("could not broadcast")
+    or split the output wrongly; the sizes are checked against the plan before every step."""
+    jit_ = Acc(None).prepare(InputSpec.f32((1, 2)), InputSpec.f32((1, 2)), InputSpec.f32((1, 2)))
+    rnn = JitRecurrent(jit_, LstmState.zeros(2), head_len=1)
+    rnn.state.h = np.zeros(3, np.float32)
+    with pytest.raises(ShapeMismatchError, match="h/c have 3/2 elements"):
+        rnn.step()
+    rnn.state.h = np.ones(2, np.float32)  # a replacement of the right size is fine
+    assert rnn.step()[0] == 2.0
+
+
+def test_19_damaged_object_code_is_refused_before_it_is_loaded() -> None:
+    """A serialized executable (or cache entry) whose object bytes were damaged but whose
+    checksum was fixed up used to crash the process in LLVM's loader; it is an ObjectCodeError."""
+    import hashlib
+
+    from asyncjit.compiler import deserialize
+    from asyncjit.compiler._serialize import _DIGEST
+    from asyncjit.errors import ObjectCodeError
+
+    x = Tensor.placeholder((4,), name="x")
+    exe = asyncjit.compiler.compile([x * 4.0], [x])
+    blob = exe.serialize()
+    obj = exe.object_code
+    damaged = obj[:64] + bytes(len(obj) - 64)  # a valid ELF header, zeroed sections
+    body = blob[:-_DIGEST].replace(obj, damaged)
+    with pytest.raises(ObjectCodeError):
+        deserialize(body + hashlib.blake2b(body, digest_size=_DIGEST).digest())
+
+
+def test_20_unsigned_ints_wrap_and_refuse_negative_scalars() -> None:
+    """uint8 arithmetic wraps (``0 - 1 == 255``) and a negative Python scalar next to an unsigned
+    tensor is an ``OverflowError`` at record time (numpy 2's rule), not a silent 255."""
+    from asyncjit.compiler import compile as aj_compile
+
+    x = Tensor.placeholder((3,), asyncjit.uint8, "x")
+    zero = np.zeros(3, np.uint8)
+    (wrapped,) = aj_compile(-x, [x]).run([zero])
+    assert wrapped.tolist() == [0, 0, 0]
+    (under,) = aj_compile(x - Tensor.const(np.ones(3, np.uint8)), [x]).run([zero])
+    assert under.tolist() == [255, 255, 255]
+    with pytest.raises(OverflowError):
+        _ = x + (-1)
+
+
+def test_21_jit_turns_float64_into_float32_but_placeholders_keep_float64() -> None:
+    """float64 is a real dtype (placeholders, Buffers, casts compute in double), but ``jit`` turns
+    float64 *arguments* into float32 as JAX does without x64: ask for float64 with a placeholder."""
+    from asyncjit import jit
+
+    @jit
+    def f(v: Tensor) -> Tensor:
+        return v * 2
+
+    assert f(np.ones(2)).dtype == asyncjit.float32
+    p = Tensor.placeholder((2,), asyncjit.float64, "p")
+    assert (p * 2).dtype == asyncjit.float64

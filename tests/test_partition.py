@@ -363,10 +363,10 @@ def test_partition_properties(case: GraphCase, allowed: set[str], seed: int) -> 
     outputs = [t.node for t in case.outputs]
     by_id = {p.node.id: feed[p] for p in case.placeholders}
     perturbed = perturbed_runs(outputs, by_id, ref_bindings, case.seed)
-    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+    for j, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g.shape == w.shape and g.dtype == w.dtype, case.describe()
-        bad, _ = compare(g, w, [p[k] for p in perturbed], tolerance_ulps(outputs))
-        assert not bad.any(), f"output {k}: got {g[bad][:5]} want {w[bad][:5]}: {case.describe()}"
+        bad, _ = compare(g, w, [p[j] for p in perturbed], tolerance_ulps(outputs))
+        assert not bad.any(), f"output {j}: got {g[bad][:3]} want {w[bad][:3]}\n{case.describe()}"
 
 
 def test_segmented_launcher_sees_addresses_changed_in_place() -> None:

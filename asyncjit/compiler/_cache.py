@@ -157,6 +157,12 @@ def _open_cache(path: Path) -> bytes | None:
         st = path.stat()
     except OSError as exc:
         log.warning("compile_cache_unavailable", dir=str(path), error=str(exc))
+        warnings.warn(
+            f"compile cache directory {path} is unusable ({exc}); compiling without it "
+            "(set ASYNCJIT_CACHE_DIR to a directory of yours, or 'off')",
+            CacheDirectoryWarning,
+            stacklevel=4,
+        )
         return None
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or _not_mine(st):
         _refuse(

@@ -24,6 +24,10 @@ __all__ = ["window_geometry"]
 @op("MatMul")
 def _matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
     a, b = n.t(ins[0]), n.t(ins[1])
+    if a.ndim > 2 and b.ndim == 2:
+        # rows of every batch at once: a batched matmul would broadcast (copy) b per batch
+        lead = a.shape[:-1]
+        return (a.reshape(-1, a.shape[-1]) @ b).reshape(*lead, b.shape[1])
     return a.matmul(b)
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..symbolic import Dim, bounds, upper
 from ..tensor import Tensor
 from ._ops_reduce import _gather_elements
 from ._ops_shape import reverse_axis
 from ._registry import NodeCtx, op
-from ._values import Value
+from ._values import Value, const_tensor
 
 __all__: list[str] = []
 
@@ -133,14 +135,16 @@ def _run(
     direction = direction.decode() if isinstance(direction, bytes) else direction
     dirs = 2 if direction == "bidirectional" else 1
     acts = _activations(n, defaults, dirs)
-    W = n.t(ins[1]).cast(x.dtype)
+    w_t = transposed(ins[1], n, x.dtype)
     inits = [ins[5] if len(ins) > 5 else None, ins[6] if len(ins) > 6 else None][:states]
     ys, finals = [], []
     masks = _masks(t_max, T, B, lens)
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
         xd = _direction_input(x, lens, T, reverse)
-        proj = xd @ W[d].T  # [T, B, gates*H] for every step at once
+        # [T, B, gates*H] for every step at once, as one 2-D matmul (a 3-D one would broadcast
+        # the weight over T, copying it every run)
+        proj = (xd.reshape(t_max * B, xd.shape[2]) @ w_t[d]).reshape(t_max, B, -1)
         state = tuple(
             n.t(v)[d].cast(x.dtype) if v is not None else Tensor.zeros([B, H], x.dtype) for v in inits
         )
@@ -175,6 +179,15 @@ def _run(
     return results
 
 
+def transposed(v: Value | None, n: NodeCtx, dtype: dt.DType) -> list[Tensor]:
+    """``v[d].T`` for each direction, as contiguous constants when ``v`` is known (weights are
+    then stored [K, N] for the matmuls instead of being transposed by the plan every run)."""
+    if isinstance(v, np.ndarray):
+        return [const_tensor(np.ascontiguousarray(v[d].T).astype(dtype.np)) for d in range(v.shape[0])]
+    t = n.t(v).cast(dtype)
+    return [t[d].T for d in range(int(t.shape[0]))]
+
+
 def _biases(n: NodeCtx, ins: list[Value | None], gates: int, H: Dim, dtype: dt.DType) -> Tensor | None:
     if len(ins) > 3 and ins[3] is not None:
         b = n.t(ins[3]).cast(dtype)
@@ -185,6 +198,7 @@ def _biases(n: NodeCtx, ins: list[Value | None], gates: int, H: Dim, dtype: dt.D
 @op("LSTM")
 def _lstm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     R = n.t(ins[2])
+    r_t = transposed(ins[2], n, n.t(ins[0]).dtype)
     H = int(R.shape[-1])
     bias = _biases(n, ins, 4, H, n.t(ins[0]).dtype)
     P = n.t(ins[7]) if len(ins) > 7 and ins[7] is not None else None
@@ -193,7 +207,7 @@ def _lstm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
 
     def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
         h, c = carry
-        g = p_t + h @ R[d].T.cast(h.dtype)
+        g = p_t + h @ r_t[d]
         if bias is not None:
             g = g + bias[d]
         f_act, g_act, h_act = acts
@@ -258,13 +272,14 @@ def _gru(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
 @op("RNN")
 def _rnn(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     R = n.t(ins[2])
+    r_t = transposed(ins[2], n, n.t(ins[0]).dtype)
     H = int(R.shape[-1])
     bias = _biases(n, ins, 1, H, n.t(ins[0]).dtype)
     clip = _clip(n)
 
     def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
         (h,) = carry
-        g = p_t + h @ R[d].T.cast(h.dtype)
+        g = p_t + h @ r_t[d]
         if bias is not None:
             g = g + bias[d]
         return (acts[0](clip(g)),)

@@ -323,6 +323,11 @@ class Buffer:
 
     def copy_to_memory_space(self, memory_space: MemorySpace) -> Buffer:
         """A copy in ``memory_space`` (run by its device's queue after this buffer is ready)."""
+        if not isinstance(memory_space, MemorySpace):
+            raise ArgumentTypeError(
+                f"copy_to_memory_space takes a MemorySpace, got {type(memory_space).__name__} "
+                f"{memory_space!r}"
+            )
         if memory_space.device.client is not self.device.client:
             raise DeviceError(f"{memory_space!r} belongs to another client than {self!r}")
         device = memory_space.device

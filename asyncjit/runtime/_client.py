@@ -251,6 +251,8 @@ class Client:
         if not isinstance(semantics, HostBufferSemantics):
             raise ArgumentTypeError(f"semantics must be a HostBufferSemantics member, got {semantics!r}")
         space = memory_space if memory_space is not None else self._device_arg(device).default_memory_space
+        if memory_space is not None and not isinstance(memory_space, MemorySpace):
+            raise ArgumentTypeError(f"memory_space must be a MemorySpace, got {memory_space!r}")
         if memory_space is not None and memory_space.device.client is not self:
             raise DeviceError(f"{memory_space!r} belongs to another client")
         dev = space.device
