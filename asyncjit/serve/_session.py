@@ -44,6 +44,9 @@ waiting for a step)."""
 LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
+SHUTDOWN_LINGER = 0.3
+"""The linger once the server is draining (the whole shutdown must stay within a few seconds)."""
+
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
 
 
@@ -97,6 +100,8 @@ class Connection:
         self._wbuf = bytearray()
         self._streams: set[MuxStream] = set()
         self._t0 = time.monotonic()
+        self._closing = False  # the responder encoded the close reason
+        self._close_sent = False  # ... and wrote it
         self.quiet = False  # a plain HTTP request: its close is logged at debug level
 
     def idle(self) -> bool:
@@ -242,8 +247,10 @@ class Connection:
             elif kind == RAW:
                 self._wbuf += item[1]
             else:  # CLOSE
+                self._closing = True
                 self.on_close(item[1], item[2])
                 await self.flush()
+                self._close_sent = True
                 return
             if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
@@ -285,10 +292,25 @@ class Connection:
                 seconds=round(time.monotonic() - self._t0, 3),
                 messages=self.received,
             )
-            with anyio.move_on_after(LINGER):  # not shielded: a shutdown's grace period cuts it
-                await self._linger()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                await self.stream.aclose()
+            # Cancelled before the responder said why (a shutdown's grace ran out): say it now.
+            # Then linger, shielded but short while the server drains, so no reset loses it.
+            with anyio.CancelScope(shield=True):
+                if not self._close_sent and not self.quiet:
+                    with anyio.move_on_after(0.5):
+                        await self._send_reason(code, message)
+                with anyio.move_on_after(SHUTDOWN_LINGER if server.draining else LINGER):
+                    await self._linger()
+                with anyio.move_on_after(1):
+                    await self.stream.aclose()
+
+    async def _send_reason(self, code: str, message: str) -> None:
+        try:
+            if not self._closing:
+                self.on_close(code, message)
+            if self._wbuf and not self.writing:
+                await self.flush()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.BusyResourceError, OSError):
+            pass
 
     async def _linger(self) -> None:
         """Half-close, then read and drop what the client still sends until it closes too: closing
