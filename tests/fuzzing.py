@@ -106,7 +106,10 @@ def _perturb(
     with np.errstate(all="ignore"):
         moved = value.astype(np.float64) + step * bound
         out = np.where(np.isfinite(value), moved, value.astype(np.float64))
-        out = np.where(np.isinf(bound) | np.isnan(bound), np.nan, out)  # a dot whose |terms| overflow
+        # a dot whose |terms| overflow float32 may come out as anything: +inf in the "up" run,
+        # -inf in the "down" run, NaN in the random one (so a later comparison flips both ways)
+        unknown = np.inf * sign if sign else np.nan
+        out = np.where(np.isinf(bound) | np.isnan(bound), unknown, out)
         return out.astype(value.dtype)
 
 

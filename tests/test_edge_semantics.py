@@ -216,3 +216,25 @@ def test_var_of_an_unused_input_is_accepted_by_every_path() -> None:
     assert same(got, want)
     with pytest.raises(VarBoundsError):
         reference.evaluate(y + 1, {x: feed[0], y: feed[1]}, {"t": 9})
+
+
+def test_float64_to_float16_rounds_once() -> None:
+    """float64 -> float16 is rounded once (no libcall, no double rounding through float32): ties
+    of float16 nudged by far less than a float32 ulp must round away from the tie, as numpy does."""
+    rng = np.random.default_rng(3)
+    halves = rng.integers(0, 0x7BFF, 4000, dtype=np.uint16).view(np.float16).astype(np.float64)
+    ties = (halves + np.nextafter(halves.astype(np.float16), np.float16(np.inf)).astype(np.float64)) / 2
+    a = np.concatenate(
+        [
+            ties,
+            ties * (1 + 2.0**-40),
+            ties * (1 - 2.0**-40),
+            -ties * (1 + 2.0**-40),
+            [1e300, -1e300, np.nan, np.inf, 65520.0, 65519.99, 2.0**-25, 2.0**-25 * (1 + 2.0**-40), 1e-320],
+        ]
+    )
+    x = Tensor.placeholder((a.size,), dt.float64, name="x")
+    outs = [x.cast(dt.float16), x.reshape(1, a.size).cast(dt.float16).sum(0)]
+    got, want = both(outs, [x], [a], {})
+    assert same(got[0], want[0])
+    assert same(got[1], want[1])

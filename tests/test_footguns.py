@@ -377,3 +377,32 @@ def test_19_damaged_object_code_is_refused_before_it_is_loaded() -> None:
     body = blob[:-_DIGEST].replace(obj, damaged)
     with pytest.raises(ObjectCodeError):
         deserialize(body + hashlib.blake2b(body, digest_size=_DIGEST).digest())
+
+
+def test_20_unsigned_ints_wrap_and_refuse_negative_scalars() -> None:
+    """uint8 arithmetic wraps (``0 - 1 == 255``) and a negative Python scalar next to an unsigned
+    tensor is an ``OverflowError`` at record time (numpy 2's rule), not a silent 255."""
+    from asyncjit.compiler import compile as aj_compile
+
+    x = Tensor.placeholder((3,), asyncjit.uint8, "x")
+    zero = np.zeros(3, np.uint8)
+    (wrapped,) = aj_compile(-x, [x]).run([zero])
+    assert wrapped.tolist() == [0, 0, 0]
+    (under,) = aj_compile(x - Tensor.const(np.ones(3, np.uint8)), [x]).run([zero])
+    assert under.tolist() == [255, 255, 255]
+    with pytest.raises(OverflowError):
+        _ = x + (-1)
+
+
+def test_21_jit_turns_float64_into_float32_but_placeholders_keep_float64() -> None:
+    """float64 is a real dtype (placeholders, Buffers, casts compute in double), but ``jit`` turns
+    float64 *arguments* into float32 as JAX does without x64: ask for float64 with a placeholder."""
+    from asyncjit import jit
+
+    @jit
+    def f(v: Tensor) -> Tensor:
+        return v * 2
+
+    assert f(np.ones(2)).dtype == asyncjit.float32
+    p = Tensor.placeholder((2,), asyncjit.float64, "p")
+    assert (p * 2).dtype == asyncjit.float64

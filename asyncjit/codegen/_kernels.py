@@ -24,7 +24,7 @@ from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._reduce_rows import emit_reduce_rows, rows_worthwhile
-from ._scalar import intrinsic
+from ._scalar import double_to_half, intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
 from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
@@ -246,9 +246,11 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
         return _combine(ctx, op, acc_v, v, is_float, unsigned)
 
     def finish(idx: tuple[Dim, ...], result: ir.Value) -> None:
-        if result.type == F64 and node.dtype.name in ("float32", "float16"):
-            result = ctx.b.fptrunc(result, F32)  # double -> float -> half, as the reference
-        if node.dtype.name == "float16":  # rounds float64 -> float32 -> float16
+        if result.type == F64 and node.dtype.name == "float16":
+            result = double_to_half(ctx.b, result)  # rounded once, as the reference does
+        elif result.type == F64 and node.dtype.name == "float32":
+            result = ctx.b.fptrunc(result, F32)
+        elif node.dtype.name == "float16":
             result = ctx.b.fptrunc(result, F16)
         ctx.em.store(ctx.out, node, linearize(idx, node.shape), result)
 

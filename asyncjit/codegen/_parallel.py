@@ -149,6 +149,7 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
     tids = eb.alloca(I64, size=MAX_THREADS)
     started = eb.alloca(I8, size=MAX_THREADS)
     zero = ir.Constant(I32, 0)
+    parts = b.select(b.icmp_signed(">", parts, i64(MAX_THREADS)), i64(MAX_THREADS), parts)  # the arrays' size
     with for_range(b, i64(1), parts, name="spawn") as p:
         job = b.gep(jobs, [b.mul(p, i64(_JOB))], source_etype=I64)
         for i, v in enumerate((b.ptrtoint(ctx, I64), p, parts)):

@@ -19,9 +19,9 @@ from ..dtypes import DType
 from ..errors import CompileError
 from ..graph import Node
 from . import _mathfn
-from ._types import F16, F32, F64, I1, compute_type
+from ._types import F16, F32, F64, I1, I32, compute_type
 
-__all__ = ["cast_value", "emit_elementwise", "intrinsic"]
+__all__ = ["cast_value", "double_to_half", "emit_elementwise", "intrinsic"]
 
 _FLAGS = ("contract",)
 _TRANSCENDENTAL = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"}
@@ -49,6 +49,23 @@ def _float_width(ty: ir.Type) -> int:
     return 64 if ty == F64 else 32 if ty == F32 else 16
 
 
+def double_to_half(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """double -> half rounded once, without the ``__truncdfhf2`` libcall LLVM would emit for a
+    direct ``fptrunc`` (the JIT does not link it: the call would jump to address 0). Goes through
+    float rounded *to odd* (truncate, then set the last bit when inexact): with 13 more bits than
+    half, the second rounding then gives exactly the correctly rounded half."""
+    near = b.fptrunc(v, F32)
+    back = b.fpext(near, F64)
+    bits = b.bitcast(near, I32)
+    fabs_d = intrinsic(b, "llvm.fabs.f64", F64, [v])
+    fabs_b = intrinsic(b, "llvm.fabs.f64", F64, [back])
+    over = b.fcmp_ordered(">", fabs_b, fabs_d)  # rounded away from zero: step back toward it
+    bits = b.select(over, b.sub(bits, ir.Constant(I32, 1)), bits)
+    inexact = b.fcmp_ordered("!=", back, v)
+    bits = b.select(inexact, b.or_(bits, ir.Constant(I32, 1)), bits)
+    return b.fptrunc(b.bitcast(bits, F32), F16)
+
+
 def cast_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
     """``cast`` semantics: saturating float->int, ``!= 0`` to bool, wrapping int->int."""
     sty, dty = compute_type(src), compute_type(dst)
@@ -60,6 +77,8 @@ def cast_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value
         return b.icmp_unsigned("!=", v, ir.Constant(sty, 0))
     if src.is_float and dst.is_float:
         wider = _float_width(dty) > _float_width(sty)
+        if sty == F64 and dty == F16:
+            return double_to_half(b, v)
         return b.fpext(v, dty) if wider else b.fptrunc(v, dty)
     if src.is_float:
         kind = "fptoui" if dst.is_unsigned else "fptosi"

@@ -78,14 +78,14 @@ class Tensor:
 
     @staticmethod
     def const(value: Any, dtype: DType | Any | None = None) -> Tensor:
-        """A constant (weights). float64 data becomes float32; the array is copied and frozen."""
+        """A constant (weights); the array is copied and frozen. Without ``dtype``, float64 data
+        becomes float32 (as JAX does without x64: Python floats are float64 in numpy) and other
+        dtypes are kept; pass ``dtype=asyncjit.float64`` for a float64 constant."""
         arr = np.array(value)
         if dtype is not None:
             arr = arr.astype(dt.from_numpy(dtype).np)
         elif arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        elif arr.dtype.kind in "iu" and arr.dtype != np.int32 and arr.dtype != np.int64:
-            arr = arr.astype(np.int64)
         dt.from_numpy(arr.dtype)  # rejects unsupported dtypes with a clear TypeError
         arr = np.array(arr, order="C")  # a copy; np.ascontiguousarray would make 0-d arrays 1-d
         arr.setflags(write=False)
