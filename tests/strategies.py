@@ -1152,16 +1152,24 @@ def oracle_topk(x: np.ndarray, k: int, axis: int, largest: bool) -> np.ndarray:
     return np.moveaxis(out, -1, axis)
 
 
+def _long_enough(b: _Builder, extra: int) -> DimChoice:
+    """A length of at least ``extra + 1``: a drawn var plus ``extra``, or a static one."""
+    if b.variables:
+        v = b.draw(st.sampled_from(b.variables))
+        return DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    n = b.draw(st.integers(1, 5)) + extra
+    return DimChoice(n, lambda _b, n=n: n)
+
+
 def _k_conv2d(b: _Builder) -> None:
     kh, kw = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
     strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
     groups = b.draw(st.sampled_from([1, 2]))
     cg, og = b.draw(st.integers(1, 2)), b.draw(st.integers(1, 3))
     pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
-    v = b.draw(st.sampled_from(b.variables))
     extra_h = max(kh - 1 - pads[0] - pads[2], 0)
     extra_w = max(kw - 1 - pads[1] - pads[3], 0)
-    height = DimChoice(v + extra_h, lambda bb, n=v.name, e=extra_h: bb[n] + e)
+    height = _long_enough(b, extra_h)
     width = DimChoice(extra_w + 3, lambda _b, e=extra_w: e + 3)
     n = b.draw_dim(nonzero=True)
     chans = DimChoice(cg * groups, lambda _b, c=cg * groups: c)
@@ -1183,9 +1191,8 @@ def _k_pool(b: _Builder) -> None:
     k, s = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
     pad = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
     ceil, include = b.draw(st.booleans()), b.draw(st.booleans())
-    v = b.draw(st.sampled_from(b.variables))
     extra = max(k - 1 - pad[0] - pad[1], 0)
-    length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    length = _long_enough(b, extra)
     xi = b.placeholder(
         [b.draw_dim(nonzero=True), b.draw_dim(), length], b.draw_dtype("f" if mode == "avg" else "fi")
     )

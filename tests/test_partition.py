@@ -30,7 +30,7 @@ from asyncjit.compiler import (
     register_plugin,
     unregister_plugin,
 )
-from asyncjit.errors import CompileError
+from asyncjit.errors import CompileError, KernelRuntimeError
 from asyncjit.graph import OPS, Node
 from asyncjit.passes import Graph
 from asyncjit.plugins import Plugin
@@ -383,3 +383,16 @@ def test_segmented_launcher_sees_addresses_changed_in_place() -> None:
     launcher(addrs, ())
     np.testing.assert_array_equal(out1, np.maximum(np.arange(4) - 1, 0) * 2)
     np.testing.assert_array_equal(out2, np.maximum(np.arange(4), 0) * 2)
+
+
+def test_a_failing_dispatch_runtime_is_a_kernel_runtime_error() -> None:
+    class Broken(NumpyDispatch):
+        name = "test-broken"
+
+        def invoke(self, *args: Any) -> None:
+            raise ValueError("device lost")
+
+    x = Tensor.placeholder((4,), name="x")
+    exe = compile(x.relu() + 1.0, [x], plugins=[Broken(ops={"relu"})])
+    with pytest.raises(KernelRuntimeError, match=r"test-broken.*ValueError: device lost"):
+        exe.run([np.zeros(4, np.float32)])

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from ..dtypes import DType
-from ..errors import DeviceError
+from ..errors import DeviceError, KernelRuntimeError
 from ..symbolic import Dim, Var, compile_dims
 
 if TYPE_CHECKING:
@@ -195,8 +195,19 @@ class SegmentedLauncher:
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         if addrs != self._addrs or values != self._values:
             self._rebind(addrs, values)
-        for call in self._calls:
-            call()
+        try:
+            for call in self._calls:
+                call()
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: Exception) -> KernelRuntimeError:
+        """A dispatch runtime's exception as a ``KernelRuntimeError`` naming the plugin."""
+        names = sorted({self._exe.payloads[c.payload].plugin for c in self._exe.dispatch})
+        return KernelRuntimeError(
+            f"plan {self._exe.name!r}: a dispatched partition failed (plugins {names}): "
+            f"{type(exc).__name__}: {exc}"
+        )
 
     def profile(self, addrs: Sequence[int], values: Sequence[int], ticks: np.ndarray) -> None:
         """One replay recording the cycle counter around every kernel (dispatch calls included)."""
@@ -214,5 +225,8 @@ class SegmentedLauncher:
             else:
                 k = step.call.kernel
                 ticks[k] = counter()
-                step()
+                try:
+                    step()
+                except Exception as exc:
+                    raise self._failed(exc) from exc
                 ticks[k + 1] = counter()

@@ -339,6 +339,8 @@ def _leaky(n: NodeCtx, ins: list[Value | None]) -> Value:
 @op("PRelu")
 def _prelu(n: NodeCtx, ins: list[Value | None]) -> Value:
     x, slope = _promote(n, ins[0], ins[1])
+    if n.opset < 7 and slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] != x.shape[-1]:
+        slope = slope.reshape(slope.shape[0], *([1] * (x.ndim - 2)))  # one slope per channel
     return Tensor.select(x < 0, x * slope, x)
 
 

@@ -136,18 +136,19 @@ class VadServer:
         try:
             async with mux:
                 self._mux = mux
-                async with anyio.create_task_group() as conns:
-                    async with anyio.create_task_group() as accepting:
-                        for bound_listener, conn_cls in listeners:
-                            accepting.start_soon(bound_listener.serve, partial(self._handle, conn_cls), conns)
-                        accepting.start_soon(self._sweep)
-                        self.log.info(
-                            "serve.listening", **{k: f"{h}:{p}" for k, (h, p) in self.addresses.items()}
-                        )
-                        task_status.started(dict(self.addresses))
-                        await self._stop.wait()
-                        accepting.cancel_scope.cancel()
+                async with anyio.create_task_group() as conns, anyio.create_task_group() as accepting:
+                    for bound_listener, conn_cls in listeners:
+                        accepting.start_soon(bound_listener.serve, partial(self._handle, conn_cls), conns)
+                    accepting.start_soon(self._sweep)
+                    self.log.info(
+                        "serve.listening", **{k: f"{h}:{p}" for k, (h, p) in self.addresses.items()}
+                    )
+                    task_status.started(dict(self.addresses))
+                    await self._stop.wait()
+                    # still accepting while draining: a connection waiting in the listen
+                    # backlog is told "shutdown" (admit refuses it) rather than reset
                     await self._drain(conns)
+                    accepting.cancel_scope.cancel()
         finally:
             for opened, _ in listeners:
                 with anyio.CancelScope(shield=True):

@@ -44,7 +44,7 @@ waiting for a step)."""
 LINGER = 2.0
 """Seconds a closing connection waits for the client to close too (see ``Connection._linger``)."""
 
-SHUTDOWN_LINGER = 0.3
+SHUTDOWN_LINGER = 1.0
 """The linger once the server is draining (the whole shutdown must stay within a few seconds)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
@@ -300,8 +300,17 @@ class Connection:
                         await self._send_reason(code, message)
                 with anyio.move_on_after(SHUTDOWN_LINGER if server.draining else LINGER):
                     await self._linger()
+                with anyio.move_on_after(SHUTDOWN_LINGER):
+                    await self._written()
                 with anyio.move_on_after(1):
                     await self.stream.aclose()
+
+    async def _written(self) -> None:
+        """Wait until the bytes we wrote left the process: anyio's asyncio socket aborts its
+        transport on ``aclose``, dropping what is still buffered (the close reason among it)."""
+        transport = getattr(self.stream, "_transport", None)
+        while transport is not None and not transport.is_closing() and transport.get_write_buffer_size():
+            await anyio.sleep(0.01)
 
     async def _send_reason(self, code: str, message: str) -> None:
         try:
