@@ -6,9 +6,9 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Elementwise ops take operands of one shape and dtype (``Tensor`` inserts broadcasts and casts);
   float16 ops compute in float32 and round once per op; float64 ops compute in float64.
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
-* ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
+* ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
   LLVM's ``fptosi.sat``/``fptoui.sat`` (a negative float to an unsigned int is 0); int to
   narrower int, and between signed and unsigned, wraps; anything to bool is ``!= 0``.
