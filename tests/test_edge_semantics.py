@@ -238,3 +238,15 @@ def test_float64_to_float16_rounds_once() -> None:
     got, want = both(outs, [x], [a], {})
     assert same(got[0], want[0])
     assert same(got[1], want[1])
+
+
+@pytest.mark.parametrize("dtype", [dt.float16, dt.float32])
+def test_pow_of_any_nan_to_zero_is_one(dtype: dt.DType) -> None:
+    """pow(x, 0) = 1 and pow(1, y) = 1 even for NaNs, signalling ones (random bit patterns) too."""
+    uint = np.uint16 if dtype == dt.float16 else np.uint32
+    quiet, signalling = (0x7E00, 0x7D00) if dtype == dt.float16 else (0x7FC00000, 0x7FA00000)
+    a = np.array([quiet, signalling, signalling | (1 << (8 * dtype.itemsize - 1))], uint).view(dtype.np)
+    x = Tensor.placeholder((3,), dtype, name="x")
+    got, want = both([x**0, Tensor.const(np.ones(3, dtype.np)) ** x], [x], [a], {})
+    assert all(same(g, w) for g, w in zip(got, want, strict=True))
+    assert (got[0] == 1).all() and (got[1] == 1).all()

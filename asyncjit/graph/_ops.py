@@ -8,6 +8,7 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
+* ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
   LLVM's ``fptosi.sat``/``fptoui.sat`` (a negative float to an unsigned int is 0); int to
   narrower int, and between signed and unsigned, wraps; anything to bool is ``!= 0``.
@@ -253,6 +254,14 @@ def _int_safe(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..
     return wrapped
 
 
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C99 ``pow``: pow(x, +-0) = 1 and pow(1, y) = 1 for every x and y, NaNs included (numpy's
+    array loop gives NaN for a *signalling* NaN there, its scalar path 1; compiled code gives 1)."""
+    out = np.power(x, y)
+    one: np.ndarray = np.where((y == 0) | (x == 1), np.ones((), out.dtype), out)
+    return one
+
+
 BINARY_ARITH: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
@@ -260,7 +269,7 @@ BINARY_ARITH: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "div": np.true_divide,
     "idiv": _int_safe(np.floor_divide),
     "mod": _int_safe(np.mod),
-    "pow": np.power,
+    "pow": _pow,
     "maximum": np.maximum,
     "minimum": np.minimum,
 }
