@@ -1,7 +1,8 @@
 """``asyncjit serve``: real Wyoming and WebSocket clients against the server on asyncio and on trio.
 
 The ``wyoming`` and ``websockets`` clients are asyncio-only, so the server runs on its own loop
-(asyncio or trio) in a thread and each test drives it from an ``asyncio.run`` of its own.
+(asyncio or trio) in a thread and each test drives it from an ``asyncio.run`` of its own, or, for
+tests marked ``asyncio``, from pytest-asyncio's loop.
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ def test_wyoming_client_gets_the_speech_timestamps(backend: str) -> None:
         assert srv.call(lambda: srv.server.metrics.sample("asyncjit_serve_chunks_total")) >= 2 * 240
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_wyoming_converts_rate_width_and_channels(backend: str) -> None:
+async def test_wyoming_converts_rate_width_and_channels(backend: str) -> None:
     """48 kHz stereo 32-bit audio is mixed down and resampled (soxr): the edges are those of the
     same audio converted the same way, fed to ``SileroVad``."""
     audio, _ = read_wav(speech_sample_path())
@@ -128,7 +130,8 @@ def test_wyoming_converts_rate_width_and_channels(backend: str) -> None:
         [conv.push(pcm[i : i + 8192]) for i in range(0, len(pcm), 8192)] + [conv.flush()]
     )
     with running(backend) as srv:
-        events = asyncio.run(wyoming_stream(srv.port("wyoming"), pcm, rate=48000, width=4, channels=2))
+        # The package's client is asyncio-only: this test runs on pytest-asyncio's loop.
+        events = await wyoming_stream(srv.port("wyoming"), pcm, rate=48000, width=4, channels=2)
     assert_edges_match(edges_of(events), reference_edges(converted))
 
 
