@@ -140,7 +140,7 @@ def run_demo(
 
 
 # ---------------------------------------------------------------------------------------------
-# asyncjit demo --streams N: many live streams through one StreamMux (issue 7, item 4)
+# asyncjit demo --streams N: many live streams through one StreamMux
 
 PER_STREAM_PEER_STREAMS = 8
 """ONNX Runtime per stream is timed on this many streams: its cost per call does not depend on N."""

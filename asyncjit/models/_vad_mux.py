@@ -1,4 +1,4 @@
-"""Silero VAD for many live streams: ``vad_mux`` and its ``BatchedStep``, ``SileroBatchedStep`` (issue 7).
+"""Silero VAD for many live streams: ``vad_mux`` and its ``BatchedStep``, ``SileroBatchedStep``.
 
 One plan, ``build_step_slots`` compiled once with the batch a bounded var ``b`` in
 ``1..max_batch_size``, steps the ``b`` ready streams of a ``StreamMux`` in one native call. Each

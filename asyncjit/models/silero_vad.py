@@ -1,6 +1,6 @@
 """Silero VAD on the ``Tensor`` API, with the published weights read from the ``silero-vad`` package.
 
-The network (one step per chunk; issue 6), for a chunk of ``n`` new samples at 16 kHz (8 kHz):
+The network (one step per chunk), for a chunk of ``n`` new samples at 16 kHz (8 kHz):
 
 1. ``[context | chunk]``: the last 64 (32) samples of the previous chunk, then 512 (256) new
    ones, reflect-padded by 64 (32) samples on the right;
@@ -32,7 +32,7 @@ graph serves 1..N streams. Four builders share one network:
 * ``build_step``: ``(chunk, h, c) -> (prob, h, c)``;
 * ``build_step_state``: the ONNX interface, ``(chunk, state[2, b, 128]) -> (prob, state)``;
 * ``build_step_packed``: ends in ``[prob | h | c]``, the layout ``JitRecurrent`` expects;
-* ``build_step_slots``: the slot pool of ``StreamMux`` (issue 7): gathers each stream's state and
+* ``build_step_slots``: the slot pool of ``StreamMux``: gathers each stream's state and
   audio context from a pool by slot index, runs the step, scatters them back, all in the graph.
 """
 

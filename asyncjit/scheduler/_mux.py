@@ -1,4 +1,4 @@
-"""``StreamMux``: many live streams served by one batched recurrent plan (issue 7, item 1).
+"""``StreamMux``: many live streams served by one batched recurrent plan.
 
 ``async with mux:`` runs one service task. Producers append steps to their stream's FIFO; the
 service forms a batch of at most one step per ready stream, oldest stream first (round robin, so
