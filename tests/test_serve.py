@@ -488,3 +488,16 @@ def test_page_streams_a_fake_microphone_in_headless_chromium(tmp_path: Any) -> N
         finally:
             browser.terminate()
             browser.communicate(timeout=30)
+
+
+def test_a_protocol_missing_a_handler_cannot_be_made() -> None:
+    """``Connection`` is abstract: a protocol class that forgets a handler fails when it is made,
+    not mid-connection."""
+    from asyncjit.serve._session import Connection
+
+    class Half(Connection):
+        async def read_loop(self) -> None:
+            return None
+
+    with pytest.raises(TypeError, match="on_close"):
+        Half(None, None, "peer")  # type: ignore[abstract, arg-type]

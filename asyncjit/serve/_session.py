@@ -16,6 +16,7 @@ writers stuck for ``write_timeout`` (counters compared between sweeps: no clock 
 
 from __future__ import annotations
 
+import abc
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,7 @@ class Utterance:
         self.chunks = 0  # chunks answered
 
 
-class Connection:
+class Connection(abc.ABC):
     """The protocol-independent half of a connection; ``WyomingConnection`` and
     ``WebSocketConnection`` add ``read_loop`` and the encoders."""
 
@@ -108,26 +109,30 @@ class Connection:
         """Waiting for the client (nothing of ours queued or being written)."""
         return not self.writing and self._send.statistics().current_buffer_used == 0
 
-    # -- to be provided by the protocol ----------------------------------------------------
+    # -- provided by each protocol (abstract: a subclass missing one cannot be made) --------
+    @abc.abstractmethod
     async def read_loop(self) -> None:
-        raise NotImplementedError
+        """Provided by each protocol's connection class."""
 
+    @abc.abstractmethod
     def on_edge(self, utt: Utterance, edge: SpeechEdge) -> None:
-        raise NotImplementedError
+        """Provided by each protocol's connection class."""
 
-    def on_probability(self, utt: Utterance, p: float) -> None:
+    def on_probability(self, utt: Utterance, p: float) -> None:  # noqa: B027 (an optional hook: by default it does nothing)
         """A per-chunk probability (only when the client asked for them)."""
 
+    @abc.abstractmethod
     def on_pong(self, token: Any) -> None:
-        raise NotImplementedError
+        """Provided by each protocol's connection class."""
 
-    def on_stopped(self, utt: Utterance) -> None:
+    def on_stopped(self, utt: Utterance) -> None:  # noqa: B027 (an optional hook: by default it does nothing)
         """The utterance's last chunk is answered."""
 
+    @abc.abstractmethod
     def on_close(self, code: str, message: str) -> None:
-        raise NotImplementedError
+        """Provided by each protocol's connection class."""
 
-    async def opening(self) -> None:
+    async def opening(self) -> None:  # noqa: B027 (an optional hook: by default it does nothing)
         """Anything the protocol sends or reads before the read loop (a handshake, admission);
         it sends through the outbox (``put((RAW, data))``), as the responder already runs."""
 
