@@ -130,3 +130,21 @@ async def test_recurrent_step_in_stream_mux_equals_session_bit_for_bit() -> None
             context = chunk[-64:]
             want.append(prob.reshape(-1))
         np.testing.assert_array_equal(got[k], np.concatenate(want))
+
+
+def test_recurrent_step_check_state_refuses_bad_states_typed() -> None:
+    """A stream's initial state is checked before it reaches the slot pool: wrong shape, a
+    non-float array and NaN each give a typed error (NaN used to be a plain ``ValueError``)."""
+    from asyncjit.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+
+    path = _path("silero_vad_16k_op15.onnx")
+    sess = ao.InferenceSession(path, {"batch": (1, 4), "sequence": 576}, values={"sr": 16000})
+    step = ao.recurrent_step(sess, state={"state": "stateN"}, context=64, max_streams=4)
+    with pytest.raises(ShapeMismatchError):
+        step.check_state({"state": np.zeros((2, 64), np.float32)})
+    with pytest.raises(DTypeMismatchError):
+        step.check_state({"state": np.zeros((2, 128), np.int32)})
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        step.check_state({"state": np.full((2, 128), np.nan, np.float32)})
+    row = step.check_state({"state": np.ones((2, 128), np.float32)})
+    assert row.dtype == np.float32 and float(row.sum()) == 256.0

@@ -26,11 +26,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from .. import dtypes
 from ..compiler import compile as compile_plan
-from ..errors import DTypeMismatchError, InvalidArgumentError, ModelFormatError, ShapeMismatchError
+from ..errors import InvalidArgumentError, ModelFormatError, ShapeMismatchError
 from ..runtime import Client, Device, default_client
 from ..scheduler import PooledStep, StreamMux
 from ..symbolic import Var
@@ -131,7 +130,7 @@ class SileroBatchedStep(PooledStep):
         """
         hidden = self.hidden
         if isinstance(state, tuple | list) and len(state) == 2:
-            h, c = (self._float_array(part, "state (h, c)") for part in state)
+            h, c = (self._state_array(part, "a state (h, c)") for part in state)
             if h.shape != (hidden,) or c.shape != (hidden,):
                 raise ShapeMismatchError(
                     f"{self!r}: an (h, c) state needs two [{hidden}] arrays, got {h.shape} and {c.shape}"
@@ -139,21 +138,13 @@ class SileroBatchedStep(PooledStep):
             row = np.zeros(self.row_width, np.float32)
             row[:hidden], row[hidden : 2 * hidden] = h, c
             return row
-        arr = self._float_array(state, "state")
+        arr = self._state_array(state, "a state")
         if arr.shape != (self.row_width,):
             raise ShapeMismatchError(
                 f"{self!r}: a slot state must be a [{self.row_width}] row (h | c | context) or an "
                 f"(h, c) pair of [{hidden}] arrays, got shape {arr.shape}"
             )
         return arr.copy()
-
-    def _float_array(self, value: object, what: str) -> npt.NDArray[np.float32]:
-        arr = np.asarray(value)
-        if arr.dtype.kind != "f":
-            raise DTypeMismatchError(f"{self!r}: a {what} must be float32, got {arr.dtype}")
-        if not np.isfinite(arr).all():
-            raise InvalidArgumentError(f"{self!r}: a {what} must be finite (it holds NaN or inf)")
-        return arr.astype(np.float32, copy=False)
 
 
 def vad_mux(

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from .. import dtypes
 from ..compiler import compile as compile_plan
@@ -208,28 +207,20 @@ class OnnxRecurrentStep(PooledStep):
                 )
             for s_in, _, _, per, off in self._states:
                 if s_in in state:
-                    arr = self._float(state[s_in], s_in)
+                    arr = self._state_array(state[s_in], f"state {s_in!r}")
                     if arr.shape != per:
                         raise ShapeMismatchError(
                             f"{self!r}: state {s_in!r} must have shape {per}, got {arr.shape}"
                         )
                     row[off : off + arr.size] = arr.reshape(-1)
             return row
-        arr = self._float(state, "state row")
+        arr = self._state_array(state, "a state row")
         if arr.shape != (self.row_width,):
             raise ShapeMismatchError(
                 f"{self!r}: a state is a dict of state arrays or a [{self.row_width}] row, "
                 f"got shape {arr.shape}"
             )
         return arr.copy()
-
-    def _float(self, value: object, what: str) -> npt.NDArray[np.float32]:
-        arr = np.asarray(value)
-        if arr.dtype.kind != "f":
-            raise DTypeMismatchError(f"{self!r}: {what} must be float32, got {arr.dtype}")
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{self!r}: {what} must be finite (it holds NaN or inf)")
-        return arr.astype(np.float32, copy=False)
 
 
 def recurrent_step(

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import DTypeMismatchError, InvalidArgumentError
 from ..runtime import Buffer, Client, Device, LoadedExecutable
 
 __all__ = [
@@ -233,6 +234,16 @@ class PooledStep:
     _num_slots: int
     _chunk_shape: tuple[int, ...]
     _pool: DevicePool
+
+    def _state_array(self, value: object, what: str) -> npt.NDArray[np.float32]:
+        """A caller's state (or part of one) as float32, for ``check_state``: a non-float array
+        or a NaN/inf would reach every later step of the stream, so both are refused here."""
+        arr = np.asarray(value)
+        if arr.dtype.kind != "f":
+            raise DTypeMismatchError(f"{self!r}: {what} must be float32, got {arr.dtype}")
+        if not np.isfinite(arr).all():
+            raise InvalidArgumentError(f"{self!r}: {what} must be finite (it holds NaN or inf)")
+        return arr.astype(np.float32, copy=False)
 
     def _attach_pool(
         self,
