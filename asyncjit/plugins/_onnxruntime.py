@@ -14,22 +14,21 @@ because asyncjit's CPU compiler runs every op ORT could take here; ``claim_all``
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..compiler._partition import CompiledResult, Subgraph
-from ..errors import CompileError, DeviceError
+from ..errors import CompileError
 from ..graph import Node
 from ..symbolic import Dim, evaluate, from_json, render, to_json
 from ._base import Plugin
+from ._container import pack_entries, unpack_entries
 
 __all__ = ["OrtPlugin"]
 
 MAGIC = b"AJORT1\n"
-_LEN = struct.Struct("<Q")
 OPSET = 17
 
 _UNARY = {
@@ -257,40 +256,21 @@ class OrtPlugin(Plugin):
         return "asyncjit's CPU compiler runs it (force it, or set claim_all)"
 
     def compile(self, partitions: Sequence[Subgraph]) -> CompiledResult:
-        header: dict[str, Any] = {}
-        blobs = []
-        offset = 0
+        entries = {}
         for k, sub in enumerate(partitions):
             model, ins, outs, dims = _model(sub)
-            entry = f"partition_{k}"
-            header[entry] = {
-                "offset": offset,
-                "length": len(model),
-                "inputs": ins,
-                "outputs": outs,
-                "dims": dims,
-            }
-            blobs.append(model)
-            offset += len(model)
-        head = json.dumps(header, sort_keys=True).encode()
-        return CompiledResult(MAGIC + _LEN.pack(len(head)) + head + b"".join(blobs), tuple(header))
+            entries[f"partition_{k}"] = ({"inputs": ins, "outputs": outs, "dims": dims}, model)
+        return pack_entries(MAGIC, entries)
 
     def load(self, bytecode: bytes) -> dict[str, _Entry]:
         """One ORT session per entry point."""
-        data = bytes(bytecode)
-        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LEN.size:
-            raise DeviceError("not onnxruntime-plugin bytecode")
-        (hlen,) = _LEN.unpack_from(data, len(MAGIC))
-        start = len(MAGIC) + _LEN.size
-        header = json.loads(data[start : start + hlen])
-        body = data[start + hlen :]
+        entries = unpack_entries(MAGIC, bytecode, "onnxruntime")
         opts = self._ort.SessionOptions()
         opts.intra_op_num_threads = int(self.options["threads"])
         opts.inter_op_num_threads = 1
         providers = [p for p in str(self.options["providers"]).split(",") if p]
         out = {}
-        for entry, h in header.items():
-            model = body[h["offset"] : h["offset"] + h["length"]]
+        for entry, (h, model) in entries.items():
             session = self._ort.InferenceSession(model, opts, providers=providers)
             out[entry] = _Entry(
                 session, h["inputs"], h["outputs"], {k: from_json(v) for k, v in h["dims"].items()}

@@ -12,23 +12,21 @@ Like ``onnxruntime``, it claims only what it is forced to unless ``claim_all`` i
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..compiler._partition import CompiledResult, Subgraph
-from ..errors import CompileError, DeviceError
+from ..errors import CompileError
 from ..graph import Node
 from ..symbolic import Var
 from ._base import Plugin
+from ._container import pack_entries, unpack_entries
 
 __all__ = ["XlaPlugin"]
 
 MAGIC = b"AJXLA1\n"
-_LEN = struct.Struct("<Q")
 _DTYPES = {"float32", "int32", "bool"}
 
 
@@ -225,31 +223,18 @@ class XlaPlugin(Plugin):
         return bytes(exported.serialize()), takes
 
     def compile(self, partitions: Sequence[Subgraph]) -> CompiledResult:
-        header: dict[str, Any] = {}
-        blobs, offset = [], 0
+        entries = {}
         for k, sub in enumerate(partitions):
             blob, takes = self._export(sub)
-            header[f"partition_{k}"] = {"offset": offset, "length": len(blob), "takes": takes}
-            blobs.append(blob)
-            offset += len(blob)
-        head = json.dumps(header, sort_keys=True).encode()
-        return CompiledResult(MAGIC + _LEN.pack(len(head)) + head + b"".join(blobs), tuple(header))
+            entries[f"partition_{k}"] = ({"takes": takes}, blob)
+        return pack_entries(MAGIC, entries)
 
     def load(self, bytecode: bytes) -> dict[str, _Entry]:
         from jax import export
 
-        data = bytes(bytecode)
-        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LEN.size:
-            raise DeviceError("not xla-plugin bytecode")
-        (hlen,) = _LEN.unpack_from(data, len(MAGIC))
-        start = len(MAGIC) + _LEN.size
-        header = json.loads(data[start : start + hlen])
-        body = data[start + hlen :]
         return {
-            entry: _Entry(
-                export.deserialize(bytearray(body[h["offset"] : h["offset"] + h["length"]])), h["takes"]
-            )
-            for entry, h in header.items()
+            entry: _Entry(export.deserialize(bytearray(blob)), h["takes"])
+            for entry, (h, blob) in unpack_entries(MAGIC, bytecode, "xla").items()
         }
 
     def invoke(
