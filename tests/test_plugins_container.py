@@ -46,3 +46,23 @@ def _with_header(header: object, body: bytes = b"xyz", declared: int | None = No
 def test_malformed_bytecode_is_a_device_error(data: bytes, match: str) -> None:
     with pytest.raises(DeviceError, match=match):
         unpack_entries(MAGIC, data, "test")
+
+
+def test_a_plugin_without_compile_fails_typed_naming_itself() -> None:
+    """A plugin that declares support but no compiler gives a ``CompileError`` naming it."""
+    import numpy as np
+
+    from asyncjit import Tensor, compiler, float32
+    from asyncjit.errors import CompileError
+    from asyncjit.plugins import Plugin
+
+    class SupportOnly(Plugin):
+        name = "support-only"
+        ops = frozenset({"relu"})
+
+        def accepts(self, node: object) -> str | None:
+            return None
+
+    x = Tensor.placeholder((4,), float32, name="x")
+    with pytest.raises(CompileError, match="support-only"):
+        compiler.compile([x.relu()], [x], plugins=[SupportOnly()]).run([np.ones(4, np.float32)])

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..compiler._partition import CompiledResult, PluginKernel, Subgraph
+from ..errors import CompileError
 from ..graph import Node
 
 __all__ = ["Plugin", "env_options"]
@@ -108,4 +109,8 @@ class Plugin:
         return self.unsupported_reason(node) is None
 
     def compile(self, partitions: Sequence[Subgraph]) -> CompiledResult | Sequence[PluginKernel]:
-        raise NotImplementedError
+        """The plugin's compiler; a plugin that only declares support (to inspect partitions)
+        may leave it out, and a compile that reaches it then fails naming the plugin."""
+        raise CompileError(
+            f"plugin {self.name!r} claimed {len(partitions)} partition(s) but defines no compile()"
+        )
