@@ -250,3 +250,31 @@ def test_pow_of_any_nan_to_zero_is_one(dtype: dt.DType) -> None:
     got, want = both([x**0, Tensor.const(np.ones(3, dtype.np)) ** x], [x], [a], {})
     assert all(same(g, w) for g, w in zip(got, want, strict=True))
     assert (got[0] == 1).all() and (got[1] == 1).all()
+
+
+@pytest.mark.parametrize("dtype", [dt.float16, dt.float32, dt.float64])
+def test_float_floordiv_and_mod_are_exact(dtype: dt.DType) -> None:
+    """Float ``//`` and ``%`` are Python's (numpy's ``divmod``), bit for bit on random bit
+    patterns and special values: the remainder is exact (IEEE fmod moved to the divisor's sign),
+    not ``x - floor(x / y) * y``, whose rounding is off by ulps or entirely (a tiny divisor)."""
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    rng = np.random.default_rng(17)
+    n = 20000
+    bits = rng.integers(0, np.iinfo(uint).max, (2, n), dtype=uint, endpoint=True).view(dtype.np)
+    with np.errstate(over="ignore"):
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.1, -0.1, 3.0, 1e-40], dtype.np)
+    sa, sb = (g.ravel() for g in np.meshgrid(special, special))
+    a = np.concatenate([bits[0], sa, np.array([1.0, -3698.0, -1505.0], dtype.np)])
+    b = np.concatenate([bits[1], sb, np.array([0.1, 2.1189347e-23, 1.1131727], dtype.np)])
+    x = Tensor.placeholder((a.size,), dtype, name="x")
+    y = Tensor.placeholder((a.size,), dtype, name="y")
+    got, want = both([x // y, x % y], [x, y], [a, b], {})
+    with np.errstate(all="ignore"):
+        exact = [np.floor_divide(a, b), np.mod(a, b)]
+    for g, w, e in zip(got, want, exact, strict=True):
+        for other in (w, e.astype(dtype.np)):  # NaN payloads aside, bit for bit (-0.0 too)
+            nan = np.isnan(other)
+            assert g.dtype == other.dtype and (np.isnan(g) == nan).all()
+            assert same(g[~nan], other[~nan])
+    if dtype != dt.float16:  # float16's 0.1 is below 0.1: there 1 // 0.1 is 10
+        assert got[0][-3] == 9.0  # 1.0 // 0.1, where floor(1.0 / 0.1) is 10

@@ -6,6 +6,10 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Elementwise ops take operands of one shape and dtype (``Tensor`` inserts broadcasts and casts);
   float16 ops compute in float32 and round once per op; float64 ops compute in float64.
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
+  Float ``idiv``/``mod`` are Python's (numpy's) ``//`` and ``%``: the remainder is exact (IEEE
+  ``fmod`` moved by the divisor when the signs differ, so it takes the divisor's sign) and the
+  quotient is the floor of the exact one (``1.0 // 0.1`` is 9); by zero they give ``x / 0``
+  and NaN.
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
 * ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
@@ -287,7 +291,6 @@ LOGICAL: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "xor": np.bitwise_xor,
 }
 _FLOAT_ONLY_BINARY = {"div", "pow"}
-_INT_ONLY_BINARY = {"idiv"}
 
 
 def _infer_binary(name: str) -> Infer:
@@ -307,8 +310,6 @@ def _infer_binary(name: str) -> Infer:
             raise _fail(f"{name} is not defined on bool tensors; cast first")
         if name in _FLOAT_ONLY_BINARY and not x.dtype.is_float:
             raise _fail(f"{name} needs float tensors, got {x.dtype.name}")
-        if name in _INT_ONLY_BINARY and not x.dtype.is_int:
-            raise _fail(f"{name} needs int tensors, got {x.dtype.name}")
         return x.shape, x.dtype
 
     return infer
