@@ -278,3 +278,15 @@ def test_float_floordiv_and_mod_are_exact(dtype: dt.DType) -> None:
             assert same(g[~nan], other[~nan])
     if dtype != dt.float16:  # float16's 0.1 is below 0.1: there 1 // 0.1 is 10
         assert got[0][-3] == 9.0  # 1.0 // 0.1, where floor(1.0 / 0.1) is 10
+
+
+def test_slice_of_a_product_of_mod_terms_is_proved_in_bounds() -> None:
+    """``(s%3)*t - (s%3)`` is ``(s%3)*(t-1) >= 0``: the bounds prover factors out any atom (a mod,
+    a floor division, a min), not only a var, so slicing such an axis is accepted."""
+    s, t = Var("s", 1, 9), Var("t", 2, 6)
+    x = Tensor.placeholder(((s % 3) * t - (s % 3),), dt.float32, name="x")
+    y = x[1:] * 2
+    for b in ({"s": 5, "t": 4}, {"s": 3, "t": 6}, {"s": 1, "t": 2}):
+        a = np.arange((b["s"] % 3) * (b["t"] - 1), dtype=np.float32)
+        (got,), (want,) = both([y], [x], [a], b)
+        assert same(got, want) and same(got, a[1:] * 2)
