@@ -37,7 +37,11 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   float32 hides except at exact rounding ties and under catastrophic cancellation. A float32
   sum cannot overflow midway (``sum([3e38, 3e38, -3e38])`` is 3e38); a product can, in float64,
   only with more than eight factors of extreme magnitude, and then its value depends on the
-  order. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
+  order. A float64 sum is within ``n`` float64 units of ``sum(|x|)`` of the exact one for ``n``
+  terms, in any order; when ``sum(|x|)`` exceeds float64's range (terms near 1e308) a partial sum
+  may overflow in one order and not in another, so the result (finite, inf or NaN) depends on
+  the order: that is outside the domain, as for a float32 dot product whose partial sums
+  overflow. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
 * ``matmul`` and ``conv1d`` are *not* exactly rounded: the reference evaluates them in float64,
   compiled code accumulates in float32 with FMA in an unspecified order (that is what makes them
   fast and batch-invariant). They agree within the usual dot-product bound (about K float32

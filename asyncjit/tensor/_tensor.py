@@ -425,9 +425,15 @@ class Tensor:
         return out.reshape(*(d for i, d in enumerate(out.shape) if i not in axes))
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (all by default). Floats accumulate in float64 in an unspecified
+        order; float64 terms whose magnitudes sum beyond float64's range (near 1e308) may
+        overflow midway in one order and not another, so such sums are order dependent
+        (docs/semantics.md)."""
         return self._reduce("sum", axis, keepdims)
 
     def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Product over ``axis``; floats accumulate in float64 in an unspecified order, so a
+        product whose partial products can leave float64's range depends on the order."""
         return self._reduce("prod", axis, keepdims)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
