@@ -125,8 +125,8 @@ def test_float64_sums_that_may_overflow_midway_are_order_dependent_only() -> Non
         a = np.array(values)
         want = reference.evaluate([Tensor(o) for o in outs], {x: a}, {})
         perturbed = perturbed_runs(outs, {x.node.id: a}, {}, seed=0)
-        pairs = zip(got, want, strict=True)
-        return np.array([compare(np.array(g), w, [p[k] for p in perturbed], tol)[0] for k, (g, w) in enumerate(pairs)])
+        pairs = enumerate(zip(got, want, strict=True))
+        return np.array([compare(np.array(g), w, [p[k] for p in perturbed], tol)[0] for k, (g, w) in pairs])
 
     big = [1.5e308, 1.5e308, -1.5e308, -1e308]  # pairwise overflows, left to right does not
     assert not check(big, [np.nan, np.nan]).any()

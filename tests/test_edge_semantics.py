@@ -290,3 +290,17 @@ def test_slice_of_a_product_of_mod_terms_is_proved_in_bounds() -> None:
         a = np.arange((b["s"] % 3) * (b["t"] - 1), dtype=np.float32)
         (got,), (want,) = both([y], [x], [a], b)
         assert same(got, want) and same(got, a[1:] * 2)
+
+
+def test_static_conv_that_llvm_slp_miscompiled_compiles_and_matches() -> None:
+    """LLVM's SLP vectorizer turned this fully unrolled static conv1d into IR with a use before
+    its definition, and code generation aborted the process; optimised modules are verified and
+    re-optimised without SLP when invalid (``codegen._target.optimized_module``)."""
+    x = Tensor.placeholder((4, 1, 5), dt.float32, name="x")
+    w = Tensor.placeholder((2, 1, 3), dt.float32, name="w")
+    y = x.conv1d(w, stride=2, padding=(0, 2), dilation=2)
+    rng = np.random.default_rng(5)
+    feed = [rng.standard_normal(shape).astype(np.float32) for shape in ((4, 1, 5), (2, 1, 3))]
+    (got,), (want,) = both([y], [x, w], feed, {})
+    assert got.shape == (4, 2, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
