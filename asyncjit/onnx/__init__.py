@@ -11,6 +11,7 @@ from ..errors import OnnxImportError as OnnxImportError
 from ..errors import UnsupportedOpError as UnsupportedOpError
 from . import _ops_control as _ops_control  # registers the op table
 from . import _ops_elementwise as _ops_elementwise
+from . import _ops_lowp as _ops_lowp
 from . import _ops_nn as _ops_nn
 from . import _ops_reduce as _ops_reduce
 from . import _ops_resize as _ops_resize
