@@ -19,7 +19,7 @@ from ..tensor import Tensor
 from ._registry import NodeCtx, op
 from ._values import Sym, Value, make_int_array, np_dtype
 
-__all__: list[str] = []
+__all__ = ["round_half_even"]
 
 
 def _sym_binary(fn: Callable[[Any, Any], Any], a: Value, b: Value) -> Value | None:
@@ -251,7 +251,11 @@ _unary("Acos", _keep(lambda x: math.pi / 2 - _atan(x / (1.0 - x * x).maximum(0.0
 
 @op("Round")
 def _round(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0])
+    return round_half_even(n.t(ins[0]))
+
+
+def round_half_even(x: Tensor) -> Tensor:
+    """numpy's ``rint``: halves round to the even neighbour."""
     f = x.floor()
     diff = x - f
     even = (f - (f / 2.0).floor() * 2.0) == 0.0
