@@ -20,6 +20,7 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DeviceMismatchError",
     "DeviceNotFoundError",
     "DimDivisionError",
     "DonateIndexError",
@@ -32,9 +33,14 @@ __all__ = [
     "MuxClosedError",
     "NotPreparedError",
     "ObjectCodeError",
+    "RemoteDeviceError",
+    "RemoteTimeoutError",
+    "ReplicaDiedError",
     "OnnxImportError",
     "OutputLayoutMismatchError",
+    "ServiceFullError",
     "ShapeMismatchError",
+    "ShardingError",
     "SlotIndexError",
     "StaticArgumentError",
     "StepCancelledError",
@@ -124,6 +130,16 @@ class DeviceError(JitError):
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DeviceMismatchError(DeviceError, ValueError):
+    """Buffers and devices do not line up: an argument list for one device holds a buffer of
+    another, or two device lists that must match (shardings, replicas) differ."""
+
+
+class ShardingError(JitError, ValueError):
+    """A ``Sharding`` cannot place this array: the axis is out of range, does not divide over
+    the devices (and a ragged last shard was not allowed), or leaves a device an empty shard."""
 
 
 class DeviceNotFoundError(DeviceError, IndexError):
@@ -232,3 +248,23 @@ class UnsupportedOpError(OnnxImportError):
     def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
         super().__init__(message)
         self.nodes = nodes
+
+
+class RemoteDeviceError(DeviceError):
+    """A device in another process (a Ray actor) died or cannot be reached; the message names it.
+
+    Buffers that lived there are gone: ``to_numpy`` on them raises this too.
+    """
+
+
+class ReplicaDiedError(RemoteDeviceError):
+    """The replica serving this stream died; its state died with it. Other streams keep running
+    and a replacement replica takes new streams: open a new stream to continue."""
+
+
+class RemoteTimeoutError(RemoteDeviceError, TimeoutError):
+    """A remote device or replica did not answer within its timeout (it is then treated as dead)."""
+
+
+class ServiceFullError(BacklogFullError):
+    """Every replica of a ``serve_streams`` service holds its ``max_streams``: the service is full."""
