@@ -108,8 +108,13 @@ class Client:
         intra_op_threads: int | None = None,
     ) -> None:
         kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
-        if intra_op_threads is not None and intra_op_threads < 1:
-            raise ValueError(f"intra_op_threads must be >= 1 or None, got {intra_op_threads}")
+        if intra_op_threads is not None and (
+            isinstance(intra_op_threads, bool)
+            or not isinstance(intra_op_threads, int)
+            or intra_op_threads < 1
+        ):
+            got = repr(intra_op_threads)
+            raise InvalidArgumentError(f"intra_op_threads must be an int >= 1 or None, got {got}")
         self._closed = False
         self._devices: list[Device] = []
         try:
