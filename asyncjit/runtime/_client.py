@@ -138,8 +138,16 @@ class Client:
         return f"<Client [{devs}]{' closed' if self._closed else ''}>"
 
     # -- topology -------------------------------------------------------------------------------
+    process_index = 0
+    """This process's index among the processes whose devices the client knows."""
+
     def devices(self) -> tuple[Device, ...]:
+        """Every device the client knows, addressable from this process or not."""
         return tuple(self._devices)
+
+    def addressable_devices(self) -> tuple[Device, ...]:
+        """The devices this process can run on and read: ``devices()`` of this process."""
+        return tuple(d for d in self._devices if d.process_index == self.process_index)
 
     def device(self, index: int = 0) -> Device:
         """The device at ``index`` (``DeviceNotFoundError``, an ``IndexError``, if there is none)."""
