@@ -29,6 +29,7 @@ import numpy as np
 from .errors import ArgumentTypeError, InvalidArgumentError, VarBoundsError
 
 __all__ = [
+    "DataVar",
     "Dim",
     "Expr",
     "FloorDiv",
@@ -132,6 +133,33 @@ class Var(Expr):
 
     def __repr__(self) -> str:
         return f"Var({self.name!r}, {self.min}, {self.max})"
+
+
+@attrs.frozen(repr=False)
+class DataVar(Var):
+    """A data-dependent dim: a size the plan itself computes (``nonzero()``, ``x[:count]``, a
+    boolean mask), with inclusive bounds ``0 <= min <= max``.
+
+    Callers never bind it: the op named ``op`` sets it during a run (checked against ``max``,
+    the bound derived from shapes or given), and outputs come back with its actual value.
+    """
+
+    op: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise VarBoundsError(f"DataVar name must be an identifier, got {self.name!r}")
+        for label, v in (("min", self.min), ("max", self.max)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise VarBoundsError(f"DataVar {self.name!r}: {label} must be an int, got {v!r}")
+        if not 0 <= self.min <= self.max:
+            raise VarBoundsError(
+                f"data-dependent size {self.name!r} needs 0 <= min <= bound, got min={self.min} "
+                f"bound={self.max}"
+            )
+
+    def __repr__(self) -> str:
+        return f"DataVar({self.name!r}, {self.min}, {self.max})"
 
 
 @attrs.frozen(repr=False)
@@ -783,6 +811,8 @@ def to_json(e: Dim) -> object:
     """A JSON-compatible encoding of ``e``; ``from_json`` inverts it exactly."""
     if isinstance(e, int):
         return e
+    if isinstance(e, DataVar):
+        return {"datavar": [e.name, e.min, e.max, e.op]}
     if isinstance(e, Var):
         return {"var": [e.name, e.min, e.max]}
     if isinstance(e, Index):
@@ -812,6 +842,9 @@ def from_json(data: object) -> Dim:
         if "var" in data:
             name, lo, hi = data["var"]
             return Var(name, lo, hi)
+        if "datavar" in data:
+            name, lo, hi, op = data["datavar"]
+            return DataVar(name, lo, hi, str(op))
         if "index" in data:
             name, extent = data["index"]
             return Index(str(name), from_json(extent))

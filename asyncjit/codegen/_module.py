@@ -49,6 +49,9 @@ class ArgLayout:
     n_outputs: int
     n_consts: int
     n_vars: int
+    # data-dependent sizes: the last ``n_data`` of the ``n_vars`` value slots, set by the plan,
+    # then one status slot each (the size as computed, before clamping) after the value slots
+    n_data: int = 0
 
     @property
     def const_slot(self) -> int:
@@ -63,8 +66,12 @@ class ArgLayout:
         return self.arena_slot + 1
 
     @property
-    def n_slots(self) -> int:
+    def status_slot(self) -> int:
         return self.var_slot + self.n_vars
+
+    @property
+    def n_slots(self) -> int:
+        return self.status_slot + self.n_data
 
 
 @attrs.frozen
@@ -201,6 +208,13 @@ def _emit_entry(
         if k.kind == "plugin":
             outs = [out_ptr(k), *(buffer(n.id) for n in k.extra)]
             b.call(fn, [*outs, *reads, var_block])
+        elif k.kind == "prefix":  # sets a data-dependent size: later kernels see its value
+            pos = list(vars).index(k.node.attrs["size_var"])
+            status = layout.status_slot + pos - (layout.n_vars - layout.n_data)
+            status_ptr = b.gep(args, [i64(status)], inbounds=True, source_etype=I64)
+            size = b.call(fn, [out_ptr(k), *reads, scratch, *var_values, status_ptr])
+            b.store(size, b.gep(args, [i64(layout.var_slot + pos)], inbounds=True, source_etype=I64))
+            var_values[pos] = size
         else:
             b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
         stamp(i + 1)

@@ -113,6 +113,14 @@ class CpuLauncher:
             self._last_values = values
         self._fn(self._args_addr)
 
+    def data_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The data-dependent sizes of the last run: (as kernels used them, as computed)."""
+        layout = self.exe.layout
+        first = layout.var_slot + layout.n_vars - layout.n_data
+        used = tuple(self._args[first : first + layout.n_data])
+        raw = tuple(self._args[layout.status_slot : layout.status_slot + layout.n_data])
+        return used, raw
+
     def profile(self, addrs: Sequence[int], values: Sequence[int], ticks: np.ndarray) -> None:
         """One replay through the instrumented entry; ``ticks`` (int64, n_kernels + 1) receives
         the cycle counter before the first kernel and after each one."""
@@ -301,11 +309,32 @@ class CpuExecutable(Executable):
         """
         values, arrays, outs = self._checked_call(inputs, var_values)
         addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
+        launcher = self._thread_launcher()
         if _trace.active is None:
-            self._thread_launcher()(addrs, values)
+            launcher(addrs, values)
         else:
-            _trace.active.launch(self._thread_launcher(), addrs, values)
-        return outs
+            _trace.active.launch(launcher, addrs, values)
+        return self._actual(launcher, values, outs)
+
+    def _actual(
+        self, launcher: Launcher, values: tuple[int, ...], outs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """Outputs cut to their actual shapes when the plan computes sizes (they were allocated
+        at the bounds; kernels wrote the actual shape contiguously from the start).
+
+        Raises:
+            VarBoundsError: a computed size was out of bounds (naming the op).
+        """
+        sig = self.signature
+        if not sig.data_vars:
+            return outs
+        used, raw = launcher.data_sizes()  # type: ignore[attr-defined]
+        sig.check_data(used, raw)
+        shapes = sig.output_shapes((*values, *used))
+        return [
+            o.reshape(-1)[: int(np.prod(s, dtype=np.int64))].reshape(s)
+            for o, s in zip(outs, shapes, strict=True)
+        ]
 
     def profile(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
@@ -328,8 +357,12 @@ class CpuExecutable(Executable):
         launcher = self._thread_launcher()
         assert isinstance(launcher, CpuLauncher | SegmentedLauncher)
         launcher.profile(addrs, values, ticks)
+        outs = self._actual(launcher, values, outs)
         bindings = dict(zip(self.signature.var_names, values, strict=True))
         bindings.update(self.fixed)
+        if self.signature.data_vars:
+            used = launcher.data_sizes()[0]
+            bindings.update(zip((v.name for v in self.signature.data_vars), used, strict=True))
         records = []
         for i, info in enumerate(self.kernels):
             nbytes, flops = info.cost(bindings)

@@ -173,6 +173,10 @@ class SegmentedLauncher:
         self._addrs: Sequence[int] | None = None
         self._values: Sequence[int] | None = None
 
+    def data_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The data-dependent sizes of the last run (see ``CpuLauncher.data_sizes``)."""
+        return self._base.data_sizes()
+
     def _rebind(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         """Write the argument block and rebuild every dispatch call's views (new addresses or
         var values); copies of both are kept, so a caller mutating its list is still seen."""

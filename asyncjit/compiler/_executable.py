@@ -62,16 +62,21 @@ class Signature:
     outputs: tuple[ArgSpec, ...]
     vars: tuple[Var, ...]
     fixed: Mapping[str, int] = attrs.field(factory=dict, kw_only=True)
+    # sizes the plan computes (``DataVar``): output shapes use them; callers never bind them
+    data_vars: tuple[Var, ...] = attrs.field(default=(), kw_only=True)
     _in_shapes: object = attrs.field(init=False, repr=False)
     _out_shapes: object = attrs.field(init=False, repr=False)
     _checks: tuple[tuple[str, int, int], ...] = attrs.field(init=False, repr=False)
     _all_in_shapes: object = attrs.field(init=False, repr=False)
     _in_dtypes: list[DType] = attrs.field(init=False, repr=False)
     _maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
+    _data_maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._in_shapes = [compile_dims(a.shape, self.vars) for a in self.inputs]
-        self._out_shapes = [compile_dims(a.shape, self.vars) for a in self.outputs]
+        every = (*self.vars, *self.data_vars)
+        self._out_shapes = [compile_dims(a.shape, every) for a in self.outputs]
+        self._data_maxes = tuple(v.max for v in self.data_vars)
         # hot-path helpers (replays run these before every native call; keep them allocation-light)
         self._checks = tuple((v.name, v.min, v.max) for v in self.vars)
         self._maxes = tuple(v.max for v in self.vars)
@@ -155,7 +160,29 @@ class Signature:
         return [f(values) for f in self._in_shapes]  # type: ignore[attr-defined]
 
     def output_shapes(self, values: Sequence[int]) -> list[tuple[int, ...]]:
+        """Output shapes at ``values`` (vars, then data-dependent sizes; sizes left out take
+        their bound: the capacity to allocate before a run)."""
+        if self._data_maxes and len(values) == len(self.vars):
+            values = (*values, *self._data_maxes)
         return [f(values) for f in self._out_shapes]  # type: ignore[attr-defined]
+
+    def check_data(self, values: Sequence[int], raw: Sequence[int]) -> None:
+        """Check the data-dependent sizes a run computed (``raw``) against what its kernels used
+        (``values``, clamped into their bounds); they differ only when a size was out of bounds.
+
+        Raises:
+            VarBoundsError: naming the op that computed the size, the size and its bound.
+        """
+        for var, used, got in zip(self.data_vars, values, raw, strict=True):
+            if used != got:
+                op = getattr(var, "op", "") or "an op"
+                if got < 0:
+                    raise VarBoundsError(f"{op} computed a negative size {got} for {var.name!r}")
+                raise VarBoundsError(
+                    f"{op} computed size {got} for {var.name!r}, above {used} (its bound is "
+                    f"{var.max}, and it cannot exceed the axis it takes from); give a larger bound "
+                    "where the size is made"
+                )
 
     def validate(
         self,

@@ -25,7 +25,7 @@ import attrs
 from ..errors import CompileError
 from ..graph import Node
 from ..passes import Graph
-from ..symbolic import Var
+from ..symbolic import DataVar, Var, free_vars
 
 __all__ = [
     "CompiledResult",
@@ -227,6 +227,11 @@ def _explicit(
             raise CompileError(f"plugin {plugin.name!r} claimed nodes another claim owns: {taken}")
         if any(groups.by_id[i].op in _SOURCES for i in claim):
             raise CompileError(f"plugin {plugin.name!r} may not claim placeholders or constants")
+        if any(_data_dependent(groups.by_id[i]) for i in claim):
+            raise CompileError(
+                f"plugin {plugin.name!r} may not claim ops with data-dependent sizes (the CPU "
+                "compiler runs them: plugins see sizes only as the caller binds them)"
+            )
         ids = sorted(claim)
         root = groups.find(ids[0])
         for i in ids[1:]:
@@ -244,7 +249,12 @@ def _explicit(
 
 def _supported(plugin: CompilerPlugin, node: Node) -> bool:
     supports = getattr(plugin, "supports", None)
-    return bool(supports(node)) if supports is not None else False
+    return bool(supports(node)) if supports is not None and not _data_dependent(node) else False
+
+
+def _data_dependent(node: Node) -> bool:
+    """Whether ``node`` sets or reads a data-dependent size (those stay on the CPU compiler)."""
+    return any(isinstance(v, DataVar) for n in (node, *node.inputs) for v in free_vars(n.shape))
 
 
 def _reason(plugins: Sequence[CompilerPlugin], node: Node) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ..graph import Node, graph_vars, make_node, toposort
-from ..symbolic import Var
+from ..symbolic import DataVar, Var
 
 __all__ = ["Graph", "Rewrite", "rebuild", "remake"]
 
@@ -30,9 +30,14 @@ class Graph:
     def of(outputs: Sequence[Node], inputs: Sequence[Node], vars: Sequence[Var] | None = None) -> Graph:
         """A graph with ``vars`` defaulting to every var its nodes use."""
         ins, outs = tuple(inputs), tuple(outputs)
-        if vars is None:
-            vars = graph_vars(toposort([*ins, *outs]))
+        if vars is None:  # data-dependent sizes are set by the plan, never bound by callers
+            vars = [v for v in graph_vars(toposort([*ins, *outs])) if not isinstance(v, DataVar)]
         return Graph(ins, outs, tuple(vars))
+
+    @property
+    def data_vars(self) -> tuple[DataVar, ...]:
+        """The data-dependent sizes the graph's ops set, sorted by name."""
+        return tuple(v for v in graph_vars(self.nodes) if isinstance(v, DataVar))
 
     @property
     def nodes(self) -> list[Node]:

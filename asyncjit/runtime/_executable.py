@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
-from ._commands import ExecuteCommand, PlanTiming, launch_error
+from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
 from ._memory import Block, size_class
 from ._uses import acquire_uses, release_uses
@@ -109,6 +109,8 @@ class LoadedExecutable:
         self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
+        # a plan that computes sizes: outputs get their actual shapes after the run
+        self._sized = bool(sig.data_vars)
 
     @property
     def plan(self) -> str:
@@ -382,6 +384,12 @@ class LoadedExecutable:
                     t0 = _perf_ns()
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
+                if self._sized:
+                    shapes = actual_shapes(self.signature, launcher, values)
+                    out_shapes = tuple(shapes)
+                    out_nbytes = tuple(
+                        math.prod(s) * d.itemsize for s, d in zip(shapes, self._out_dtypes, strict=True)
+                    )
             except BaseException as exc:  # errors are values: poison the outputs
                 error = launch_error(exc, timing.plan)
         finally:
@@ -424,7 +432,10 @@ class LoadedExecutable:
                 block = space.allocate_class(classes[i])
                 addrs.append(block.addr)
                 outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
-            dev.enqueue(ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing))
+            cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
+            if self._sized:
+                cmd.signature = self.signature
+            dev.enqueue(cmd)
         except BaseException:
             release_uses(args)
             for o in outs:

@@ -23,7 +23,7 @@ from ..dtypes import DType
 from ..errors import ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
-from . import _indexing, _nn, _resize
+from . import _dynamic, _indexing, _nn, _resize
 
 __all__ = ["Tensor"]
 
@@ -116,7 +116,8 @@ class Tensor:
     @staticmethod
     def from_dim(expr: Dim, dtype: DType | Any = dt.int32) -> Tensor:
         """A scalar tensor whose value is a symbolic dim, known at execution time."""
-        return Tensor(make_node("dim", (), expr=as_dim(expr), dtype=dt.from_numpy(dtype)))
+        e = as_dim(expr)  # a data-dependent size is read after the op that sets it
+        return Tensor(make_node("dim", _dynamic.definers(e), expr=e, dtype=dt.from_numpy(dtype)))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -761,15 +762,27 @@ class Tensor:
         src = self._wrap(src).cast(self.dtype)
         return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
 
-    def nonzero(self, size: int, fill_value: int = 0) -> tuple[Tensor, Tensor]:
-        """Indices of non-zero elements, padded: ``(indices[size, ndim] int64, count int64)``.
-
-        Only the first ``size`` hits are returned; ``count`` is the total number of hits, so
-        ``count > size`` tells the caller that the declared maximum was too small.
+    def nonzero(self, size: int | None = None, fill_value: int = 0, *, bound: int | None = None) -> Any:
+        """Indices of non-zero elements. ``size=None``: ``[n, ndim]`` int64 with a data-dependent
+        ``n`` (at most ``bound``, default the element count). ``size=k``: padded to ``k`` rows
+        (rest ``fill_value``) as ``(indices, count)``; ``count > size`` means ``size`` was short.
         """
+        if size is None:
+            return _dynamic.nonzero(self, bound)
         idx = Tensor(make_node("nonzero", (self.node,), size=size, fill=fill_value))
-        count = (self != 0).cast(dt.int64).sum()
-        return idx, count
+        return idx, (self != 0).cast(dt.int64).sum()
+
+    def prefix(self, count: Any, axis: int = 0, *, bound: int | None = None) -> Tensor:
+        """The first ``count`` (a 0-d int tensor) entries along ``axis``: a data-dependent dim."""
+        return _dynamic.prefix(self, count, axis, bound=bound)
+
+    def compress(self, condition: Tensor, axis: int | None = None, *, bound: int | None = None) -> Tensor:
+        """numpy ``compress``: slices along ``axis`` where ``condition`` holds (data-dependent)."""
+        return _dynamic.compress(self, condition, axis, bound)
+
+    def unique(self, *, bound: int | None = None) -> Tensor:
+        """Sorted distinct values (flattened, data-dependent count; static element count)."""
+        return _dynamic.unique(self, bound)
 
 
 def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
