@@ -80,6 +80,60 @@ def test_feed_errors_name_input_and_axis() -> None:
         sess.run(["q"], {"x": ok})
 
 
+def test_run_replays_on_the_callers_thread_per_feed_shape() -> None:
+    """``run`` binds the plan once per feed shape and replays it on this thread: alternating
+    shapes stay right, returned arrays are the caller's own, a memoized feed signature never
+    lets another shape or dtype through, threads racing for the bound arrays get right answers,
+    and a closed client refuses."""
+    import threading
+
+    from asyncjit.errors import ClosedError
+    from asyncjit.runtime import Client
+
+    client = Client("cpu")
+    sess = ao.InferenceSession(_reshape_by_shape_model(), {"batch": (1, 4), "T": (1, 10)}, client=client)
+    rng = np.random.default_rng(1)
+    feeds = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 3), (4, 10, 3), (2, 3, 3), (1, 1, 3)]]
+    firsts = []
+    for x in feeds:
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, (x * 2).reshape(x.shape[0], -1))
+        firsts.append(y)
+    firsts[0][...] = 7.0  # the caller's own array: the next run must not see or overwrite it
+    (again,) = sess.run(None, {"x": feeds[0]})
+    np.testing.assert_array_equal(again, (feeds[0] * 2).reshape(2, -1))
+    assert not np.shares_memory(again, firsts[0])
+    _, values = sess.check_feed({"x": feeds[0]})
+    values["T"] = 99  # the memo hands out copies
+    assert sess.check_feed({"x": feeds[0]})[1] == {"batch": 2, "T": 3}
+    with pytest.raises(ShapeMismatchError, match="axis 2 must be 3, got 4"):
+        sess.run(None, {"x": np.zeros((2, 3, 4), np.float32)})
+    with pytest.raises(DTypeMismatchError):
+        sess.run(None, {"x": feeds[0].astype(np.float64)})
+
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        try:
+            for _ in range(40):
+                x = r.standard_normal((3, 5, 3)).astype(np.float32)
+                (y,) = sess.run(None, {"x": x})
+                np.testing.assert_array_equal(y, (x * 2).reshape(3, -1))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    client.close()
+    with pytest.raises(ClosedError):
+        sess.run(None, {"x": feeds[0]})
+
+
 def test_unbounded_dims_are_all_listed() -> None:
     with pytest.raises(OnnxImportError, match=r"x axis 0 \('batch'\), x axis 1 \('T'\)"):
         ao.load(_reshape_by_shape_model())

@@ -293,9 +293,15 @@ class CpuExecutable(Executable):
         ]
         return values, arrays, outs
 
-    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> BoundCall:
-        """A ``BoundCall`` replaying this plan on fixed arrays (validated now, once)."""
-        return BoundCall(self, inputs, outputs)
+    def bind(
+        self,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        var_values: Mapping[str, int] | None = None,
+    ) -> BoundCall:
+        """A ``BoundCall`` replaying this plan on fixed arrays (validated now, once), at
+        ``var_values`` (default: every var at its upper bound)."""
+        return BoundCall(self, inputs, outputs, var_values)
 
     def run(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
@@ -383,7 +389,11 @@ class BoundCall:
     __slots__ = ("_addrs", "_arrays", "_exe", "_no_vars", "_values")
 
     def __init__(
-        self, exe: CpuExecutable, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+        self,
+        exe: CpuExecutable,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        var_values: Mapping[str, int] | None = None,
     ) -> None:
         sig = exe.signature
         if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
@@ -391,7 +401,7 @@ class BoundCall:
                 f"{exe.name!r} binds {len(sig.inputs)} inputs and {len(sig.outputs)} outputs, "
                 f"got {len(inputs)} and {len(outputs)}"
             )
-        values = exe.check_vars(None)
+        values = exe.check_vars(var_values)
         for spec, arr in zip((*sig.inputs, *sig.outputs), (*inputs, *outputs), strict=True):
             if not isinstance(arr, np.ndarray) or arr.dtype != spec.dtype.np:
                 raise DTypeMismatchError(f"{spec.name!r}: expected a {spec.dtype.name} numpy array")
