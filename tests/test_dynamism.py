@@ -234,3 +234,105 @@ class TestRuntime:
         with asyncjit.runtime.Client() as client:
             (out,) = client.load(exe).execute_blocking([client.buffer_from_host(xv)])
             np.testing.assert_array_equal(out.to_numpy_blocking(), xv[xv > 0])
+
+
+def test_bound_call_returns_actual_shapes() -> None:
+    """``CpuExecutable.bind``: outputs() are views of the actual shapes; a bad size raises."""
+    x = Tensor.placeholder((8,), name="x")
+    exe = compile([x.nonzero(bound=4)], [x])
+    xv = np.array([0, 1, 0, 2, 0, 0, 3, 0], np.float32)
+    out = np.empty((4, 1), np.int64)
+    call = exe.bind([xv], [out])
+    call()
+    np.testing.assert_array_equal(call.outputs()[0], np.argwhere(xv))
+    xv[:] = 1
+    with pytest.raises(VarBoundsError, match="nonzero"):
+        call()
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+class TestUnbounded:
+    def _graph(self) -> tuple[Tensor, list[Tensor], np.ndarray]:
+        u = Var("u", 1, None)
+        x = Tensor.placeholder((u, 8), name="x")
+        w = RNG.standard_normal((8, 4)).astype(np.float32)
+        y = ((x * 2 + 1).tanh() @ Tensor.const(w)).relu()
+        return x, [y, y.sum(0), y.max()], w
+
+    def test_var_without_max(self) -> None:
+        """``Var(name, min, None)`` is unbounded; bad bounds are still VarBoundsErrors."""
+        u = Var("u", 1, None)
+        assert u.unbounded and repr(u) == "Var('u', 1, None)" and not Var("b", 1, 4).unbounded
+        with pytest.raises(VarBoundsError):
+            Var("v", 0, None)
+
+    def test_one_plan_serves_any_size(self) -> None:
+        """Sizes 1, 1,000 and 1,000,000 from one compile, equal to numpy."""
+        x, outs, w = self._graph()
+        exe = compile(outs, [x])
+        for n in (1, 1000, 1_000_000):
+            xv = RNG.standard_normal((n, 8)).astype(np.float32)
+            y, s, m = exe.run([xv])
+            want = np.maximum(np.tanh(xv * 2 + 1) @ w, 0)
+            assert y.shape == (n, 4)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(s, want.sum(0, dtype=np.float64), rtol=1e-4)
+            assert float(m) == pytest.approx(float(want.max()), rel=1e-5)
+            if n == 1000:
+                ref = evaluate(outs, {x: xv}, {"u": n})
+                for r, g in zip(ref, (y, s, m), strict=True):
+                    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+    def test_arena_is_reused_and_rss_stays_flat(self) -> None:
+        """The dynamic arena grows to the largest size seen, then every run reuses it: RSS does
+        not grow over 2,000 runs at mixed sizes."""
+        x, outs, _ = self._graph()
+        exe = compile(outs, [x])
+        sizes = RNG.integers(1, 20_000, 2000)
+        feeds = {int(n): RNG.standard_normal((int(n), 8)).astype(np.float32) for n in (1, 20_000)}
+        exe.run([feeds[20_000]])
+        launcher = exe._thread_launcher()
+        arena = launcher._dyn_arena  # type: ignore[union-attr]
+        before = _rss_bytes()
+        big = feeds[20_000]
+        for n in sizes:
+            exe.run([big[: int(n)]])
+        assert launcher._dyn_arena is arena  # type: ignore[union-attr]
+        assert _rss_bytes() - before < 16 << 20
+
+    def test_bad_sizes_are_typed_errors(self) -> None:
+        """A negative or missing size for an unbounded var is a VarBoundsError before native code."""
+        x, outs, _ = self._graph()
+        exe = compile(outs, [x])
+        with pytest.raises(VarBoundsError, match="unbounded"):
+            exe.signature.var_values({})
+        with pytest.raises(VarBoundsError):
+            exe.signature.var_values({"u": -5})
+
+    def test_runtime_and_serialized(self) -> None:
+        """Buffers of unbounded outputs are allocated per run; a serialized plan keeps the var."""
+        x, outs, w = self._graph()
+        exe = deserialize(compile(outs[:1], [x]).serialize())
+        with asyncjit.runtime.Client() as client:
+            le = client.load(exe)
+            for n in (3, 5000, 7):
+                xv = RNG.standard_normal((n, 8)).astype(np.float32)
+                (out,) = le.execute_blocking([client.buffer_from_host(xv)])
+                got = out.to_numpy_blocking()
+                assert got.shape == (n, 4)
+                np.testing.assert_allclose(got, np.maximum(np.tanh(xv * 2 + 1) @ w, 0), rtol=1e-4, atol=1e-4)
+
+    def test_data_dependent_size_of_unbounded_axis_needs_a_bound(self) -> None:
+        """``x[mask]`` over an unbounded axis needs ``bound=`` (there is no shape to derive it from)."""
+        u = Var("u", 1, None)
+        x = Tensor.placeholder((u,), name="x")
+        with pytest.raises(TensorError, match="bound"):
+            x.nonzero()
+        exe = compile([x.nonzero(bound=100)], [x])
+        xv = np.zeros(5000, np.float32)
+        xv[[3, 4000]] = 1
+        np.testing.assert_array_equal(exe.run([xv])[0], [[3], [4000]])

@@ -23,6 +23,10 @@ what a user might expect and what asyncjit does.
 17. ``donate=0`` or ``donate=[True]`` donating some other input, or none
 18. a recurrent state replaced by one of another size between steps
 19. a damaged compile-cache entry or serialized executable loaded as native code
+20. unsigned ints wrapping
+21. jit narrowing float64 arguments
+22. a data-dependent size above its bound
+23. an unbounded var without a size, or with a negative one
 """
 
 from __future__ import annotations
@@ -406,3 +410,36 @@ def test_21_jit_turns_float64_into_float32_but_placeholders_keep_float64() -> No
     assert f(np.ones(2)).dtype == asyncjit.float32
     p = Tensor.placeholder((2,), asyncjit.float64, "p")
     assert (p * 2).dtype == asyncjit.float64
+
+
+def test_22_data_dependent_size_above_its_bound_raises_from_the_run() -> None:
+    """A size computed in the graph (``nonzero()``, ``x[mask]``, ``x.prefix(count)``) larger than
+    its bound cannot write past the buffer: the kernel copies at most the bound, and the run
+    raises ``VarBoundsError`` naming the op (compiled plan and runtime buffers alike)."""
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import VarBoundsError
+
+    x = Tensor.placeholder((64,), name="x")
+    exe = aj_compile([x.nonzero(bound=8), x[x > 0].sum()], [x])
+    with pytest.raises(VarBoundsError, match="nonzero computed size 64"):
+        exe.run([np.ones(64, np.float32)])
+    with asyncjit.runtime.Client() as client:
+        outs = client.load(exe).execute_blocking([client.buffer_from_host(np.ones(64, np.float32))])
+        with pytest.raises(VarBoundsError, match="nonzero"):
+            outs[0].to_numpy_blocking()
+
+
+def test_23_unbounded_var_needs_a_size_and_refuses_a_negative_one() -> None:
+    """``Var("n", 1, None)`` has no upper bound to default to: a missing value or a negative one
+    is a ``VarBoundsError`` before native code runs (never an arena sized from garbage)."""
+    from asyncjit import Var
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import VarBoundsError
+
+    n = Var("n", 1, None)
+    x = Tensor.placeholder((n,), name="x")
+    exe = aj_compile([x * 2], [x])
+    with pytest.raises(VarBoundsError, match="unbounded"):
+        exe.signature.var_values(None)
+    with pytest.raises(VarBoundsError, match="out of its bounds"):
+        exe.run([np.ones(3, np.float32)], {"n": -3})

@@ -17,7 +17,7 @@ from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
 from ..passes._fusion import transposed_source
-from ..symbolic import Dim, Index, Var, prod, upper
+from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
@@ -78,12 +78,18 @@ def scratch_bytes(kernel: Kernel) -> int:
 
 
 def _static_pads(node: Node) -> bool:
-    return all(isinstance(p, int) for p in node.attrs["padding"])
+    """Static pads and bounded sizes: the library conv1d (its im2col scratch is sized for the
+    bounds; a size over an unbounded var takes the direct loop, which needs none)."""
+    return all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(node.inputs[0].shape)
 
 
 def _fast_conv(node: Node) -> bool:
     """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
-    return node.dtype == float32 and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+    return (
+        node.dtype == float32
+        and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+        and is_bounded(node.shape)  # im2col scratch is sized for the bounds
+    )
 
 
 class _Ctx:

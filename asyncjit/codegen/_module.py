@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from ..passes import FusionPlan, Kernel, MemoryPlan
 from ..symbolic import Var
-from ._index import i64
+from ._index import emit_dim, i64
 from ._kernels import emit_kernel
 from ._types import I8, I64, PTR, VOID
 
@@ -52,6 +52,9 @@ class ArgLayout:
     # data-dependent sizes: the last ``n_data`` of the ``n_vars`` value slots, set by the plan,
     # then one status slot each (the size as computed, before clamping) after the value slots
     n_data: int = 0
+    # one more slot after the status slots: the dynamic arena's address (buffers whose size
+    # depends on an unbounded var; ``MemoryPlan.dyn_bytes`` of them, grown per run)
+    dynamic: bool = False
 
     @property
     def const_slot(self) -> int:
@@ -70,8 +73,12 @@ class ArgLayout:
         return self.var_slot + self.n_vars
 
     @property
-    def n_slots(self) -> int:
+    def dyn_slot(self) -> int:
         return self.status_slot + self.n_data
+
+    @property
+    def n_slots(self) -> int:
+        return self.dyn_slot + int(self.dynamic)
 
 
 @attrs.frozen
@@ -192,10 +199,16 @@ def _emit_entry(
             pointers[key] = b.inttoptr(slot(base + index), PTR)
         return pointers[key]
 
+    dyn_arena = b.inttoptr(slot(layout.dyn_slot), PTR) if layout.dynamic else None
+    env = {v.name: var_values[i] for i, v in enumerate(vars)}
+
     def buffer(node_id: int) -> ir.Value:
         s = memory.slots[node_id]
         if s.kind == "arena":
             return b.gep(arena, [i64(s.offset)], inbounds=True, source_etype=I8)
+        if s.kind == "dyn":  # offsets over unbounded vars: the launcher sized the arena for them
+            assert dyn_arena is not None
+            return b.gep(dyn_arena, [emit_dim(b, s.expr, env)], inbounds=True, source_etype=I8)
         return pointer(s.kind, s.index)
 
     def out_ptr(k: Kernel) -> ir.Value:

@@ -199,6 +199,8 @@ class SegmentedLauncher:
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         if addrs != self._addrs or values != self._values:
             self._rebind(addrs, values)
+        if self._base._dyn is not None:  # CPU segments' buffers sized by unbounded vars
+            self._base._size_dynamic(values)
         try:
             for call in self._calls:
                 call()
@@ -219,6 +221,8 @@ class SegmentedLauncher:
             self._rebind(addrs, values)
         if not self._exe._ticks_address:
             raise DeviceError("this executable was compiled without the profiled entry point")
+        if self._base._dyn is not None:
+            self._base._size_dynamic(values)
         counter = _TICKS_TYPE(self._exe._ticks_address)
         for kind, step in self._steps:
             if kind == "cpu":

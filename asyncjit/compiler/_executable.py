@@ -23,7 +23,7 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
-from ..symbolic import Dim, Var, check_bindings, compile_dims, render, upper
+from ..symbolic import Dim, Var, check_bindings, compile_dims, is_bounded, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
 
@@ -40,6 +40,11 @@ class ArgSpec:
     def max_shape(self) -> tuple[int, ...]:
         """The shape at the upper bound of every var."""
         return tuple(upper(d) for d in self.shape)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the shape has a finite capacity (no unbounded var): else it is sized per run."""
+        return is_bounded(self.shape)
 
     @property
     def capacity(self) -> int:
@@ -71,6 +76,7 @@ class Signature:
     _in_dtypes: list[DType] = attrs.field(init=False, repr=False)
     _maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
     _data_maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
+    _unbounded: bool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._in_shapes = [compile_dims(a.shape, self.vars) for a in self.inputs]
@@ -80,6 +86,7 @@ class Signature:
         # hot-path helpers (replays run these before every native call; keep them allocation-light)
         self._checks = tuple((v.name, v.min, v.max) for v in self.vars)
         self._maxes = tuple(v.max for v in self.vars)
+        self._unbounded = any(v.unbounded for v in self.vars)
         self._all_in_shapes = _compile_shape_list([a.shape for a in self.inputs], self.vars)
         self._in_dtypes = [a.dtype for a in self.inputs]
 
@@ -100,9 +107,9 @@ class Signature:
         Raises:
             VarBoundsError: a value out of bounds, not an int, or a name the plan does not have.
         """
-        if not bindings:
+        if not bindings and not self._unbounded:
             return self._maxes
-        if len(bindings) == len(self._checks):
+        if bindings and len(bindings) == len(self._checks):
             try:
                 out = tuple([bindings[name] for name, _, _ in self._checks])
             except (KeyError, TypeError):
@@ -113,11 +120,11 @@ class Signature:
                         break
                 else:
                     return out
-        if not isinstance(bindings, Mapping):
+        if bindings is not None and not isinstance(bindings, Mapping):
             raise ArgumentTypeError(
                 f"var values must be a mapping of name to int, got {type(bindings).__name__}"
             )
-        bindings = dict(bindings)
+        bindings = dict(bindings or {})
         for name, value in self.fixed.items():
             if name in bindings and bindings.pop(name) != value:
                 raise VarBoundsError(
@@ -128,6 +135,12 @@ class Signature:
             raise VarBoundsError(
                 f"unknown var(s) {sorted(unknown)}; this plan has {list(self.var_names)}"
                 + (f" (and fixed {dict(self.fixed)})" if self.fixed else "")
+            )
+        missing = [v.name for v in self.vars if v.unbounded and v.name not in bindings]
+        if missing:
+            raise VarBoundsError(
+                f"unbounded var(s) {missing} need a value (there is no upper bound to default to); "
+                "pass them in vars or let an input's shape give them"
             )
         full = {v.name: bindings.get(v.name, v.max) for v in self.vars}
         check_bindings(self.vars, full)

@@ -157,7 +157,12 @@ def lower(
     memory = plan_memory(fusion, scratch)
     data = graph.data_vars
     layout = ArgLayout(
-        len(graph.inputs), len(graph.outputs), len(memory.consts), len(graph.vars) + len(data), len(data)
+        len(graph.inputs),
+        len(graph.outputs),
+        len(memory.consts),
+        len(graph.vars) + len(data),
+        len(data),
+        memory.dyn_bytes != 0,
     )
     return Lowered(
         name,

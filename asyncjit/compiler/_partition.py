@@ -229,8 +229,8 @@ def _explicit(
             raise CompileError(f"plugin {plugin.name!r} may not claim placeholders or constants")
         if any(_data_dependent(groups.by_id[i]) for i in claim):
             raise CompileError(
-                f"plugin {plugin.name!r} may not claim ops with data-dependent sizes (the CPU "
-                "compiler runs them: plugins see sizes only as the caller binds them)"
+                f"plugin {plugin.name!r} may not claim ops with data-dependent or unbounded sizes "
+                "(the CPU compiler runs them: plugins see buffers sized for bounds the caller binds)"
             )
         ids = sorted(claim)
         root = groups.find(ids[0])
@@ -253,8 +253,11 @@ def _supported(plugin: CompilerPlugin, node: Node) -> bool:
 
 
 def _data_dependent(node: Node) -> bool:
-    """Whether ``node`` sets or reads a data-dependent size (those stay on the CPU compiler)."""
-    return any(isinstance(v, DataVar) for n in (node, *node.inputs) for v in free_vars(n.shape))
+    """Whether ``node`` sets or reads a data-dependent or unbounded size (those stay on the CPU
+    compiler: plugins' buffers are views sized from caller-bound vars with finite bounds)."""
+    return any(
+        isinstance(v, DataVar) or v.unbounded for n in (node, *node.inputs) for v in free_vars(n.shape)
+    )
 
 
 def _reason(plugins: Sequence[CompilerPlugin], node: Node) -> str:

@@ -137,7 +137,9 @@ def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]
             exe.layout.n_consts,
             exe.layout.n_vars,
             exe.layout.n_data,
+            exe.layout.dynamic,
         ],
+        "dyn_bytes": to_json(exe.dyn_bytes),
         "data_vars": [to_json(v) for v in sig.data_vars],
         "arena_bytes": exe.arena_bytes,
         "kernels": list(exe.kernel_names),
@@ -225,7 +227,7 @@ def build_executable(
     sig = Signature(
         tuple(_unspec(a) for a in meta["inputs"]),
         tuple(_unspec(a) for a in meta["outputs"]),
-        tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),
+        tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),  # hi None: unbounded
         fixed={str(k): int(v) for k, v in meta["fixed"].items()},
         data_vars=tuple(_data_var(d) for d in meta.get("data_vars", [])),
     )
@@ -266,6 +268,7 @@ def build_executable(
         plugins=by_name,
         consts=consts,
         arena_bytes=int(meta["arena_bytes"]),
+        dyn_bytes=from_json(meta.get("dyn_bytes", 0)),
         kernel_names=meta["kernels"],
         ir_text=meta["ir_text"],
         code_key=meta["code_key"],

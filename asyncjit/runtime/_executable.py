@@ -106,7 +106,8 @@ class LoadedExecutable:
         self._n_in = len(sig.inputs)
         self._in_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.inputs)
         self._out_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.outputs)
-        self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
+        # an output sized by an unbounded var has no capacity: -1, allocated per run by its size
+        self._out_classes = tuple(size_class(a.capacity) if a.bounded else -1 for a in sig.outputs)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
         # a plan that computes sizes: outputs get their actual shapes after the run
@@ -302,6 +303,9 @@ class LoadedExecutable:
             if hit is not None:
                 return hit
         sig = self.signature
+        if sig._unbounded and (vars is None or len(vars) < len(sig.vars)):
+            # unbounded vars have no upper bound to default to: read them from the input shapes
+            vars = {**sig.infer_vars(key[0]), **(vars or {})}
         values = sig.var_values(vars)
         sig.validate(key[0], [a.dtype for a in args], values)
         out_shapes = tuple(sig.output_shapes(values))
@@ -368,8 +372,8 @@ class LoadedExecutable:
                 if not ev._done or ev._error is not None:
                     return None
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # the use keeps the block
-            for cls in self._out_classes:
-                block = space.allocate_class(cls)
+            for i, cls in enumerate(self._out_classes):
+                block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 blocks.append(block)
                 addrs.append(block.addr)
             launcher = self._launchers[dev.id]
@@ -429,7 +433,8 @@ class LoadedExecutable:
             space = dev._device_space
             classes, dtypes = self._out_classes, self._out_dtypes
             for i in range(len(classes)):
-                block = space.allocate_class(classes[i])
+                cls = classes[i]
+                block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 addrs.append(block.addr)
                 outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
             cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)

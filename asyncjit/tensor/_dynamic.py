@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import dtypes as dt
 from ..errors import TensorError
 from ..graph import Node, make_node, new_data_var
-from ..symbolic import DataVar, Dim, free_vars, prod, upper
+from ..symbolic import DataVar, Dim, free_vars, is_bounded, prod, upper
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -41,6 +41,11 @@ def definers(expr: Dim) -> tuple[Node, ...]:
 def _check_bound(bound: Any, limit: Dim, what: str) -> int:
     cap = upper(limit)
     if bound is None:
+        if not is_bounded(limit):
+            raise TensorError(
+                f"{what}: the size it takes from ({limit}) is unbounded; give bound= (the most "
+                "entries the result may have)"
+            )
         return cap
     if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
         raise TensorError(f"{what}: bound must be an int >= 0, got {bound!r}")
