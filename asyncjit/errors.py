@@ -20,6 +20,7 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DeviceMismatchError",
     "DeviceNotFoundError",
     "DonateIndexError",
     "DuplicateInputBufferError",
@@ -34,6 +35,7 @@ __all__ = [
     "OnnxImportError",
     "OutputLayoutMismatchError",
     "ShapeMismatchError",
+    "ShardingError",
     "StaticArgumentError",
     "StepCancelledError",
     "StreamBusyError",
@@ -113,6 +115,16 @@ class DeviceError(JitError):
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DeviceMismatchError(DeviceError, ValueError):
+    """Buffers and devices do not line up: an argument list for one device holds a buffer of
+    another, or two device lists that must match (shardings, replicas) differ."""
+
+
+class ShardingError(JitError, ValueError):
+    """A ``Sharding`` cannot place this array: the axis is out of range, does not divide over
+    the devices (and a ragged last shard was not allowed), or leaves a device an empty shard."""
 
 
 class DeviceNotFoundError(DeviceError, IndexError):

@@ -634,8 +634,10 @@ def _split_floordiv(e: Sum) -> tuple[int, int] | None:
 
 
 def _split_factor(e: Sum) -> tuple[int, int] | None:
-    """Bounds of ``v*A + B`` for a var ``v`` that is a factor of several terms: products are
-    expanded canonically, so ``(t - 1)*s`` is ``s*t - s`` and needs refactoring to stay >= 0."""
+    """Bounds of ``v*A + B`` for an atom ``v`` that is a factor of several terms: products are
+    expanded canonically, so ``(t - 1)*s`` is ``s*t - s`` and needs refactoring to stay >= 0.
+    ``v`` may be any atom (a var, ``s%3``, ``t//2``, a min/max): ``v*A`` lies within the corner
+    products of their bounds whatever the correlation, so ``(s%3)*t - (s%3)`` is >= 0 too."""
     if not any(isinstance(atom, Prod) for atom, _ in e.terms):
         return None
     counts: dict[Expr, int] = {}
@@ -644,7 +646,7 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
             counts[f] = counts.get(f, 0) + 1
     lo, hi = -math.inf, math.inf
     for v, n in sorted(counts.items(), key=lambda kv: _key(kv[0])):
-        if n < 2 or not isinstance(v, Var):
+        if n < 2:
             continue
         inner: dict[Expr, int] = {}
         outer: dict[Expr, int] = {}
@@ -661,7 +663,8 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
                 rest_atom = factors[0] if len(factors) == 1 else Prod(tuple(factors))
                 inner[rest_atom] = inner.get(rest_atom, 0) + coeff
         alo, ahi = bounds(_from_linear(inner, inner_const))
-        corners = (v.min * alo, v.min * ahi, v.max * alo, v.max * ahi)
+        vlo, vhi = bounds(v)
+        corners = (vlo * alo, vlo * ahi, vhi * alo, vhi * ahi)
         blo, bhi = bounds(_from_linear(outer, e.const))
         lo, hi = max(lo, min(corners) + blo), min(hi, max(corners) + bhi)
     return None if lo == -math.inf else (int(lo), int(hi))

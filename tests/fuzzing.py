@@ -78,6 +78,29 @@ def _is_product(node: Node) -> bool:
     return node.op == "mul"
 
 
+def _reduce_bound(node: Node, value: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """How far a float ``sum``/``prod`` may move when accumulated in float64 in another order:
+    one ulp of the output plus ``n`` float64 units of ``sum(|x|)`` (a sum) or of the value (a
+    product); inf where some order could overflow (or, for a product, underflow) midway while
+    this one did not: ``sum(|x|)`` beyond float64, or the big (small) factors' product beyond
+    float64's range. Those positions are order dependent by the documented semantics."""
+    axes = tuple(node.attrs["axes"])
+    n = int(np.prod([x.shape[a] for a in axes]))
+    with np.errstate(all="ignore"):
+        mag = np.abs(x.astype(np.float64))
+        # inf and NaN elements give inf/NaN in any order; only the finite ones can overflow
+        mag = np.where(np.isfinite(mag), mag, 0.0)
+        if node.attrs["op"] == "sum":
+            scale = np.sum(mag, axis=axes, keepdims=True)
+        else:
+            logs = np.log2(np.where(mag > 0, mag, 1.0))
+            big = np.sum(np.where(logs > 0, logs, 0.0), axis=axes, keepdims=True)
+            small = np.sum(np.where(logs < 0, logs, 0.0), axis=axes, keepdims=True)
+            overflow = (big >= 1024) | (small <= -1022)
+            scale = np.where(overflow, np.inf, np.abs(value.astype(np.float64)))
+        return _ulp(value) + n * 2.0**-53 * scale.reshape(value.shape)
+
+
 def _perturb(
     node: Node,
     value: np.ndarray,
@@ -94,6 +117,8 @@ def _perturb(
         with np.errstate(all="ignore"):
             mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
             bound = (k + 1) * 2.0**-24 * mags
+    elif node.op == "reduce" and node.attrs["op"] in ("sum", "prod") and node.attrs["axes"]:
+        bound = _reduce_bound(node, value, args[0])
     elif node.op in _OP_ULPS:
         bound = np.maximum(_OP_ULPS[node.op] * _ulp(value), _OP_ABS.get(node.op, 0.0))
         if node.op in ("add", "sub") and any(_is_product(i) for i in node.inputs):

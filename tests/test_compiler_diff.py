@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 from fuzz import dtype_sets
-from fuzzing import check_case, compare, tolerance_ulps
+from fuzzing import check_case, compare, perturbed_runs, tolerance_ulps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import VALUE_PROFILES, GraphCase, graph_cases
 
-from asyncjit import Tensor
+from asyncjit import Tensor, reference
 from asyncjit import dtypes as dt
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
@@ -112,6 +112,28 @@ def test_compare_has_no_quota_and_skips_only_ill_conditioned_positions() -> None
     assert not bad.any() and skipped.tolist() == [False, False, True, False, False, False]
     got[4] = np.finfo(np.float32).max  # inf vs max is wrong whatever the tolerance
     assert compare(got, want, [want], tol=1e30)[0][4]
+
+
+def test_float64_sums_that_may_overflow_midway_are_order_dependent_only() -> None:
+    """A float64 sum is checked within its accumulation bound, except where ``sum(|x|)`` leaves
+    float64's range: there another order may overflow (the documented semantics)."""
+    x = Tensor.placeholder((4,), dt.float64, name="x")
+    outs = [x.sum().node, x.prod().node]
+    tol = tolerance_ulps(outs)
+
+    def check(values: list[float], got: list[float]) -> np.ndarray:
+        a = np.array(values)
+        want = reference.evaluate([Tensor(o) for o in outs], {x: a}, {})
+        perturbed = perturbed_runs(outs, {x.node.id: a}, {}, seed=0)
+        pairs = enumerate(zip(got, want, strict=True))
+        return np.array([compare(np.array(g), w, [p[k] for p in perturbed], tol)[0] for k, (g, w) in pairs])
+
+    big = [1.5e308, 1.5e308, -1.5e308, -1e308]  # pairwise overflows, left to right does not
+    assert not check(big, [np.nan, np.nan]).any()
+    assert check([1.0, 2.0, 3.0, 4.0], [10.5, 24.0]).tolist() == [True, False]
+    assert check([1.0, 2.0, 3.0, 4.0], [10.0, 25.0]).tolist() == [False, True]
+    # cancellation: another order legitimately gives 0 or 2 (n * 2**-53 * sum|x| is about 4)
+    assert not check([1e16, 1.0, -1e16, 1.0], [0.0, -1e32]).any()
 
 
 def test_tolerance_grows_with_the_float_ops_on_the_way() -> None:

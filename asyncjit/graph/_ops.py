@@ -6,6 +6,10 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Elementwise ops take operands of one shape and dtype (``Tensor`` inserts broadcasts and casts);
   float16 ops compute in float32 and round once per op; float64 ops compute in float64.
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
+  Float ``idiv``/``mod`` are Python's (numpy's) ``//`` and ``%``: the remainder is exact (IEEE
+  ``fmod`` moved by the divisor when the signs differ, so it takes the divisor's sign) and the
+  quotient is the floor of the exact one (``1.0 // 0.1`` is 9); by zero they give ``x / 0``
+  and NaN.
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
 * ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
@@ -33,7 +37,11 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   float32 hides except at exact rounding ties and under catastrophic cancellation. A float32
   sum cannot overflow midway (``sum([3e38, 3e38, -3e38])`` is 3e38); a product can, in float64,
   only with more than eight factors of extreme magnitude, and then its value depends on the
-  order. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
+  order. A float64 sum is within ``n`` float64 units of ``sum(|x|)`` of the exact one for ``n``
+  terms, in any order; when ``sum(|x|)`` exceeds float64's range (terms near 1e308) a partial sum
+  may overflow in one order and not in another, so the result (finite, inf or NaN) depends on
+  the order: that is outside the domain, as for a float32 dot product whose partial sums
+  overflow. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
 * ``matmul`` and ``conv1d`` are *not* exactly rounded: the reference evaluates them in float64,
   compiled code accumulates in float32 with FMA in an unspecified order (that is what makes them
   fast and batch-invariant). They agree within the usual dot-product bound (about K float32
@@ -287,7 +295,6 @@ LOGICAL: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "xor": np.bitwise_xor,
 }
 _FLOAT_ONLY_BINARY = {"div", "pow"}
-_INT_ONLY_BINARY = {"idiv"}
 
 
 def _infer_binary(name: str) -> Infer:
@@ -307,8 +314,6 @@ def _infer_binary(name: str) -> Infer:
             raise _fail(f"{name} is not defined on bool tensors; cast first")
         if name in _FLOAT_ONLY_BINARY and not x.dtype.is_float:
             raise _fail(f"{name} needs float tensors, got {x.dtype.name}")
-        if name in _INT_ONLY_BINARY and not x.dtype.is_int:
-            raise _fail(f"{name} needs int tensors, got {x.dtype.name}")
         return x.shape, x.dtype
 
     return infer

@@ -17,6 +17,7 @@ from ._memory import Slot as Slot
 from ._memory import plan_memory as plan_memory
 from ._pipeline import optimize_graph as optimize_graph
 from ._refine import refine as refine
+from ._shard import split_axes as split_axes
 from ._simplify import simplify as simplify
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "refine",
     "remake",
     "simplify",
+    "split_axes",
 ]

@@ -22,6 +22,8 @@ from ._memory import MemoryKind as MemoryKind
 from ._memory import MemorySpace as MemorySpace
 from ._memory import MemoryStats as MemoryStats
 from ._memory import host_array as host_array
+from ._sharding import ShardedBuffer as ShardedBuffer
+from ._sharding import Sharding as Sharding
 from ._wakeup import WakerStatistics as WakerStatistics
 from ._wakeup import current_waker as current_waker
 from ._wakeup import wait_event as wait_event
@@ -42,6 +44,8 @@ __all__ = [
     "MemoryKind",
     "MemorySpace",
     "MemoryStats",
+    "ShardedBuffer",
+    "Sharding",
     "WakerStatistics",
     "current_waker",
     "default_client",

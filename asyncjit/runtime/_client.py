@@ -38,6 +38,8 @@ from ._device import Device, DeviceStatistics, InlinePolicy
 from ._events import READY, Event
 from ._executable import LoadedExecutable, unpack_executable
 from ._memory import ALIGNMENT, MemorySpace
+from ._sharding import ShardedBuffer, Sharding
+from ._sharding import device_put as _device_put
 
 __all__ = ["Client", "ClientStatistics", "default_client", "parse_devices"]
 
@@ -293,6 +295,22 @@ class Client:
         if on_done_with_host_buffer is not None:
             on_done_with_host_buffer()
         return Buffer(shape, dt, space, block, READY)
+
+    def device_put(
+        self, x: npt.ArrayLike | Buffer | ShardedBuffer, where: Sharding | Device | int | None = None
+    ) -> Buffer | ShardedBuffer:
+        """Place ``x`` (an array, a ``Buffer`` or a ``ShardedBuffer``) on a device or a sharding.
+
+        With a ``Sharding``: a ``ShardedBuffer`` (an array is sliced on the host and each slice
+        copied to its device; buffers move device to device on the target queues, no host wait).
+        With a device (or index, default the first): a ``Buffer`` there.
+
+        Raises:
+            ShardingError: the split axis is out of range, does not divide (without ``ragged``)
+                or leaves a device empty.
+            DeviceMismatchError: the sharding or buffer belongs to another client.
+        """
+        return _device_put(self, x, where)
 
     # -- closing --------------------------------------------------------------------------------
     def close(self, *, cancel_pending: bool = False) -> None:

@@ -38,6 +38,7 @@ from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
 from ._memory import Block, size_class
+from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
 
 if TYPE_CHECKING:
@@ -217,15 +218,100 @@ class LoadedExecutable:
 
     async def execute_sharded(
         self,
-        args: Sequence[Buffer],
-        device: Device,
-        vars: Mapping[str, int] | None = None,
+        args: Sequence[Buffer | ShardedBuffer],
+        device: Device | None = None,
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
         *,
         donate: Iterable[int] = (),
         inline: bool | None = None,
-    ) -> list[Buffer]:
-        """Execute on ``device``, which must be one this executable was loaded on (PJRT)."""
-        return await self.execute(args, vars, device=device, donate=donate, inline=inline)
+        out_shardings: Sharding | Sequence[Sharding | None] | None = None,
+    ) -> list[Buffer] | list[ShardedBuffer]:
+        """PJRT's ``ExecuteSharded``, two ways.
+
+        * ``device`` given, ``args`` plain Buffers: execute on that device, which must be one
+          this executable was loaded on; returns its output Buffers.
+        * ``args`` holding ``ShardedBuffer``s (sharded over exactly ``devices()``, in order),
+          ``device`` None: run every device on its own shard (SPMD data parallelism; a plain
+          Buffer argument is read by every device) and return one ``ShardedBuffer`` per
+          output. ``out_shardings`` says how the devices' outputs form each global output
+          (default: the first split argument's sharding); ``vars`` may be one mapping per device
+          (shards of a ragged split differ in size).
+
+        Raises:
+            DeviceMismatchError: sharded arguments on other devices than the executable's.
+            ShardingError: outputs whose shard shapes do not fit ``out_shardings``.
+        """
+        if device is None and any(isinstance(a, ShardedBuffer) for a in args):
+            if donate != ():
+                raise DonateIndexError(
+                    f"{self!r}: donation is per device; use execute_replicated(donate=...)"
+                )
+            default, per, per_vars = spmd_arguments(self, args, vars)
+            outs = await self.execute_replicated(per, per_vars, inline=inline)
+            return assemble_outputs(outs, out_shardings, default)
+        if device is None:
+            raise ArgumentTypeError(
+                f"{self!r}.execute_sharded needs a device, or ShardedBuffer arguments (device_put)"
+            )
+        if vars is not None and not isinstance(vars, Mapping):
+            raise ArgumentTypeError(f"{self!r}: vars for one device is one mapping, got {vars!r}")
+        plain = [a for a in args if isinstance(a, Buffer)]
+        if len(plain) != len(args):
+            raise ArgumentTypeError(f"{self!r}: with a device, execute_sharded takes Buffers")
+        return await self.execute(plain, vars, device=device, donate=donate, inline=inline)
+
+    async def execute_replicated(
+        self,
+        args: Sequence[Sequence[Buffer]],
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+        *,
+        donate: Iterable[int] = (),
+        inline: bool | None = None,
+    ) -> list[list[Buffer]]:
+        """PJRT's list-of-lists ``Execute``: ``args[i]`` runs on ``devices()[i]``; one output list
+        per device, returned before they are computed (the devices run in parallel).
+
+        Every argument list is validated before anything is enqueued.
+
+        Args:
+            args: one list of input Buffers per device; each Buffer must live on that device.
+            vars: one mapping for every device, or one per device.
+            donate: input indices donated on every device.
+
+        Raises:
+            DeviceMismatchError: not one list per device, or a buffer on the wrong device
+                (the message names both devices).
+        """
+        plan = check_replicated(self, args, vars)
+        validated = [self._validate(a, v) for _, a, v in plan]
+        if donate != ():
+            for _, a, _ in plan:
+                self._check_donation(a, donate)
+        results = []
+        for (dev, dev_args, _), val in zip(plan, validated, strict=True):
+            if dev._in_flight >= dev.max_in_flight:
+                await dev.wait_for_slot()
+            results.append(self._launch(dev_args, val, dev, donate, False if inline is None else inline))
+        return results
+
+    def execute_replicated_blocking(
+        self,
+        args: Sequence[Sequence[Buffer]],
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+        *,
+        donate: Iterable[int] = (),
+    ) -> list[list[Buffer]]:
+        """``execute_replicated`` for scripts: blocks only while a device queue is full."""
+        plan = check_replicated(self, args, vars)
+        validated = [self._validate(a, v) for _, a, v in plan]
+        if donate != ():
+            for _, a, _ in plan:
+                self._check_donation(a, donate)
+        results = []
+        for (dev, dev_args, _), val in zip(plan, validated, strict=True):
+            dev.wait_for_slot_blocking()
+            results.append(self._launch(dev_args, val, dev, donate, False))
+        return results
 
     async def execute_portable(
         self,

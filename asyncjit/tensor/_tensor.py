@@ -241,18 +241,24 @@ class Tensor:
         return self._float()._binary("div", o, True)
 
     def __floordiv__(self, o: Any) -> Tensor:
+        """Python's ``//``: for floats the floor of the exact quotient (``1.0 // 0.1`` is 9, where
+        ``floor(1.0 / 0.1)`` is 10); bools divide as float32."""
         x, y = self._operands(o)
-        return x._binary("idiv", y) if x.dtype.is_int else (x / y).floor()
+        if x.dtype.is_bool:
+            x, y = x._float(), y._float()
+        return x._binary("idiv", y)
 
     def __rfloordiv__(self, o: Any) -> Tensor:
         left, right = self._operands(o, True)
         return left.__floordiv__(right)
 
     def __mod__(self, o: Any) -> Tensor:
+        """Python's ``%``: the result takes the divisor's sign; for floats it is exact (IEEE
+        ``fmod``, moved by the divisor when the signs differ), never ``x - floor(x / y) * y``."""
         x, y = self._operands(o)
-        if x.dtype.is_int:
-            return x._binary("mod", y)
-        return x - (x / y).floor() * y
+        if x.dtype.is_bool:
+            x, y = x._float(), y._float()
+        return x._binary("mod", y)
 
     def __rmod__(self, o: Any) -> Tensor:
         left, right = self._operands(o, True)
@@ -420,9 +426,15 @@ class Tensor:
         return out.reshape(*(d for i, d in enumerate(out.shape) if i not in axes))
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (all by default). Floats accumulate in float64 in an unspecified
+        order; float64 terms whose magnitudes sum beyond float64's range (near 1e308) may
+        overflow midway in one order and not another, so such sums are order dependent
+        (docs/semantics.md)."""
         return self._reduce("sum", axis, keepdims)
 
     def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Product over ``axis``; floats accumulate in float64 in an unspecified order, so a
+        product whose partial products can leave float64's range depends on the order."""
         return self._reduce("prod", axis, keepdims)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:

@@ -1,0 +1,120 @@
+"""Data parallelism over CPU devices: a large batched matmul, sharded over ``cpu:2`` vs one device.
+
+Run: ``.venv/bin/python benchmarks/devices.py`` (about 30 s; ``--quick``: fewer rounds).
+
+``f(x, w) = relu(x @ w)`` with ``x`` float32 ``[64, 128, 256]`` and ``w`` ``[256, 256]`` (2^29
+multiply-adds), all in one run, rounds interleaved, median wall time per call (host copy-in to
+ready outputs):
+
+* ``one device``: ``jit(f, device=cpu:0)`` of a ``cpu:2`` client, one thread per kernel (what a
+  device actor gets when two share two cores) — the goal's "one device";
+* ``sharded cpu:2``: ``jit(f, in_shardings={"x": Sharding.split([cpu:0, cpu:1], 0)})``: each
+  device actor multiplies its half of the batch on its own worker thread (goal >= 1.7x one device);
+* ``one device, 2 threads``: the same one-device plan with its big kernel split over two threads
+  by the plan itself (``intra_op_threads=2``): the other way to use both cores;
+* peers: numpy ``matmul`` (its BLAS threads) and, when installed, ``jax.jit`` on its CPU backend.
+
+The load average is printed next to the figures: on a shared machine the ratio, not the times,
+is the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import structlog
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _machine import machine_line
+
+from asyncjit import Client, Sharding, jit
+from asyncjit.codegen import _parallel
+
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+SHAPE_X = (64, 128, 256)
+SHAPE_W = (256, 256)
+
+
+def f(x: Any, w: Any) -> Any:
+    return (x @ w).relu()
+
+
+def _timed(call: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    rounds = 5 if quick else 11
+    print(machine_line())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(SHAPE_X, np.float32)
+    w = rng.standard_normal(SHAPE_W, np.float32)
+    want = np.maximum(x @ w, 0)
+    client = Client("cpu:2")
+    d0, d1 = client.devices()
+    w_on = {d.id: client.device_put(w, d) for d in (d0, d1)}
+    one = jit(f, device=d0, inline=False)
+    sharded = jit(f, in_shardings={"x": Sharding.split([d0, d1], 0), "w": Sharding.replicated([d0, d1])})
+
+    def run_one() -> Any:
+        return np.asarray(one(x, w_on[0]))
+
+    def run_sharded() -> Any:
+        return np.asarray(sharded(x, w))
+
+    def one_two_threads() -> Any:
+        _parallel.set_intra_op_threads(2)
+        try:
+            return run_one()
+        finally:
+            _parallel.set_intra_op_threads(1)
+
+    cases: dict[str, Callable[[], Any]] = {
+        "one device": run_one,
+        "sharded cpu:2": run_sharded,
+        "one device, 2 threads": one_two_threads,
+        "numpy matmul": lambda: np.maximum(x @ w, 0),
+    }
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jf = jax.jit(lambda a, b: jnp.maximum(a @ b, 0))
+        jw = jax.device_put(w)
+        cases["jax.jit"] = lambda: np.asarray(jf(x, jw))
+    except ImportError:
+        pass
+    _parallel.set_intra_op_threads(1)
+    for name, call in cases.items():  # warm up: compile, check
+        np.testing.assert_allclose(call(), want, rtol=2e-3, atol=2e-3, err_msg=name)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, call in cases.items():
+            times[name].append(_timed(call))
+    base = statistics.median(times["one device"])
+    flops = 2 * np.prod(SHAPE_X) * SHAPE_W[1]
+    print(f"relu(x @ w), x {SHAPE_X} w {SHAPE_W}, {rounds} rounds, median per call")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"  {name:24s} {med * 1e3:8.1f} ms  {flops / med / 1e9:6.1f} GFLOP/s"
+            f"  {base / med:5.2f}x one device"
+        )
+    ratio = base / statistics.median(times["sharded cpu:2"])
+    print(f"sharded cpu:2 vs one device: {ratio:.2f}x (goal >= 1.7x); load average {os.getloadavg()[0]:.2f}")
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
