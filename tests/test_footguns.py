@@ -27,6 +27,7 @@ what a user might expect and what asyncjit does.
 21. jit narrowing float64 arguments
 22. a data-dependent size above its bound
 23. an unbounded var without a size, or with a negative one
+24. an argument refined to a shape it cannot take
 """
 
 from __future__ import annotations
@@ -443,3 +444,21 @@ def test_23_unbounded_var_needs_a_size_and_refuses_a_negative_one() -> None:
         exe.signature.var_values(None)
     with pytest.raises(VarBoundsError, match="out of its bounds"):
         exe.run([np.ones(3, np.float32)], {"n": -3})
+
+
+def test_24_refining_an_argument_to_a_shape_it_cannot_take_is_an_error() -> None:
+    """``refine_arguments`` with another rank, another static size, or a size outside a var's
+    bounds raises a typed error naming the input and dim, never a graph that computes on a
+    shape its ops were not checked for."""
+    from asyncjit import Var
+    from asyncjit.errors import ShapeMismatchError, VarBoundsError
+    from asyncjit.passes import Graph, refine_arguments
+
+    x = Tensor.placeholder((Var("t", 1, 64), 8), name="x")
+    g = Graph.of([(x * 2).node], [x.node])
+    with pytest.raises(ShapeMismatchError, match="dim 1 is static 8"):
+        refine_arguments(g, {"x": (4, 16)})
+    with pytest.raises(ShapeMismatchError, match="rank"):
+        refine_arguments(g, {"x": (4, 8, 1)})
+    with pytest.raises(VarBoundsError, match="no value of var 't'"):
+        refine_arguments(g, {"x": (65, 8)})

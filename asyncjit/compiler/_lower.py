@@ -144,7 +144,9 @@ def lower(
     """
     from ..passes._refine import fixed_values
 
-    fixed_map = fixed_values(graph, fixed)
+    # argument refinements to one value count as fixed: callers may still pass that value
+    fixed_map = {k: v for k, v in graph.pending.items() if isinstance(v, int)}
+    fixed_map.update(fixed_values(graph, fixed))
     graph = optimize_graph(graph, fixed)
     claims = partition(graph, plugins).partitions
     linked, dispatched = _compile_plugins(claims)

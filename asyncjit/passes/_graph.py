@@ -7,24 +7,29 @@ elimination (``dce``) only has to drop unreachable *inputs* from a node list, ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from ..graph import Node, graph_vars, make_node, toposort
-from ..symbolic import DataVar, Var
+from ..symbolic import DataVar, Dim, Var
 
 __all__ = ["Graph", "Rewrite", "rebuild", "remake"]
 
 
 @attrs.frozen
 class Graph:
-    """Placeholders (in signature order), outputs, and the vars the plan is compiled for."""
+    """Placeholders (in signature order), outputs, and the vars the plan is compiled for.
+
+    ``pending`` holds argument refinements not yet propagated (``refine_arguments`` records
+    them, ``refine_shapes`` applies them): var name -> its value or a narrower ``Var``.
+    """
 
     inputs: tuple[Node, ...]
     outputs: tuple[Node, ...]
     vars: tuple[Var, ...]
+    pending: Mapping[str, Dim] = attrs.field(factory=dict, eq=False)
 
     @staticmethod
     def of(outputs: Sequence[Node], inputs: Sequence[Node], vars: Sequence[Var] | None = None) -> Graph:
@@ -65,4 +70,5 @@ def rebuild(graph: Graph, rewrite: Rewrite, vars: Sequence[Var] | None = None) -
         tuple(memo[n.id] for n in graph.inputs),
         tuple(memo[n.id] for n in graph.outputs),
         graph.vars if vars is None else tuple(vars),
+        graph.pending,
     )

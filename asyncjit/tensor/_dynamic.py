@@ -9,7 +9,7 @@ actual value and outputs come back with their actual shapes.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import dtypes as dt
 from ..errors import TensorError
@@ -19,7 +19,7 @@ from ..symbolic import DataVar, Dim, free_vars, is_bounded, prod, upper
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["compress", "definers", "masked", "nonzero", "prefix", "unique"]
+__all__ = ["DynamicShapes", "compress", "definers", "masked", "nonzero", "prefix", "unique"]
 
 # the node that sets each data-dependent size, so a value made from the dim (``from_dim``) is
 # ordered after it; weak: a graph that is dropped takes its entries with it
@@ -158,3 +158,32 @@ def unique(x: Tensor, bound: int | None = None) -> Tensor:
         same = same | ((s[1:] != s[1:]) & (s[:-1] != s[:-1]))
     keep = same.logical_not().pad([(1, 0)], value=True)
     return compress(s, keep, 0, cap)
+
+
+class DynamicShapes:
+    """``Tensor``'s methods with data-dependent results (a base class, to keep ``_tensor.py`` small)."""
+
+    __slots__ = ()
+
+    def nonzero(self, size: int | None = None, fill_value: int = 0, *, bound: int | None = None) -> Any:
+        """Indices of non-zero elements. ``size=None``: ``[n, ndim]`` int64 with a data-dependent
+        ``n`` (at most ``bound``, default the element count). ``size=k``: padded to ``k`` rows
+        (rest ``fill_value``) as ``(indices, count)``; ``count > size`` means ``size`` was short.
+        """
+        x = cast("Tensor", self)
+        if size is None:
+            return nonzero(x, bound)
+        idx = type(x)(make_node("nonzero", (x.node,), size=size, fill=fill_value))
+        return idx, (x != 0).cast(dt.int64).sum()
+
+    def prefix(self, count: Any, axis: int = 0, *, bound: int | None = None) -> Tensor:
+        """The first ``count`` (a 0-d int tensor) entries along ``axis``: a data-dependent dim."""
+        return prefix(cast("Tensor", self), count, axis, bound=bound)
+
+    def compress(self, condition: Tensor, axis: int | None = None, *, bound: int | None = None) -> Tensor:
+        """numpy ``compress``: slices along ``axis`` where ``condition`` holds (data-dependent)."""
+        return compress(cast("Tensor", self), condition, axis, bound)
+
+    def unique(self, *, bound: int | None = None) -> Tensor:
+        """Sorted distinct values (flattened, data-dependent count; static element count)."""
+        return unique(cast("Tensor", self), bound)

@@ -55,7 +55,7 @@ def _axis(axis: int, ndim: int) -> int:
     return axis % ndim if ndim else 0
 
 
-class Tensor:
+class Tensor(_dynamic.DynamicShapes):
     """A lazy tensor: a graph node with a numpy-like API."""
 
     __slots__ = ("node",)
@@ -773,28 +773,6 @@ class Tensor:
         ax = _axis(axis, self.ndim)
         src = self._wrap(src).cast(self.dtype)
         return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
-
-    def nonzero(self, size: int | None = None, fill_value: int = 0, *, bound: int | None = None) -> Any:
-        """Indices of non-zero elements. ``size=None``: ``[n, ndim]`` int64 with a data-dependent
-        ``n`` (at most ``bound``, default the element count). ``size=k``: padded to ``k`` rows
-        (rest ``fill_value``) as ``(indices, count)``; ``count > size`` means ``size`` was short.
-        """
-        if size is None:
-            return _dynamic.nonzero(self, bound)
-        idx = Tensor(make_node("nonzero", (self.node,), size=size, fill=fill_value))
-        return idx, (self != 0).cast(dt.int64).sum()
-
-    def prefix(self, count: Any, axis: int = 0, *, bound: int | None = None) -> Tensor:
-        """The first ``count`` (a 0-d int tensor) entries along ``axis``: a data-dependent dim."""
-        return _dynamic.prefix(self, count, axis, bound=bound)
-
-    def compress(self, condition: Tensor, axis: int | None = None, *, bound: int | None = None) -> Tensor:
-        """numpy ``compress``: slices along ``axis`` where ``condition`` holds (data-dependent)."""
-        return _dynamic.compress(self, condition, axis, bound)
-
-    def unique(self, *, bound: int | None = None) -> Tensor:
-        """Sorted distinct values (flattened, data-dependent count; static element count)."""
-        return _dynamic.unique(self, bound)
 
 
 def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
