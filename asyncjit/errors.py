@@ -32,8 +32,12 @@ __all__ = [
     "MuxClosedError",
     "NotPreparedError",
     "ObjectCodeError",
+    "RemoteDeviceError",
+    "RemoteTimeoutError",
+    "ReplicaDiedError",
     "OnnxImportError",
     "OutputLayoutMismatchError",
+    "ServiceFullError",
     "ShapeMismatchError",
     "ShardingError",
     "StaticArgumentError",
@@ -233,3 +237,23 @@ class UnsupportedOpError(OnnxImportError):
     def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
         super().__init__(message)
         self.nodes = nodes
+
+
+class RemoteDeviceError(DeviceError):
+    """A device in another process (a Ray actor) died or cannot be reached; the message names it.
+
+    Buffers that lived there are gone: ``to_numpy`` on them raises this too.
+    """
+
+
+class ReplicaDiedError(RemoteDeviceError):
+    """The replica serving this stream died; its state died with it. Other streams keep running
+    and a replacement replica takes new streams: open a new stream to continue."""
+
+
+class RemoteTimeoutError(RemoteDeviceError, TimeoutError):
+    """A remote device or replica did not answer within its timeout (it is then treated as dead)."""
+
+
+class ServiceFullError(BacklogFullError):
+    """Every replica of a ``serve_streams`` service holds its ``max_streams``: the service is full."""

@@ -261,6 +261,8 @@ def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> i
     op = node.op
     if op == "cast":
         return cast_value(b, args[0], node.inputs[0].dtype, node.dtype)
+    if op == "bitcast":
+        return b.bitcast(args[0], compute_type(node.dtype))
     if op == "where":
         return b.select(args[0], args[1], args[2])
     src = node.inputs[0].dtype

@@ -59,7 +59,9 @@ def _loop(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     carried = list(ins[2:])
     n_carried = len(carried)
     if trip is not None and not isinstance(trip, np.ndarray):
-        raise n.fail("the trip count must be known at load time (a Loop over a data-dependent count)")
+        raise n.fail(
+            "the trip count depends on data; it must be known at load time (fix it with values={...})"
+        )
     max_trip = int(trip.reshape(-1)[0]) if isinstance(trip, np.ndarray) else None
     if max_trip is None and _known_bool(cond) is None:
         raise n.fail("a Loop without a trip count needs a condition known at load time")

@@ -391,6 +391,12 @@ class Tensor(_dynamic.DynamicShapes):
 
     astype = cast
 
+    def bitcast(self, dtype: DType | Any) -> Tensor:
+        """The same bits read as ``dtype`` of the same size (``float32 <-> int32/uint32``,
+        ``float16 <-> int16/uint16``...), as numpy's ``view``; NaN payloads are kept."""
+        dtype = dt.from_numpy(dtype)
+        return self if dtype == self.dtype else self._unary("bitcast", dtype=dtype)
+
     def where(self, a: Any, b: Any) -> Tensor:
         """``a`` where this bool tensor is true, else ``b`` (broadcast together)."""
         return Tensor.select(self, a, b)
