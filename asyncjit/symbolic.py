@@ -148,8 +148,8 @@ class Var(Expr):
                 raise VarBoundsError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
         if not 1 <= self.min <= self.max or self.max > UNBOUNDED:
             raise VarBoundsError(
-                f"Var {self.name!r} needs 1 <= min <= max (max None for unbounded), got "
-                f"min={self.min} max={self.max}"
+                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max} "
+                "(max=None declares an unbounded var)"
             )
 
     def __repr__(self) -> str:
