@@ -22,6 +22,7 @@ __all__ = [
     "DeviceError",
     "DeviceMismatchError",
     "DeviceNotFoundError",
+    "DimDivisionError",
     "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
@@ -40,6 +41,7 @@ __all__ = [
     "ServiceFullError",
     "ShapeMismatchError",
     "ShardingError",
+    "SlotIndexError",
     "StaticArgumentError",
     "StepCancelledError",
     "StreamBusyError",
@@ -111,6 +113,15 @@ class InvalidArgumentError(JitError, ValueError):
 
 class ArgumentTypeError(JitError, TypeError):
     """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
+
+
+class SlotIndexError(InvalidArgumentError, IndexError):
+    """A stream slot outside a slot pool's ``0..num_slots-1`` (or beyond the rows it holds while
+    steps are in flight)."""
+
+
+class DimDivisionError(InvalidArgumentError, ZeroDivisionError):
+    """A symbolic dim was floor-divided (or taken modulo) by zero or a negative int."""
 
 
 class DeviceError(JitError):
