@@ -19,7 +19,7 @@ from ..dtypes import DType
 from ..errors import CompileError
 from ..graph import Node
 from . import _mathfn
-from ._types import F16, F32, F64, I1, I32, compute_type
+from ._types import F16, F32, F64, I1, I32, compute_type, storage_type
 
 __all__ = ["cast_value", "double_to_half", "emit_elementwise", "intrinsic"]
 
@@ -256,11 +256,35 @@ def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bo
     raise CompileError(f"unsupported by codegen (an asyncjit bug): int binary op {op!r}")
 
 
+def combine(b: ir.IRBuilder, reduce: str, x: ir.Value, y: ir.Value, dtype: DType) -> ir.Value:
+    """``x (+ * max min) y`` for a scatter reduction, in ``dtype`` (float16 rounds once)."""
+    if dtype.is_bool:  # numpy's bool add/max is or, mul/min is and
+        return b.or_(x, y) if reduce in ("add", "max") else b.and_(x, y)
+    op = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}[reduce]
+    if not dtype.is_float:
+        return _int_binary(b, op, x, y, dtype.is_unsigned)
+    if x.type == F16:
+        return b.fptrunc(_float_binary(b, op, b.fpext(x, F32), b.fpext(y, F32)), F16)
+    return _float_binary(b, op, x, y)
+
+
+def _bitcast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """The bits of ``v`` read as ``dst`` (same width; a byte becomes a bool where it is not 0)."""
+    if dst.is_bool:
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)) if not src.is_bool else v
+    if src.is_bool:
+        return b.zext(v, storage_type(dst))
+    target = storage_type(dst)
+    return v if v.type == target else b.bitcast(v, target)
+
+
 def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> ir.Value:
     """The value of elementwise ``node`` given its inputs' values."""
     op = node.op
     if op == "cast":
         return cast_value(b, args[0], node.inputs[0].dtype, node.dtype)
+    if op == "bitcast":
+        return _bitcast(b, args[0], node.inputs[0].dtype, node.dtype)
     if op == "where":
         return b.select(args[0], args[1], args[2])
     src = node.inputs[0].dtype

@@ -1,5 +1,6 @@
 """The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
 
+from . import _index as _index  # registers gather, scatter, nonzero
 from ._nn import pool_out_len as pool_out_len
 from ._node import Node as Node
 from ._node import as_node as as_node

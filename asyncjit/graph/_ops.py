@@ -372,6 +372,27 @@ def cast_array(x: np.ndarray, to: DType) -> np.ndarray:
 _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args[0], n.dtype))
 
 
+def _infer_bitcast(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
+    (x,) = ins
+    to: DType = a["dtype"]
+    if x.dtype.itemsize != to.itemsize:
+        raise _fail(
+            f"bitcast: {x.dtype.name} and {to.name} differ in width "
+            f"({x.dtype.itemsize} vs {to.itemsize} bytes)"
+        )
+    return x.shape, to
+
+
+def _ref_bitcast(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
+    x = np.ascontiguousarray(args[0]).reshape(args[0].shape)  # ascontiguousarray makes 0-d 1-d
+    if node.dtype.is_bool:
+        return np.asarray(x != 0)
+    return x.view(node.dtype.np)
+
+
+_register("bitcast", "elementwise", _infer_bitcast, _ref_bitcast)
+
+
 def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
     """A Python scalar converted to ``to`` as ``cast`` converts an element (NaN -> 0 in an int,
     1e10 -> int32 max, 1e10 -> float16 inf); a Python int too wide for any dtype wraps."""
@@ -694,90 +715,6 @@ def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
 
 
 _register("conv1d", "conv", _infer_conv1d, _ref_conv1d)
-
-# ---------------------------------------------------------------------------------------------
-# gather / scatter along an axis with a 1-D index tensor
-
-
-def _check_index(idx: Node, op: str) -> None:
-    if idx.ndim != 1 or not idx.dtype.is_int:
-        raise _fail(f"{op}: index must be a 1-D int tensor, got {idx.dtype.name}{shape_str(idx.shape)}")
-
-
-def _infer_gather(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    x, idx = ins
-    axis = a["axis"]
-    _check_index(idx, "gather")
-    if not 0 <= axis < x.ndim:
-        raise _fail(f"gather axis {axis} out of range for {shape_str(x.shape)}")
-    if bounds(x.shape[axis])[0] < 1:
-        raise _fail(f"gather: axis {axis} of {shape_str(x.shape)} can be empty")
-    return (*x.shape[:axis], idx.shape[0], *x.shape[axis + 1 :]), x.dtype
-
-
-def _ref_gather(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, idx = args
-    axis = node.attrs["axis"]
-    safe = np.clip(idx.astype(np.int64), 0, x.shape[axis] - 1)
-    return np.take(x, safe, axis=axis)
-
-
-_register("gather", "index", _infer_gather, _ref_gather)
-
-
-def _infer_scatter(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    x, idx, src = ins
-    axis = a["axis"]
-    _check_index(idx, "scatter")
-    if not 0 <= axis < x.ndim:
-        raise _fail(f"scatter axis {axis} out of range for {shape_str(x.shape)}")
-    want = (*x.shape[:axis], idx.shape[0], *x.shape[axis + 1 :])
-    if src.shape != want:
-        raise _fail(f"scatter: src shape {shape_str(src.shape)} must be {shape_str(want)}")
-    if src.dtype != x.dtype:
-        raise _fail(f"scatter: src dtype {src.dtype.name} differs from {x.dtype.name}")
-    return x.shape, x.dtype
-
-
-def _ref_scatter(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, idx, src = args
-    axis = node.attrs["axis"]
-    out = x.copy()
-    n = x.shape[axis]
-    for i, j in enumerate(idx.astype(np.int64).tolist()):
-        if 0 <= j < n:
-            dst: list[Any] = [slice(None)] * x.ndim
-            dst[axis] = j
-            srcsl: list[Any] = [slice(None)] * x.ndim
-            srcsl[axis] = i
-            out[tuple(dst)] = src[tuple(srcsl)]
-    return out
-
-
-_register("scatter", "index", _infer_scatter, _ref_scatter)
-
-# ---------------------------------------------------------------------------------------------
-# nonzero with a declared maximum size: indices [size, ndim] int64, rows past the count = fill
-
-
-def _infer_nonzero(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    (x,) = ins
-    size = a["size"]
-    if not isinstance(size, int) or size < 0:
-        raise _fail(f"nonzero size must be an int >= 0, got {size!r}")
-    return (size, max(x.ndim, 1)), dt.int64
-
-
-def _ref_nonzero(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    (x,) = args
-    size = node.attrs["size"]
-    found = np.argwhere(np.atleast_1d(x) != 0)[:size]
-    out = np.full((size, found.shape[1] if found.ndim == 2 else 1), node.attrs.get("fill", 0), np.int64)
-    out[: len(found)] = found
-    return out
-
-
-_register("nonzero", "nonzero", _infer_nonzero, _ref_nonzero)
 
 
 def is_symbolic(value: object) -> bool:

@@ -390,6 +390,11 @@ class Tensor:
 
     astype = cast
 
+    def bitcast(self, dtype: DType | Any) -> Tensor:
+        """Reinterpret each element's bits as ``dtype`` of the same width (numpy's ``view``)."""
+        dtype = dt.from_numpy(dtype)
+        return self if dtype == self.dtype else self._unary("bitcast", dtype=dtype)
+
     def where(self, a: Any, b: Any) -> Tensor:
         """``a`` where this bool tensor is true, else ``b`` (broadcast together)."""
         return Tensor.select(self, a, b)
@@ -764,14 +769,19 @@ class Tensor:
 
     index_select = gather
 
-    def scatter(self, axis: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter(self, axis: int, index: Tensor, src: Tensor, reduce: str = "none") -> Tensor:
         """A copy of this tensor with ``out[..., index[i], ...] = src[..., i, ...]`` along ``axis``.
 
-        Out-of-range indices are dropped; for repeated indices the last write wins.
+        Out-of-range indices are dropped. With ``reduce="none"`` the last write to an index wins;
+        ``"add"``, ``"mul"``, ``"max"`` or ``"min"`` combine every write with the value there, in
+        index order (ONNX ``ScatterElements``/``ScatterND`` reductions, ``np.add.at`` and kin).
         """
         ax = _axis(axis, self.ndim)
         src = self._wrap(src).cast(self.dtype)
-        return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
+        nodes = (self.node, self._wrap(index).node, src.node)
+        if reduce == "none":
+            return Tensor(make_node("scatter", nodes, axis=ax))
+        return Tensor(make_node("scatter", nodes, axis=ax, reduce=reduce))
 
     def nonzero(self, size: int, fill_value: int = 0) -> tuple[Tensor, Tensor]:
         """Indices of non-zero elements, padded: ``(indices[size, ndim] int64, count int64)``.
