@@ -22,6 +22,7 @@ __all__ = [
     "DeviceError",
     "DeviceMismatchError",
     "DeviceNotFoundError",
+    "DimDivisionError",
     "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
@@ -32,10 +33,15 @@ __all__ = [
     "MuxClosedError",
     "NotPreparedError",
     "ObjectCodeError",
+    "RemoteDeviceError",
+    "RemoteTimeoutError",
+    "ReplicaDiedError",
     "OnnxImportError",
     "OutputLayoutMismatchError",
+    "ServiceFullError",
     "ShapeMismatchError",
     "ShardingError",
+    "SlotIndexError",
     "StaticArgumentError",
     "StepCancelledError",
     "StreamBusyError",
@@ -107,6 +113,15 @@ class InvalidArgumentError(JitError, ValueError):
 
 class ArgumentTypeError(JitError, TypeError):
     """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
+
+
+class SlotIndexError(InvalidArgumentError, IndexError):
+    """A stream slot outside a slot pool's ``0..num_slots-1`` (or beyond the rows it holds while
+    steps are in flight)."""
+
+
+class DimDivisionError(InvalidArgumentError, ZeroDivisionError):
+    """A symbolic dim was floor-divided (or taken modulo) by zero or a negative int."""
 
 
 class DeviceError(JitError):
@@ -233,3 +248,23 @@ class UnsupportedOpError(OnnxImportError):
     def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
         super().__init__(message)
         self.nodes = nodes
+
+
+class RemoteDeviceError(DeviceError):
+    """A device in another process (a Ray actor) died or cannot be reached; the message names it.
+
+    Buffers that lived there are gone: ``to_numpy`` on them raises this too.
+    """
+
+
+class ReplicaDiedError(RemoteDeviceError):
+    """The replica serving this stream died; its state died with it. Other streams keep running
+    and a replacement replica takes new streams: open a new stream to continue."""
+
+
+class RemoteTimeoutError(RemoteDeviceError, TimeoutError):
+    """A remote device or replica did not answer within its timeout (it is then treated as dead)."""
+
+
+class ServiceFullError(BacklogFullError):
+    """Every replica of a ``serve_streams`` service holds its ``max_streams``: the service is full."""

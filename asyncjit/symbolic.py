@@ -26,7 +26,7 @@ from typing import TypeAlias
 import attrs
 import numpy as np
 
-from .errors import ArgumentTypeError, InvalidArgumentError, VarBoundsError
+from .errors import ArgumentTypeError, DimDivisionError, InvalidArgumentError, VarBoundsError
 
 __all__ = [
     "Dim",
@@ -372,7 +372,7 @@ def _int_divisor(den: Dim, op: str) -> int:
     if not isinstance(den, int):
         raise ArgumentTypeError(f"symbolic divisor in {op} is not supported (got {den}); divide by an int")
     if den <= 0:
-        raise ZeroDivisionError(f"{op} by {den}: divisor must be a positive int")
+        raise DimDivisionError(f"{op} by {den}: divisor must be a positive int")
     return den
 
 

@@ -147,32 +147,6 @@ def test_scatter_rejects_an_unknown_reduction() -> None:
         Tensor.zeros((3,)).scatter(0, Tensor.const(np.array([0], np.int64)), Tensor.ones((1,)), "mean")
 
 
-@pytest.mark.parametrize(
-    ("src", "dst"),
-    [("float32", "int32"), ("int32", "float32"), ("float16", "uint16"), ("float64", "int64"),
-     ("int8", "uint8"), ("bool", "uint8"), ("uint8", "bool")],
-)  # fmt: skip
-def test_bitcast_reads_the_same_bits(src: str, dst: str) -> None:
-    """bitcast is numpy's view (a byte read as a bool is `!= 0`), scalars included."""
-    x = Tensor.placeholder((5,), src, name="x")
-    s = Tensor.placeholder((), src, name="s")
-    outs = [x.bitcast(dst), s.bitcast(dst)]
-    exe = compile(outs, [x, s])
-    xv = np.array([0, 1, 2, 255, 7], np.uint8) if src == "uint8" else np.array([0, 1, -2.5, 3, -0.0])
-    xv = xv.astype(src)
-    want = (
-        [xv != 0, xv[1:2].reshape(()) != 0]
-        if dst == "bool"
-        else [xv.view(dst), xv[1:2].view(dst).reshape(())]
-    )
-    got = exe.run([xv, xv[1:2].reshape(())])
-    for g, w in zip(
-        [*got, *reference.evaluate(outs, {x: xv, s: xv[1:2].reshape(())})], [*want, *want], strict=True
-    ):
-        np.testing.assert_array_equal(g, w)
-        assert g.dtype == w.dtype and g.shape == w.shape
-
-
 def test_fixed_vars_are_refined_away() -> None:
     """``fixed`` specialises a var; run accepts the fixed value and rejects any other."""
     t = Var("t", 1, 64)

@@ -19,7 +19,7 @@ from ..dtypes import DType
 from ..errors import CompileError
 from ..graph import Node
 from . import _mathfn
-from ._types import F16, F32, F64, I1, I32, compute_type, storage_type
+from ._types import F16, F32, F64, I1, I32, compute_type
 
 __all__ = ["cast_value", "double_to_half", "emit_elementwise", "intrinsic"]
 
@@ -268,23 +268,13 @@ def combine(b: ir.IRBuilder, reduce: str, x: ir.Value, y: ir.Value, dtype: DType
     return _float_binary(b, op, x, y)
 
 
-def _bitcast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """The bits of ``v`` read as ``dst`` (same width; a byte becomes a bool where it is not 0)."""
-    if dst.is_bool:
-        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)) if not src.is_bool else v
-    if src.is_bool:
-        return b.zext(v, storage_type(dst))
-    target = storage_type(dst)
-    return v if v.type == target else b.bitcast(v, target)
-
-
 def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> ir.Value:
     """The value of elementwise ``node`` given its inputs' values."""
     op = node.op
     if op == "cast":
         return cast_value(b, args[0], node.inputs[0].dtype, node.dtype)
     if op == "bitcast":
-        return _bitcast(b, args[0], node.inputs[0].dtype, node.dtype)
+        return b.bitcast(args[0], compute_type(node.dtype))
     if op == "where":
         return b.select(args[0], args[1], args[2])
     src = node.inputs[0].dtype

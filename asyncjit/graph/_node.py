@@ -17,7 +17,7 @@ import numpy as np
 from attrs import define, field
 
 from ..dtypes import DType
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, TensorError, VarBoundsError
 from ..symbolic import Dim, Var, free_vars
 
 __all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
@@ -74,7 +74,7 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
     try:
         opdef = OPS[op]
     except KeyError:
-        raise ValueError(f"unknown op {op!r}") from None
+        raise TensorError(f"unknown op {op!r}") from None
     ins = tuple(inputs)
     shape, dtype = opdef.infer(ins, node_attrs)
     return Node(op, ins, dtype, tuple(shape), MappingProxyType(dict(node_attrs)))
@@ -136,7 +136,7 @@ def graph_vars(nodes: Iterable[Node]) -> tuple[Var, ...]:
     for v in found:
         other = by_name.setdefault(v.name, v)
         if other != v:
-            raise ValueError(f"two different vars named {v.name!r}: {other!r} and {v!r}")
+            raise VarBoundsError(f"two different vars named {v.name!r}: {other!r} and {v!r}")
     return tuple(sorted(found, key=lambda v: v.name))
 
 

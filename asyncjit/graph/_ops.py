@@ -13,6 +13,8 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
 * ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
+* ``bitcast`` reinterprets the bits of an element as another dtype of the same size (NaN
+  payloads and signalling NaNs pass unchanged; no float arithmetic touches them).
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
   LLVM's ``fptosi.sat``/``fptoui.sat`` (a negative float to an unsigned int is 0); int to
   narrower int, and between signed and unsigned, wraps; anything to bool is ``!= 0``.
@@ -375,19 +377,16 @@ _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args
 def _infer_bitcast(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
     (x,) = ins
     to: DType = a["dtype"]
-    if x.dtype.itemsize != to.itemsize:
+    if x.dtype.is_bool or to.is_bool or x.dtype.itemsize != to.itemsize:
         raise _fail(
-            f"bitcast: {x.dtype.name} and {to.name} differ in width "
-            f"({x.dtype.itemsize} vs {to.itemsize} bytes)"
+            f"bitcast: {x.dtype.name} -> {to.name} needs two non-bool dtypes of one size "
+            f"({x.dtype.itemsize} and {to.itemsize} bytes)"
         )
     return x.shape, to
 
 
 def _ref_bitcast(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x = np.ascontiguousarray(args[0]).reshape(args[0].shape)  # ascontiguousarray makes 0-d 1-d
-    if node.dtype.is_bool:
-        return np.asarray(x != 0)
-    return x.view(node.dtype.np)
+    return np.array(args[0], order="C").view(node.dtype.np)
 
 
 _register("bitcast", "elementwise", _infer_bitcast, _ref_bitcast)

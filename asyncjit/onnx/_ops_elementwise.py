@@ -17,7 +17,7 @@ from .. import dtypes as dt
 from ..symbolic import Expr, bounds, smax, smin
 from ..tensor import Tensor
 from ._registry import NodeCtx, op
-from ._values import Sym, Value, make_int_array, np_dtype
+from ._values import Sym, Value, make_int_array
 
 __all__ = ["round_half_even"]
 
@@ -281,25 +281,6 @@ def _identity(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     if n.op_type == "Dropout" and len(n.proto.output) > 1:
         return [x, Tensor.ones(n.t(x).shape, dt.bool_)]
     return [x]
-
-
-@op("Cast")
-def _cast(n: NodeCtx, ins: list[Value | None]) -> Value:
-    target = np_dtype(n.attr("to"))
-    v = ins[0]
-    if isinstance(v, Sym) and target.kind in "iu":
-        return Sym(v.values, target)
-    if isinstance(v, np.ndarray) and target.kind in "iufb" and v.dtype.kind in "iufb":
-        with np.errstate(all="ignore"):
-            if v.dtype.kind == "f" and target.kind in "iu":
-                return np.trunc(np.nan_to_num(v)).astype(target)  # type: ignore[no-any-return]
-            return v.astype(target)
-    return n.t(v).cast(dt.from_numpy(target))
-
-
-@op("CastLike")
-def _cast_like(n: NodeCtx, ins: list[Value | None]) -> Value:
-    return n.t(ins[0]).cast(n.t(ins[1]).dtype)
 
 
 @op("Clip")

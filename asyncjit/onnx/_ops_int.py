@@ -1,4 +1,4 @@
-"""Integer and bit-level ops: BitCast, MatMulInteger, ConvInteger and QLinearConv.
+"""Integer ops: MatMulInteger, ConvInteger and QLinearConv.
 
 Integer matmuls run on the compiler's int32 matmul, so they wrap exactly as ONNX's int32
 accumulators do. The conv kernel computes in floats, so integer convolutions run in float64, exact
@@ -15,18 +15,9 @@ from ..tensor import Tensor
 from ._ops_elementwise import round_half_even
 from ._ops_nn import conv_node
 from ._registry import NodeCtx, op
-from ._values import Value, np_dtype
+from ._values import Value
 
 __all__: list[str] = []
-
-
-@op("BitCast", since=26)
-def _bitcast(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0])
-    to = dt.from_numpy(np_dtype(n.attr("to")))
-    if to.itemsize != x.dtype.itemsize:
-        raise n.fail(f"BitCast needs types of one width: {x.dtype.name} -> {to.name}")
-    return x.bitcast(to)
 
 
 def _minus_zero_point(q: Tensor, zp: Tensor | None, channel_axis: int | None = None) -> Tensor:

@@ -368,49 +368,11 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     return out.permute(*[kept.index(c) for c in rhs]) if kept else out
 
 
-@op("QuantizeLinear")
-def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0]).cast(dt.float32)
-    scale = _per_axis(n, n.t(ins[1]).cast(dt.float32), x.ndim)
-    zp = ins[2] if len(ins) > 2 else None
-    if isinstance(zp, np.ndarray):
-        target = dt.from_numpy(zp.dtype)
-    elif zp is not None:
-        target = n.t(zp).dtype
-    else:
-        from ._values import np_dtype
-
-        out_dt = n.attr("output_dtype", 0)
-        target = dt.from_numpy(np_dtype(out_dt) if out_dt else np.uint8)
-    q = _round_even(x / scale)
-    if zp is not None:
-        q = q + _per_axis(n, n.t(zp).cast(dt.float32), x.ndim)
-    info = np.iinfo(target.np)  # type: ignore[type-var]
-    return q.clip(float(info.min), float(info.max)).cast(target)
-
-
 def _round_even(x: Tensor) -> Tensor:
     f = x.floor()
     diff = x - f
     even = (f - (f / 2.0).floor() * 2.0) == 0.0
     return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
-
-
-def _per_axis(n: NodeCtx, v: Tensor, ndim: int) -> Tensor:
-    if v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1 and ndim != 1):
-        return v.reshape(*([1] * 0)) if v.ndim == 0 else v.reshape(())
-    axis = n.attr("axis", 1) % ndim
-    return v.reshape(*([1] * axis), v.shape[0], *([1] * (ndim - axis - 1)))
-
-
-@op("DequantizeLinear")
-def _dequantize(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0])
-    scale = n.t(ins[1])
-    out = x.cast(dt.float32)
-    if len(ins) > 2 and ins[2] is not None:
-        out = out - _per_axis(n, n.t(ins[2]).cast(dt.float32), x.ndim)
-    return (out * _per_axis(n, scale.cast(dt.float32), x.ndim)).cast(scale.dtype)
 
 
 @op("RMSNormalization", since=23)

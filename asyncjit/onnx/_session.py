@@ -37,6 +37,7 @@ from ..symbolic import Expr, Var
 from ..symbolic import evaluate as eval_dim
 from ..tensor import Tensor
 from ._importer import OnnxModel, TensorInfo, load
+from ._lowp import LowP, bits_array, is_lowp_dtype
 from ._values import Sym
 
 __all__ = ["InferenceSession"]
@@ -74,10 +75,13 @@ class InferenceSession:
         self._inputs = {i.name: i for i in m.inputs}
         self._order = [i.name for i in m.inputs]
         self._output_names = [o.name for o in m.outputs]
+        self._out_dtypes = {o.name: o.dtype for o in m.outputs}
         # outputs computed by the plan, and the rest (constants, symbolic ints, inputs passed through)
         self._plan_outputs: list[str] = []
         tensors: list[Tensor] = []
         for name, value in m.outputs_traced.items():
+            if isinstance(value, LowP):  # a low-precision output: the plan computes its bits
+                value = value.bits
             if isinstance(value, Tensor) and value.node.op != "placeholder":
                 self._plan_outputs.append(name)
                 tensors.append(value)
@@ -200,13 +204,15 @@ class InferenceSession:
                     bound[d.name] = (int(size), where)
                 elif isinstance(d, int) and d != size:
                     raise ShapeMismatchError(f"{self.model.source}: {where} must be {d}, got {size}")
-            arrays.append(arr)
+            arrays.append(bits_array(arr) if is_lowp_dtype(arr.dtype) else arr)
         return arrays, {k: v for k, (v, _) in bound.items()}
 
     def _host_output(
         self, name: str, arrays: Sequence[np.ndarray], var_values: Mapping[str, int]
     ) -> np.ndarray:
         value = self.model.outputs_traced[name]
+        if isinstance(value, LowP):
+            value = value.bits
         if isinstance(value, Tensor):  # an input passed straight through
             return np.array(arrays[self._order.index(value.node.attrs["name"])])
         if isinstance(value, Sym):
@@ -214,7 +220,7 @@ class InferenceSession:
                 eval_dim(e, var_values) if isinstance(e, Expr) else int(e) for e in value.values.reshape(-1)
             ]
             return np.array(flat, dtype=value.dtype).reshape(value.shape)
-        return np.array(value)
+        return bits_array(value) if is_lowp_dtype(value.dtype) else np.array(value)
 
     # -- running ------------------------------------------------------------------------------------
     def _names(self, output_names: Sequence[str] | None) -> list[str]:
@@ -229,6 +235,9 @@ class InferenceSession:
 
     def execute(self, feed: Mapping[str, Any]) -> dict[str, Buffer]:
         """Enqueue one run and return every output's ``Buffer`` before it is computed.
+
+        A low-precision output (bfloat16, float8, int4 ...) is a Buffer of its storage bits
+        (uint16 or uint8): ``.view(ml_dtypes.<type>)`` its array.
 
         Blocks only while the device queue is full (``run_async`` never blocks).
         """
@@ -274,7 +283,9 @@ class InferenceSession:
                     direct = self._run_bound(arrays, values)
                     if direct is not None:
                         return [
-                            direct[n] if n in direct else self._host_output(n, arrays, var_values)
+                            self._typed(
+                                n, direct[n] if n in direct else self._host_output(n, arrays, var_values)
+                            )
                             for n in names
                         ]
                     outs = self.plan.execute_blocking(self._reused_inputs(arrays), values)
@@ -285,7 +296,12 @@ class InferenceSession:
             else:
                 outs = self._launch(arrays, var_values, blocking=True)
         buffers = self._collect(arrays, var_values, outs)
-        return [buffers[n].to_numpy_blocking() for n in names]
+        return [self._typed(n, buffers[n].to_numpy_blocking()) for n in names]
+
+    def _typed(self, name: str, arr: np.ndarray) -> np.ndarray:
+        """A low-precision output's bits viewed as its ``ml_dtypes`` type."""
+        want = self._out_dtypes[name]
+        return arr.view(want) if is_lowp_dtype(want) and arr.dtype != want else arr
 
     def _run_bound(self, arrays: list[np.ndarray], values: dict[str, int]) -> dict[str, np.ndarray] | None:
         """The plan replayed on this thread, bound once per feed shape to session-owned arrays
@@ -343,4 +359,4 @@ class InferenceSession:
             values = {k: v for k, v in var_values.items() if k in self._plan_vars}
             outs = await self.plan.execute(bufs, values)
         buffers = self._collect(arrays, var_values, outs)
-        return [await buffers[n].to_numpy() for n in names]
+        return [self._typed(n, await buffers[n].to_numpy()) for n in names]

@@ -276,12 +276,15 @@ class Buffer:
         ``numpy_view`` instead. In async code use ``await buf.to_numpy()``.
 
         Raises:
-            The buffer's error if its command failed; ValueError: ``copy=False`` with a dtype change.
+            The buffer's error if its command failed; InvalidArgumentError: ``copy=False`` with
+            a dtype change.
         """
         if copy is False:
             view = self.block_until_ready().numpy_view()
             if dtype is not None and np.dtype(dtype) != view.dtype:
-                raise ValueError(f"{self!r} is {view.dtype}; {np.dtype(dtype)} needs a copy (copy=False)")
+                raise InvalidArgumentError(
+                    f"{self!r} is {view.dtype}; {np.dtype(dtype)} needs a copy (copy=False)"
+                )
             return view
         out = self.to_numpy_blocking()
         return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)

@@ -108,8 +108,13 @@ class Client:
         intra_op_threads: int | None = None,
     ) -> None:
         kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
-        if intra_op_threads is not None and intra_op_threads < 1:
-            raise ValueError(f"intra_op_threads must be >= 1 or None, got {intra_op_threads}")
+        if intra_op_threads is not None and (
+            isinstance(intra_op_threads, bool)
+            or not isinstance(intra_op_threads, int)
+            or intra_op_threads < 1
+        ):
+            got = repr(intra_op_threads)
+            raise InvalidArgumentError(f"intra_op_threads must be an int >= 1 or None, got {got}")
         self._closed = False
         self._devices: list[Device] = []
         try:
@@ -133,8 +138,16 @@ class Client:
         return f"<Client [{devs}]{' closed' if self._closed else ''}>"
 
     # -- topology -------------------------------------------------------------------------------
+    process_index = 0
+    """This process's index among the processes whose devices the client knows."""
+
     def devices(self) -> tuple[Device, ...]:
+        """Every device the client knows, addressable from this process or not."""
         return tuple(self._devices)
+
+    def addressable_devices(self) -> tuple[Device, ...]:
+        """The devices this process can run on and read: ``devices()`` of this process."""
+        return tuple(d for d in self._devices if d.process_index == self.process_index)
 
     def device(self, index: int = 0) -> Device:
         """The device at ``index`` (``DeviceNotFoundError``, an ``IndexError``, if there is none)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from ..errors import TensorError
+from ..errors import ArgumentTypeError, TensorError
 from ..graph import make_node
 from ..symbolic import Dim, as_dim, bounds, is_dim, smax, smin
 
@@ -55,7 +55,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
                 raise TensorError(f"index {it} is out of range for axis {axis} of size {d}")
             slices.append((i, i + 1, 1))
         else:
-            raise TypeError(f"unsupported index {it!r} (type {type(it).__name__})")
+            raise ArgumentTypeError(f"unsupported index {it!r} (type {type(it).__name__})")
         axis += 1
 
     y = x

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import ShapeMismatchError, TensorError
+from ..errors import ArgumentTypeError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
 from . import _indexing, _nn, _resize
@@ -49,10 +49,16 @@ def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(reversed(out))
 
 
-def _axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise TensorError(f"axis {axis} is out of range for a tensor of rank {ndim}")
-    return axis % ndim if ndim else 0
+_axis = _nn.norm_axis
+
+
+def _check_tensors(tensors: object, what: str) -> None:
+    """``tensors`` must be a list or tuple of Tensors (a Tensor itself is not a sequence of them)."""
+    if not isinstance(tensors, list | tuple):
+        raise ArgumentTypeError(f"{what} takes a list or tuple of Tensors, got {type(tensors).__name__}")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{what} takes Tensors, got a {type(t).__name__} among them")
 
 
 class Tensor:
@@ -63,7 +69,7 @@ class Tensor:
 
     def __init__(self, node: Node) -> None:
         if not isinstance(node, Node):
-            raise TypeError("Tensor wraps a graph Node; use Tensor.placeholder or Tensor.const")
+            raise ArgumentTypeError("Tensor wraps a graph Node; use Tensor.placeholder or Tensor.const")
         self.node = node
 
     # ------------------------------------------------------------------ construction
@@ -73,6 +79,12 @@ class Tensor:
         dtype = dt.from_numpy(dtype)
         if name is None:
             name = f"input{next(_placeholder_names)}"
+        elif not isinstance(name, str):
+            raise ArgumentTypeError(f"placeholder name must be a str, got {type(name).__name__}")
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise ArgumentTypeError(
+                f"placeholder shape must be a sequence of dims, got {type(shape).__name__}"
+            )
         dims = tuple(as_dim(d) for d in shape)
         return Tensor(make_node("placeholder", (), name=name, shape=dims, dtype=dtype))
 
@@ -94,6 +106,12 @@ class Tensor:
     @staticmethod
     def full(shape: Sequence[Dim], value: Scalar, dtype: DType | Any | None = None) -> Tensor:
         """A tensor filled with ``value`` (a broadcast scalar: no memory for the full shape)."""
+        if isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating):
+            pass
+        else:
+            raise ArgumentTypeError(f"full needs a number as its value, got {type(value).__name__}")
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise ArgumentTypeError(f"full needs a sequence of dims as its shape, got {type(shape).__name__}")
         if dtype is None:
             is_float = isinstance(value, float)
             dtype = dt.bool_ if isinstance(value, bool) else dt.float32 if is_float else dt.int32
@@ -146,21 +164,21 @@ class Tensor:
         return id(self)
 
     def __bool__(self) -> bool:
-        raise TypeError(
+        raise ArgumentTypeError(
             "a Tensor has no value while the graph is built; branching on it would bake one "
             "branch into the compiled plan. Use Tensor.where(cond, a, b) instead."
         )
 
     def __len__(self) -> int:
         if not self.ndim:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len() of a 0-d tensor")
         d = self.shape[0]
         if isinstance(d, Expr):
-            raise TypeError(f"len() of a tensor whose first dim {d} is symbolic")
+            raise ArgumentTypeError(f"len() of a tensor whose first dim {d} is symbolic")
         return d
 
     def __iter__(self) -> Any:
-        raise TypeError("iterating a Tensor is not supported; index or slice it instead")
+        raise ArgumentTypeError("iterating a Tensor is not supported; index or slice it instead")
 
     # ------------------------------------------------------------------ helpers
     def _wrap(self, value: Any) -> Tensor:
@@ -177,7 +195,7 @@ class Tensor:
             if self.dtype.is_int:
                 return as_int
             return as_int.cast(self.dtype if self.dtype.is_float else dt.float32)
-        raise TypeError(f"cannot combine a Tensor with {type(value).__name__}")
+        raise ArgumentTypeError(f"cannot combine a Tensor with {type(value).__name__} {value!r:.40}")
 
     def _broadcast_to(self, shape: tuple[Dim, ...]) -> Tensor:
         if self.shape == shape:
@@ -391,7 +409,8 @@ class Tensor:
     astype = cast
 
     def bitcast(self, dtype: DType | Any) -> Tensor:
-        """Reinterpret each element's bits as ``dtype`` of the same width (numpy's ``view``)."""
+        """The same bits read as ``dtype`` of the same size (``float32 <-> int32/uint32``,
+        ``float16 <-> int16/uint16``...), as numpy's ``view``; NaN payloads are kept."""
         dtype = dt.from_numpy(dtype)
         return self if dtype == self.dtype else self._unary("bitcast", dtype=dtype)
 
@@ -415,7 +434,14 @@ class Tensor:
     def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        if isinstance(axis, SupportsIndex) and not isinstance(axis, bool):
+            axes: tuple[Any, ...] = (axis,)
+        elif isinstance(axis, Sequence) and not isinstance(axis, str):
+            axes = tuple(axis)
+        else:
+            raise ArgumentTypeError(
+                f"axis must be an int, a sequence of ints or None, got {type(axis).__name__}"
+            )
         norm = sorted({_axis(a, self.ndim) for a in axes})
         if len(norm) != len(axes):
             raise TensorError(f"repeated axis in {axes}")
@@ -457,6 +483,7 @@ class Tensor:
         return (total / n).cast(x.dtype)
 
     def var(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        ddof = _nn.int_arg(ddof, "ddof")
         x = self._float()
         centered = x - x.mean(axis, keepdims=True)
         if ddof == 0:
@@ -517,8 +544,8 @@ class Tensor:
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``self @ weight.T + bias`` with ``weight`` of shape [out, in] (PyTorch layout)."""
-        out = self @ weight.T
-        return out + bias if bias is not None else out
+        out = self @ _nn.tensor_arg(self, weight, "linear weight").T
+        return out + _nn.tensor_arg(self, bias, "linear bias") if bias is not None else out
 
     def conv1d(
         self,
@@ -647,7 +674,7 @@ class Tensor:
 
     def permute(self, *order: int | Sequence[int]) -> Tensor:
         axes = list(order[0]) if len(order) == 1 and not isinstance(order[0], int) else list(order)
-        norm = tuple(_axis(int(a), self.ndim) for a in axes)  # type: ignore[arg-type]
+        norm = tuple(_axis(a, self.ndim) for a in axes)
         if norm == tuple(range(self.ndim)):
             return self
         return Tensor(make_node("permute", (self.node,), order=norm))
@@ -665,7 +692,7 @@ class Tensor:
     broadcast_to = expand
 
     def unsqueeze(self, axis: int) -> Tensor:
-        axis = axis % (self.ndim + 1)
+        axis = _axis(axis, self.ndim + 1)
         return self.reshape(*self.shape[:axis], 1, *self.shape[axis:])
 
     def squeeze(self, axis: int | None = None) -> Tensor:
@@ -701,6 +728,10 @@ class Tensor:
         value: Scalar = 0,
     ) -> Tensor:
         """Pad each axis by ``(before, after)``: ``constant`` (with ``value``), ``reflect`` or ``edge``."""
+        if isinstance(value, str | bytes) or not isinstance(
+            value, bool | int | float | np.bool_ | np.integer | np.floating
+        ):
+            raise ArgumentTypeError(f"pad value must be a number, got {type(value).__name__}")
         if len(pads) != self.ndim:
             raise TensorError(f"pad needs {self.ndim} (before, after) pairs, got {len(pads)}")
         full = tuple((0, 0) if p is None else (as_dim(p[0]), as_dim(p[1])) for p in pads)
@@ -711,6 +742,7 @@ class Tensor:
     @staticmethod
     def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         """Concatenate along ``axis`` (dtypes promote; other dims must be provably equal)."""
+        _check_tensors(tensors, "cat")
         if not tensors:
             raise TensorError("cat needs at least one tensor")
         if len(tensors) == 1:
@@ -722,14 +754,18 @@ class Tensor:
 
     @staticmethod
     def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+        _check_tensors(tensors, "stack")
         if not tensors:
             raise TensorError("stack needs at least one tensor")
-        ax = axis % (tensors[0].ndim + 1)
+        ax = _axis(axis, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(ax) for t in tensors], ax)
 
     def split(self, sizes: Sequence[Dim], axis: int = 0) -> list[Tensor]:
         """Split along ``axis`` into pieces of the given sizes (which must add up to the dim)."""
         ax = _axis(axis, self.ndim)
+        if not isinstance(sizes, Sequence) or isinstance(sizes, str):
+            raise ArgumentTypeError(f"split sizes must be a sequence of dims, got {type(sizes).__name__}")
+        sizes = [as_dim(s) for s in sizes]
         total: Dim = 0
         out: list[Tensor] = []
         for s in sizes:
@@ -742,6 +778,9 @@ class Tensor:
         return out
 
     def chunk(self, n: int, axis: int = -1) -> list[Tensor]:
+        n = _nn.int_arg(n, "chunk count")
+        if n < 1:
+            raise TensorError(f"chunk count must be >= 1, got {n}")
         ax = _axis(axis, self.ndim)
         d = self.shape[ax]
         if not isinstance(d, int) or d % n:

@@ -1,0 +1,271 @@
+"""Low-precision ONNX types (bfloat16, float8, float4, int4/2): exact conversions, ops, sessions.
+
+The conversions are checked bit for bit against ``ml_dtypes`` (which ONNX's reference uses) on
+every bit pattern a decode can see and, for encodes, on every float16 and bfloat16 value, every
+rounding boundary of each type (midpoints and their neighbours) and the specials, through both
+the numpy reference and compiled code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="low-precision ONNX types need the onnx extra")
+
+import ml_dtypes
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from asyncjit import Tensor, reference
+from asyncjit import dtypes as dt
+from asyncjit.compiler import compile as aj_compile
+from asyncjit.errors import DTypeMismatchError, OnnxImportError, TensorError
+from asyncjit.onnx import InferenceSession, load
+from asyncjit.onnx._lowp import FLOAT8_SATURATING, NAMES, LowP, decode, encode, encode_e8m0, storage_dtype
+
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
+
+ENCODED = [n for n in NAMES if n != "float8_e8m0fnu"]
+
+
+@pytest.fixture
+def no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "off")
+
+
+def _np(name: str) -> np.dtype[Any]:
+    dtype: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+    return dtype
+
+
+def _reference(model: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX's reference evaluator's outputs, as arrays."""
+    return [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feed)]
+
+
+def _boundaries(name: str) -> np.ndarray:
+    """Every representable value of ``name``, the midpoints between neighbours and the float32
+    values two ulps either side of each."""
+    d = _np(name)
+    if d.itemsize == 1:
+        vals = np.arange(256, dtype=np.uint8).view(d).astype(np.float32)
+    else:
+        vals = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+    vals = np.unique(vals[np.isfinite(vals)])
+    mids = ((vals[1:].astype(np.float64) + vals[:-1]) / 2).astype(np.float32)
+    near = [(mids.view(np.int32) + k).view(np.float32) for k in (-2, -1, 0, 1, 2)]
+    return np.concatenate([vals, *near])
+
+
+def _points() -> np.ndarray:
+    f16 = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+    specials = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38], np.float32
+    )
+    nans = np.array([0x7F800001, 0xFFBFFFFF, 0x7FC00001, 0x7FFFFFFF, 0xFFC12345], np.uint32).view(np.float32)
+    rng = np.random.default_rng(7)
+    rand = rng.integers(0, 2**32, 20000, dtype=np.uint32).view(np.float32)
+    parts = [f16, bf16, specials, nans, rand] + [
+        _boundaries(n) for n in ENCODED if n not in ("int4", "uint4", "int2", "uint2")
+    ]
+    return np.concatenate(parts).astype(np.float32)
+
+
+def _want(x: np.ndarray, name: str, saturate: bool) -> np.ndarray:
+    d = _np(name)
+    with np.errstate(all="ignore"):
+        if saturate:
+            info = ml_dtypes.finfo(d)  # type: ignore[no-untyped-call]
+            x = np.clip(x, info.min, info.max)
+        return x.astype(d).view(storage_dtype(d).np)
+
+
+def test_encode_matches_ml_dtypes_bit_for_bit() -> None:
+    """float32 -> every type (and saturating float8), reference and compiled, equal ml_dtypes."""
+    xs = _points()
+    x = Tensor.placeholder((xs.size,), dt.float32, name="x")
+    cases = [(n, False) for n in ENCODED] + [(n, True) for n in FLOAT8_SATURATING]
+    outs = [encode(x, _np(n), saturate=s).bits for n, s in cases]
+    ref = reference.evaluate(outs, {x: xs}, {})
+    got = aj_compile(outs, [x]).run([xs], {})
+    for (name, sat), r, g in zip(cases, ref, got, strict=True):
+        want = _want(xs, name, sat)
+        bad = np.nonzero(r != want)[0]
+        assert bad.size == 0, f"{name} saturate={sat}: reference differs at {xs[bad[:5]]}"
+        assert g.tobytes() == want.tobytes(), f"{name} saturate={sat}: compiled differs"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_every_bit_pattern(name: str) -> None:
+    """Every storage pattern decodes as ml_dtypes converts it (NaN payloads included)."""
+    d = _np(name)
+    st = storage_dtype(d)
+    bits = np.arange(65536 if d.itemsize == 2 else 256, dtype=np.uint64).astype(st.np)
+    b = Tensor.placeholder((bits.size,), st, name="b")
+    out = decode(LowP(b, d))
+    with np.errstate(all="ignore"):
+        want = bits.view(d).astype(out.dtype.np)
+    assert reference.evaluate(out, {b: bits}, {}).tobytes() == want.tobytes()
+    assert aj_compile([out], [b]).run([bits], {})[0].tobytes() == want.tobytes()
+
+
+def test_float64_and_float16_sources_round_as_ml_dtypes() -> None:
+    """float64 rounds to float32 first (as ml_dtypes does); float16 converts exactly."""
+    rng = np.random.default_rng(3)
+    xs = np.concatenate(
+        [
+            rng.standard_normal(5000) * 10.0 ** rng.integers(-40, 40, 5000),
+            [1e300, -1e-300, 2.0**31 + 5, 2.0**31 - 3],
+        ]
+    )
+    h = np.arange(65536, dtype=np.uint16).view(np.float16)
+    x = Tensor.placeholder((xs.size,), dt.float64, name="x")
+    y = Tensor.placeholder((h.size,), dt.float16, name="h")
+    for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "int4"):
+        d = _np(name)
+        got = reference.evaluate([encode(x, d).bits, encode(y, d).bits], {x: xs, y: h}, {})
+        with np.errstate(all="ignore"):
+            assert got[0].tobytes() == xs.astype(d).tobytes(), name
+            assert got[1].tobytes() == h.astype(d).tobytes(), name
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_e8m0_matches_onnx(mode: str, saturate: bool) -> None:
+    """float32 -> float8 e8m0 as ONNX's ``to_float8e8m0`` rounds, on every bfloat16 value and more."""
+    from onnx.numpy_helper import to_float8e8m0
+
+    rng = np.random.default_rng(1)
+    xs = np.concatenate(
+        [
+            (np.arange(65536, dtype=np.uint32) << 16).view(np.float32),
+            rng.integers(0, 2**32, 20000, dtype=np.uint32).view(np.float32),
+        ]
+    )
+    x = Tensor.placeholder((xs.size,), dt.float32, name="x")
+    out = encode_e8m0(x, _np("float8_e8m0fnu"), saturate=saturate, round_mode=mode).bits
+    want = to_float8e8m0(xs, saturate, mode).view(np.uint8)
+    assert reference.evaluate(out, {x: xs}, {}).tobytes() == want.tobytes()
+
+
+def test_bitcast_op_keeps_every_bit() -> None:
+    """``Tensor.bitcast`` compiled equals numpy's ``view``, NaN payloads and signalling NaNs too."""
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 2**32, 4096, dtype=np.uint32)
+    u[:3] = [0x7F800001, 0xFFC00001, 0x7FA00000]
+    x = Tensor.placeholder((u.size,), dt.uint32, name="u")
+    outs = [
+        x.bitcast(dt.float32),
+        x.bitcast(dt.float32).bitcast(dt.int32),
+        x.cast(dt.uint16).bitcast(dt.float16),
+    ]
+    got = aj_compile(outs, [x]).run([u], {})
+    assert got[0].tobytes() == u.view(np.float32).tobytes()
+    assert got[1].tobytes() == u.view(np.int32).tobytes()
+    assert got[2].tobytes() == u.astype(np.uint16).view(np.float16).tobytes()
+    with pytest.raises(TensorError, match="one size"):
+        x.bitcast(dt.float64)
+    with pytest.raises(TensorError, match="non-bool"):
+        x.cast(dt.bool_).bitcast(dt.uint8)
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], opset: int = 23) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    data: bytes = model.SerializeToString()
+    return data
+
+
+def test_session_feeds_and_returns_low_precision_arrays() -> None:
+    """A bfloat16 input and a float8 output: ml_dtypes arrays in and out, equal to ONNX's reference;
+    a float32 feed for the bfloat16 input is a typed error."""
+    m = _model(
+        [
+            helper.make_node("Mul", ["x", "x"], ["sq"]),
+            helper.make_node("Cast", ["sq"], ["y"], to=TensorProto.FLOAT8E4M3FN, saturate=0),
+            helper.make_node("Cast", ["x"], ["z"], to=TensorProto.INT4),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["n"])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, ["n"]),
+            helper.make_tensor_value_info("z", TensorProto.INT4, ["n"]),
+        ],
+    )
+    sess = InferenceSession(m, dims={"n": (1, 64)})
+    assert sess.get_inputs()[0].dtype == _np("bfloat16")
+    assert [o.dtype for o in sess.get_outputs()] == [_np("float8_e4m3fn"), _np("int4")]
+    x = np.array([0.5, -3.0, 17.25, 300.0, -7.9, 1e-3], dtype=ml_dtypes.bfloat16)
+    y, z = sess.run(None, {"x": x})
+    want_y, want_z = _reference(m, {"x": x})
+    assert y.dtype == want_y.dtype and y.view(np.uint8).tolist() == want_y.view(np.uint8).tolist()
+    assert z.dtype == want_z.dtype and z.astype(np.int8).tolist() == want_z.astype(np.int8).tolist()
+    with pytest.raises(DTypeMismatchError, match="bfloat16"):
+        sess.run(None, {"x": x.astype(np.float32)})
+
+
+@pytest.mark.parametrize(
+    ("zp_type", "block", "axis"),
+    [
+        (TensorProto.INT4, 0, 1),
+        (TensorProto.UINT8, 2, 1),
+        (TensorProto.INT8, 3, 0),
+        (TensorProto.UINT2, 4, 1),
+        (TensorProto.FLOAT8E5M2, 0, 0),
+        (TensorProto.FLOAT4E2M1, 0, 1),
+    ],
+)
+def test_quantize_dequantize_matches_reference(zp_type: int, block: int, axis: int) -> None:
+    """QuantizeLinear then DequantizeLinear (per axis, or blocked with a short last block),
+    compiled, bit for bit equal to ONNX's reference evaluator."""
+    shape = (4, 6)
+    sshape = [shape[axis]] if not block else [*shape]
+    if block:
+        sshape[axis] = -(-shape[axis] // block)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    scale = (rng.random(sshape) + 0.25).astype(np.float32)
+    zp_values = (
+        rng.integers(0, 2, int(np.prod(sshape))).tolist()
+        if zp_type in (TensorProto.UINT8, TensorProto.INT8)
+        else [0] * int(np.prod(sshape))
+    )
+    attrs: dict[str, Any] = {"axis": axis, **({"block_size": block} if block else {})}
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], **attrs),
+            helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], **attrs),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [
+            helper.make_tensor_value_info("q", zp_type, shape),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, shape),
+        ],
+        initializer=[
+            helper.make_tensor("s", TensorProto.FLOAT, sshape, scale.reshape(-1).tolist()),
+            helper.make_tensor("zp", zp_type, sshape, zp_values),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    want_q, want_y = _reference(model, {"x": x})
+    q, y = InferenceSession(model).run(None, {"x": x})
+    assert q.dtype == want_q.dtype and q.tobytes() == want_q.tobytes()
+    assert y.dtype == want_y.dtype and y.tobytes() == want_y.tobytes()
+
+
+def test_mixed_low_precision_types_in_one_op_fail_at_load() -> None:
+    """Adding a bfloat16 to a float8 is refused at load, naming the node and both types."""
+    m = _model(
+        [helper.make_node("Add", ["a", "b"], ["c"], name="add")],
+        [
+            helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [3]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT8E4M3FN, [3]),
+        ],
+        [helper.make_tensor_value_info("c", TensorProto.BFLOAT16, [3])],
+    )
+    with pytest.raises(OnnxImportError, match=r"'add'.*bfloat16, float8_e4m3fn"):
+        load(m)
