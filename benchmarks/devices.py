@@ -1,6 +1,6 @@
 """Data parallelism over CPU devices: a large batched matmul, sharded over ``cpu:2`` vs one device.
 
-Run: ``.venv/bin/python benchmarks/devices.py`` (about 30 s; ``--quick``: fewer rounds).
+Run: ``.venv/bin/python benchmarks/devices.py`` (about 60 s; ``--quick``: fewer rounds).
 
 ``f(x, w) = relu(x @ w)`` with ``x`` float32 ``[64, 128, 256]`` and ``w`` ``[256, 256]`` (2^29
 multiply-adds), all in one run, rounds interleaved, median wall time per call (host copy-in to
@@ -13,6 +13,10 @@ ready outputs):
 * ``one device, 2 threads``: the same one-device plan with its big kernel split over two threads
   by the plan itself (``intra_op_threads=2``): the other way to use both cores;
 * peers: numpy ``matmul`` (its BLAS threads) and, when installed, ``jax.jit`` on its CPU backend.
+
+Then a two-stage ``Pipeline`` (``relu(x @ w1)`` then ``relu(h @ w2)``, x ``[256, 512]``, w
+``[512, 512]``, 48 items): stage 1 on cpu:0 and stage 2 on cpu:1 (each item handed over by a
+device-to-device copy on cpu:1's queue) vs both stages on cpu:0; items per second (goal >= 1.6x).
 
 The load average is printed next to the figures: on a shared machine the ratio, not the times,
 is the result.
@@ -47,10 +51,73 @@ def f(x: Any, w: Any) -> Any:
     return (x @ w).relu()
 
 
-def _timed(call: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+_cpu: dict[str, list[float]] = {}
+
+
+def _timed(call: Callable[[], Any], name: str = "") -> float:
+    """Wall time of ``call``; its process CPU time over wall time (cores in use) goes to ``_cpu``."""
+    c0, t0 = time.process_time(), time.perf_counter()
     call()
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    _cpu.setdefault(name, []).append((time.process_time() - c0) / wall)
+    return wall
+
+
+def pipeline_section(client: Client, rounds: int) -> None:
+    import anyio
+
+    from asyncjit import Tensor, float32
+    from asyncjit.compiler import compile as compile_graph
+    from asyncjit.scheduler import Pipeline, execute_stage
+
+    rng = np.random.default_rng(1)
+    n_items, rows, width = 48, 256, 512
+    d0, d1 = client.devices()
+    stages = []
+    for name in ("stage1", "stage2"):
+        x = Tensor.placeholder((rows, width), float32)
+        w = Tensor.const(rng.standard_normal((width, width), np.float32) / np.sqrt(width))
+        stages.append(compile_graph([(x @ w).relu()], [x], name=name))
+    items = [rng.standard_normal((rows, width), np.float32) for _ in range(n_items)]
+
+    def run(first: Any, second: Any) -> float:
+        p = Pipeline(
+            [
+                execute_stage("s1", client.load(stages[0], first)),
+                execute_stage("s2", client.load(stages[1], second)),
+            ]
+        )
+
+        async def sink(buf: Any) -> None:
+            await buf.ready()
+
+        async def go() -> float:
+            feed = [client.buffer_from_host(x, d0) for x in items]
+            c0, t0 = time.process_time(), time.perf_counter()
+            await p.run(feed, sink)
+            wall = time.perf_counter() - t0
+            _cpu.setdefault(f"pipeline {first.id}{second.id}", []).append((time.process_time() - c0) / wall)
+            return n_items / wall
+
+        return anyio.run(go)
+
+    cases = {"two devices": (d0, d1), "one device": (d0, d0)}
+    rates: dict[str, list[float]] = {k: [] for k in cases}
+    for a, b in cases.values():
+        run(a, b)  # warm up
+    for _ in range(rounds):
+        for name, (a, b) in cases.items():
+            rates[name].append(run(a, b))
+    base = statistics.median(rates["one device"])
+    print(f"Pipeline relu(x @ w1) -> relu(h @ w2), x [{rows}, {width}], {n_items} items, {rounds} rounds")
+    for name, r in rates.items():
+        a, b = cases[name]
+        med = statistics.median(r)
+        busy = statistics.median(_cpu[f"pipeline {a.id}{b.id}"])
+        print(f"  {name:24s} {med:8.1f} items/s  {med / base:5.2f}x one device  {busy:4.2f} cores busy")
+    ratio = statistics.median(rates["two devices"]) / base
+    load = os.getloadavg()[0]
+    print(f"two-stage pipeline on two devices vs one: {ratio:.2f}x (goal >= 1.6x); load average {load:.2f}")
 
 
 def main() -> None:
@@ -101,7 +168,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, call in cases.items():
-            times[name].append(_timed(call))
+            times[name].append(_timed(call, name))
     base = statistics.median(times["one device"])
     flops = 2 * np.prod(SHAPE_X) * SHAPE_W[1]
     print(f"relu(x @ w), x {SHAPE_X} w {SHAPE_W}, {rounds} rounds, median per call")
@@ -109,10 +176,12 @@ def main() -> None:
         med = statistics.median(ts)
         print(
             f"  {name:24s} {med * 1e3:8.1f} ms  {flops / med / 1e9:6.1f} GFLOP/s"
-            f"  {base / med:5.2f}x one device"
+            f"  {base / med:5.2f}x one device  {statistics.median(_cpu[name]):4.2f} cores busy"
         )
     ratio = base / statistics.median(times["sharded cpu:2"])
     print(f"sharded cpu:2 vs one device: {ratio:.2f}x (goal >= 1.7x); load average {os.getloadavg()[0]:.2f}")
+    _parallel.set_intra_op_threads(1)
+    pipeline_section(client, rounds)
     client.close()
 
 

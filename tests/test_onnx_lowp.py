@@ -28,8 +28,6 @@ from asyncjit.onnx._lowp import FLOAT8_SATURATING, NAMES, LowP, decode, encode, 
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
-ENCODED = [n for n in NAMES if n != "float8_e8m0fnu"]
-
 
 @pytest.fixture
 def no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +68,7 @@ def _points() -> np.ndarray:
     rng = np.random.default_rng(7)
     rand = rng.integers(0, 2**32, 20000, dtype=np.uint32).view(np.float32)
     parts = [f16, bf16, specials, nans, rand] + [
-        _boundaries(n) for n in ENCODED if n not in ("int4", "uint4", "int2", "uint2")
+        _boundaries(n) for n in NAMES if n not in ("int4", "uint4", "int2", "uint2")
     ]
     return np.concatenate(parts).astype(np.float32)
 
@@ -88,7 +86,7 @@ def test_encode_matches_ml_dtypes_bit_for_bit() -> None:
     """float32 -> every type (and saturating float8), reference and compiled, equal ml_dtypes."""
     xs = _points()
     x = Tensor.placeholder((xs.size,), dt.float32, name="x")
-    cases = [(n, False) for n in ENCODED] + [(n, True) for n in FLOAT8_SATURATING]
+    cases = [(n, False) for n in NAMES] + [(n, True) for n in FLOAT8_SATURATING]
     outs = [encode(x, _np(n), saturate=s).bits for n, s in cases]
     ref = reference.evaluate(outs, {x: xs}, {})
     got = aj_compile(outs, [x]).run([xs], {})
@@ -269,3 +267,88 @@ def test_mixed_low_precision_types_in_one_op_fail_at_load() -> None:
     )
     with pytest.raises(OnnxImportError, match=r"'add'.*bfloat16, float8_e4m3fn"):
         load(m)
+
+
+def _one_node(node: Any, inputs: list[Any], outputs: list[Any], opset: int = 21) -> Any:
+    graph = helper.make_graph([node], "g", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_movement_ops_keep_every_bit_pattern() -> None:
+    """Transpose of all 256 float8 patterns (NaNs, -0 included) runs on the bits: exact."""
+    vi = helper.make_tensor_value_info
+    x = np.arange(256, dtype=np.uint8).reshape(16, 16).view(ml_dtypes.float8_e4m3fn)
+    model = _one_node(
+        helper.make_node("Transpose", ["x"], ["y"]),
+        [vi("x", TensorProto.FLOAT8E4M3FN, [16, 16])],
+        [vi("y", TensorProto.FLOAT8E4M3FN, [16, 16])],
+    )
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    assert y.dtype == x.dtype and y.view(np.uint8).tolist() == x.T.view(np.uint8).tolist()
+
+
+@pytest.mark.parametrize(("op", "elem"), [("Add", TensorProto.INT4), ("Mul", TensorProto.FLOAT8E5M2)])
+def test_arithmetic_matches_reference(op: str, elem: int) -> None:
+    """An op on low-precision inputs computes on the decoded values and rounds its result back
+    to the type: bit for bit ONNX's reference."""
+    vi = helper.make_tensor_value_info
+    np_type = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(2)
+    raw = rng.integers(-8, 8, (3, 5)) if elem == TensorProto.INT4 else rng.standard_normal((3, 5)) * 3
+    x = raw.astype(np.float32).astype(np_type)
+    model = _one_node(
+        helper.make_node(op, ["x", "x"], ["y"]), [vi("x", elem, [3, 5])], [vi("y", elem, [3, 5])]
+    )
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    (want,) = _reference(model, {"x": x})
+    assert y.dtype == want.dtype and y.tobytes() == want.tobytes()
+
+
+def test_composite_op_rounds_once() -> None:
+    """Softmax on bfloat16 is computed in float32 and rounded once (ONNX's reference rounds
+    every intermediate to bfloat16, up to several ulps off): within one bfloat16 ulp of
+    float32 softmax rounded to bfloat16."""
+    vi = helper.make_tensor_value_info
+    x = (np.random.default_rng(2).standard_normal((3, 5)) * 3).astype(ml_dtypes.bfloat16)
+    model = _one_node(
+        helper.make_node("Softmax", ["x"], ["y"]),
+        [vi("x", TensorProto.BFLOAT16, [3, 5])],
+        [vi("y", TensorProto.BFLOAT16, [3, 5])],
+    )
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    f = x.astype(np.float64)
+    e = np.exp(f - f.max(axis=-1, keepdims=True))
+    want = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    ulps = np.abs(y.view(np.int16).astype(np.int32) - want.view(np.int16).astype(np.int32))
+    assert y.dtype == want.dtype and ulps.max() <= 1
+
+
+def test_ort_type_strings() -> None:
+    """``TensorInfo.type`` spells low-precision types as ONNX Runtime does."""
+    vi = helper.make_tensor_value_info
+    model = _one_node(
+        helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN),
+        [vi("x", TensorProto.BFLOAT16, [2])],
+        [vi("y", TensorProto.FLOAT8E4M3FN, [2])],
+    )
+    sess = InferenceSession(model)
+    assert [i.type for i in sess.get_inputs() + sess.get_outputs()] == [
+        "tensor(bfloat16)",
+        "tensor(float8e4m3fn)",
+    ]
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+def test_cast_to_e8m0_round_modes(mode: str) -> None:
+    """``Cast`` to FLOAT8E8M0 with each ``round_mode``, compiled, equals ONNX's reference."""
+    vi = helper.make_tensor_value_info
+    x = np.array([3.0, 0.7, 1e38, -5.0, 0.0, 1.5, 6.0, np.inf, np.nan, 2.0**-127], np.float32)
+    model = _one_node(
+        helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E8M0, round_mode=mode, saturate=1),
+        [vi("x", TensorProto.FLOAT, [x.size])],
+        [vi("y", TensorProto.FLOAT8E8M0, [x.size])],
+        opset=25,
+    )
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    (want,) = _reference(model, {"x": x})
+    assert y.dtype == want.dtype and y.tobytes() == want.tobytes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,9 +20,10 @@ from asyncjit.errors import (
 )
 from asyncjit.graph import as_node
 from asyncjit.passes import split_axes
+from asyncjit.profiler import trace
 from asyncjit.runtime import LoadedExecutable
 from asyncjit.symbolic import Var
-from asyncjit.testing import Gate, host_plan
+from asyncjit.testing import Gate, host_plan, host_waits
 
 B = Var("b", 1, 8)
 
@@ -83,11 +85,19 @@ def test_reshard_waits_for_a_pending_source_on_the_target_queue(client: Client) 
     plan = host_plan("gated", gate, n_in=1)
     loaded = client.load(plan, client.device(0))
     src = client.buffer_from_host(np.ones((4, 4), np.float32), client.device(0))
-    (pending,) = loaded.execute_nowait([src], {"t": 4})
-    moved = client.device_put(pending, Sharding.replicated(client.devices()))
-    assert isinstance(moved, ShardedBuffer) and not moved.is_ready()  # returned at once
-    gate.open()
-    np.testing.assert_array_equal(np.asarray(moved.shards[1]), np.ones((4, 4), np.float32))
+    with trace() as tr:
+        with host_waits() as waits:
+            (pending,) = loaded.execute_nowait([src], {"t": 4})
+            moved = client.device_put(pending, Sharding.replicated(client.devices()))
+            assert isinstance(moved, ShardedBuffer) and not moved.is_ready()  # returned at once
+            deadline = time.monotonic() + 20
+            while pending._event._callbacks is None and time.monotonic() < deadline:
+                time.sleep(0.001)  # until cpu:1's queue waits on the event (it registers a callback)
+            gate.open()
+        assert waits == []
+        np.testing.assert_array_equal(np.asarray(moved.shards[1]), np.ones((4, 4), np.float32))
+    spans = {(e["name"], e["args"].get("device")) for e in tr.events if e.get("ph") == "X"}
+    assert ("wait for cpu:0", "1") in spans and ("d2d", "1") in spans
 
 
 def test_bad_shardings_are_typed(client: Client) -> None:

@@ -49,7 +49,14 @@ class TensorInfo:
     @property
     def type(self) -> str:
         """ONNX Runtime's spelling of the type, e.g. ``tensor(float)``."""
-        names = {"float32": "float", "float64": "double", "bool": "bool"}
+        names = {
+            "float32": "float",
+            "float64": "double",
+            "bool": "bool",
+            **{f"float8_{k}": f"float8{k}" for k in ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz")},
+            "float8_e8m0fnu": "float8e8m0",
+            "float4_e2m1fn": "float4e2m1",
+        }
         return f"tensor({names.get(self.dtype.name, self.dtype.name)})"
 
     def __str__(self) -> str:

@@ -217,8 +217,10 @@ def encode(x: Tensor, dtype: np.dtype[Any], *, saturate: bool = False) -> LowP:
     name = dtype.name
     if name in _INTS:
         return LowP(_encode_int(x, name), dtype)
-    if name == "float8_e8m0fnu":
-        return encode_e8m0(x, dtype, saturate=saturate, round_mode="up")
+    if name == "float8_e8m0fnu":  # ml_dtypes: nearest (ties up), zero and negatives are NaN
+        out = encode_e8m0(x, dtype, saturate=False, round_mode="nearest")
+        positive = to_float32(x) > 0.0
+        return LowP(Tensor.select(positive, out.bits, Tensor.full(out.bits.shape, 0xFF, dt.uint8)), dtype)
     f = to_float32(x if not x.dtype.is_bool else x.cast(dt.float32))
     if saturate and name in FLOAT8_SATURATING:
         import ml_dtypes
@@ -292,8 +294,6 @@ def run_with_lowp(definition: OpDef, ctx: NodeCtx, ins: Sequence[Value | None]) 
         raise ctx.fail(f"mixes low-precision types {names}; cast them to one first")
     (dtype,) = kinds
     movement = ctx.op_type in MOVEMENT
-    if not movement and dtype.name == "float8_e8m0fnu":
-        raise ctx.fail("float8_e8m0fnu values only move, cast or dequantize; cast them to float first")
     result = definition.fn(ctx, [_unwrap(v, movement) for v in ins])
     outs = list(result) if isinstance(result, list | tuple) else [result]
     return [_rewrap(v, dtype, movement) for v in outs]

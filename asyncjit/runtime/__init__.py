@@ -11,6 +11,7 @@ from ._client import Client as Client
 from ._client import ClientStatistics as ClientStatistics
 from ._client import default_client as default_client
 from ._client import parse_devices as parse_devices
+from ._description import DeviceDescription as DeviceDescription
 from ._device import Device as Device
 from ._device import DeviceStatistics as DeviceStatistics
 from ._device import InlinePolicy as InlinePolicy
@@ -35,6 +36,7 @@ __all__ = [
     "Client",
     "ClientStatistics",
     "Device",
+    "DeviceDescription",
     "DeviceStatistics",
     "Event",
     "ExecutableStatistics",

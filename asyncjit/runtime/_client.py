@@ -11,7 +11,7 @@ import atexit
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -37,7 +37,7 @@ from ._commands import HostToDeviceCommand
 from ._device import Device, DeviceStatistics, InlinePolicy
 from ._events import READY, Event
 from ._executable import LoadedExecutable, unpack_executable
-from ._memory import ALIGNMENT, MemorySpace
+from ._memory import ALIGNMENT, MemoryKind, MemorySpace
 from ._sharding import ShardedBuffer, Sharding
 from ._sharding import device_put as _device_put
 
@@ -138,8 +138,16 @@ class Client:
         return f"<Client [{devs}]{' closed' if self._closed else ''}>"
 
     # -- topology -------------------------------------------------------------------------------
+    process_index = 0
+    """This process's index among the processes whose devices the client knows."""
+
     def devices(self) -> tuple[Device, ...]:
+        """Every device the client knows, addressable from this process or not."""
         return tuple(self._devices)
+
+    def addressable_devices(self) -> tuple[Device, ...]:
+        """The devices this process can run on and read: ``devices()`` of this process."""
+        return tuple(d for d in self._devices if d.process_index == self.process_index)
 
     def device(self, index: int = 0) -> Device:
         """The device at ``index`` (``DeviceNotFoundError``, an ``IndexError``, if there is none)."""
@@ -174,9 +182,21 @@ class Client:
 
     # -- plans ----------------------------------------------------------------------------------
     def load(
-        self, executable: Executable, device: Device | int | Sequence[Device] | None = None
+        self,
+        executable: Executable,
+        device: Device | int | Sequence[Device] | None = None,
+        *,
+        output_memory_kinds: Mapping[int, MemoryKind | str] | None = None,
     ) -> LoadedExecutable:
-        """Bind a compiled plan to one device (default the first) or several."""
+        """Bind a compiled plan to one device (default the first) or several.
+
+        Args:
+            output_memory_kinds: place chosen outputs in a host memory space of the executing
+                device, e.g. ``{1: "pinned_host"}`` (host offload); the others go to ``device``.
+
+        Raises:
+            InvalidArgumentError: an unknown memory kind or output index.
+        """
         if self._closed:
             raise ClosedError(f"{self!r} is closed")
         if not isinstance(executable, Executable):
@@ -187,7 +207,7 @@ class Client:
             devs = [self._device_arg(d) for d in device]
         else:
             devs = [self._device_arg(device)]
-        loaded = LoadedExecutable(self, executable, devs)
+        loaded = LoadedExecutable(self, executable, devs, output_memory_kinds)
         _log.info("executable.load", plan=loaded.plan, devices=[d.id for d in devs])
         return loaded
 

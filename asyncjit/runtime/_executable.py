@@ -31,13 +31,14 @@ from ..errors import (
     ArgumentTypeError,
     DeviceError,
     DonateIndexError,
+    InvalidArgumentError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, launch_error
 from ._events import READY, Event
-from ._memory import Block, size_class
+from ._memory import Block, MemoryKind, size_class
 from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
 
@@ -90,7 +91,13 @@ class ExecutableStatistics:
 class LoadedExecutable:
     """A plan loaded on one or more devices of a client (the first is where ``execute`` runs)."""
 
-    def __init__(self, client: Client, executable: Executable, devices: Sequence[Device]) -> None:
+    def __init__(
+        self,
+        client: Client,
+        executable: Executable,
+        devices: Sequence[Device],
+        output_memory_kinds: Mapping[int, MemoryKind | str] | None = None,
+    ) -> None:
         if not devices:
             raise DeviceError("a LoadedExecutable needs at least one device")
         self.client = client
@@ -110,6 +117,8 @@ class LoadedExecutable:
         self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
+        # None: every output in the device space (the fast path); else a kind per output
+        self._out_kinds: tuple[MemoryKind, ...] | None = _output_kinds(self, output_memory_kinds)
 
     @property
     def plan(self) -> str:
@@ -121,6 +130,11 @@ class LoadedExecutable:
 
     def devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    @property
+    def output_memory_kinds(self) -> tuple[MemoryKind, ...]:
+        """The memory space kind each output is placed in (``device`` unless chosen at load)."""
+        return self._out_kinds or (MemoryKind.DEVICE,) * len(self._out_dtypes)
 
     def serialize(self) -> bytes:
         """Bytes ``Client.deserialize_executable`` turns back into this plan."""
@@ -452,8 +466,9 @@ class LoadedExecutable:
                 if not ev._done or ev._error is not None:
                     return None
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # the use keeps the block
-            for cls in self._out_classes:
-                block = space.allocate_class(cls)
+            kinds = self._out_kinds
+            for i, cls in enumerate(self._out_classes):
+                block = (space if kinds is None else dev._spaces[kinds[i]]).allocate_class(cls)
                 blocks.append(block)
                 addrs.append(block.addr)
             launcher = self._launchers[dev.id]
@@ -475,7 +490,7 @@ class LoadedExecutable:
             release_uses(args)
             if not ran:
                 for b in blocks:
-                    space.release(b)
+                    (b.space or space).release(b)
         if error is None:
             done = READY
         else:
@@ -485,6 +500,11 @@ class LoadedExecutable:
                 "command.failed", device=dev.id, command="execute", plan=self.plan, error=repr(error)
             )
         dtypes = self._out_dtypes
+        if self._out_kinds is not None:
+            return [
+                Buffer(out_shapes[i], dtypes[i], block.space or space, block, done, nbytes=out_nbytes[i])
+                for i, block in enumerate(blocks)
+            ]
         if len(blocks) == 1:  # no zip, no comprehension: they cost as much as the buffer here
             return [Buffer(out_shapes[0], dtypes[0], space, blocks[0], done, nbytes=out_nbytes[0])]
         outs = []
@@ -505,8 +525,10 @@ class LoadedExecutable:
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # uses keep the blocks
             ev = Event()
             space = dev._device_space
-            classes, dtypes = self._out_classes, self._out_dtypes
+            classes, dtypes, kinds = self._out_classes, self._out_dtypes, self._out_kinds
             for i in range(len(classes)):
+                if kinds is not None:
+                    space = dev._spaces[kinds[i]]
                 block = space.allocate_class(classes[i])
                 addrs.append(block.addr)
                 outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
@@ -550,3 +572,30 @@ class LoadedExecutable:
             if sum(1 for a in args if a is buf) > 1:
                 raise DeviceError(f"{self!r}: input {i} is donated but also passed as another input")
         return idx
+
+
+def _output_kinds(
+    loaded: LoadedExecutable, kinds: Mapping[int, MemoryKind | str] | None
+) -> tuple[MemoryKind, ...] | None:
+    """Validate ``output_memory_kinds`` (output index -> kind); None when every output is ``device``.
+
+    Raises:
+        InvalidArgumentError: an unknown kind or an output index out of range.
+    """
+    if not kinds:
+        return None
+    n = len(loaded.signature.outputs)
+    out = [MemoryKind.DEVICE] * n
+    for i, kind in kinds.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise InvalidArgumentError(
+                f"{loaded!r}: output_memory_kinds names output {i!r}; it has {n} outputs"
+            )
+        try:
+            out[i] = MemoryKind(kind)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{loaded!r}: output {i}: unknown memory kind {kind!r}; "
+                f"one of {[k.value for k in MemoryKind]}"
+            ) from None
+    return None if all(k is MemoryKind.DEVICE for k in out) else tuple(out)
