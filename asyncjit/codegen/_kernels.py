@@ -17,8 +17,9 @@ from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
 from ..passes._fusion import transposed_source
-from ..symbolic import Dim, Index, Var, prod, upper
+from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
+from ._dynamic import emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
@@ -77,12 +78,18 @@ def scratch_bytes(kernel: Kernel) -> int:
 
 
 def _static_pads(node: Node) -> bool:
-    return all(isinstance(p, int) for p in node.attrs["padding"])
+    """Static pads and bounded sizes: the library conv1d (its im2col scratch is sized for the
+    bounds; a size over an unbounded var takes the direct loop, which needs none)."""
+    return all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(node.inputs[0].shape)
 
 
 def _fast_conv(node: Node) -> bool:
     """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
-    return node.dtype == float32 and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+    return (
+        node.dtype == float32
+        and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+        and is_bounded(node.shape)  # im2col scratch is sized for the bounds
+    )
 
 
 class _Ctx:
@@ -90,7 +97,13 @@ class _Ctx:
 
     def __init__(self, module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> None:
         reads = list(kernel.reads)
-        fnty = ir.FunctionType(VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars))
+        # a kernel that sets a data-dependent size also takes a pointer where it stores the size
+        # it computed and returns the size clamped into its bound (what later kernels loop over)
+        self.sets_size = kernel.kind == "prefix"
+        extra = [PTR] if self.sets_size else []
+        fnty = ir.FunctionType(
+            I64 if self.sets_size else VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars) + extra
+        )
         self.fn = ir.Function(module, fnty, kernel.name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("noinline")
@@ -104,6 +117,8 @@ class _Ctx:
         env = {v.name: self.fn.args[len(reads) + 2 + i] for i, v in enumerate(vars)}
         self.buffers = buffers
         self.em = Emitter(self.b, env, buffers, mat)
+        self.status = self.fn.args[-1] if self.sets_size else None
+        self.result: ir.Value | None = None
 
     def loop(self, extent: Dim, body: Callable[[Index], None], count: ir.Value | None = None) -> None:
         """``for i in range(extent)`` with ``i`` bound as an index atom.
@@ -162,9 +177,13 @@ def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Se
         "topk": emit_topk,
         "scatter": _scatter,
         "nonzero": _nonzero,
+        "prefix": emit_prefix,
     }[kernel.kind]
     emit(ctx, kernel)
-    ctx.b.ret_void()
+    if ctx.result is not None:
+        ctx.b.ret(ctx.result)
+    else:
+        ctx.b.ret_void()
     return ctx.fn
 
 
