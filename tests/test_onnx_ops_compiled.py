@@ -30,6 +30,9 @@ CASES = (
     "test_convinteger_with_padding",
     "test_bitshift_right_int8_negative_shift",
     "test_scatternd_max_with_element_indices",
+    "test_nonmaxsuppression_two_batches",
+    "test_compress_negative_axis",
+    "test_nonzero_example",
 )
 
 
