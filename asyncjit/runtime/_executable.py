@@ -32,12 +32,14 @@ from ..errors import (
     DeviceError,
     DonateIndexError,
     InvalidArgumentError,
+    LayoutError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
-from ._commands import ExecuteCommand, PlanTiming, launch_error
+from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
+from ._layout import ROW_MAJOR, Layout
 from ._memory import Block, MemoryKind, size_class
 from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
@@ -114,9 +116,12 @@ class LoadedExecutable:
         self._n_in = len(sig.inputs)
         self._in_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.inputs)
         self._out_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.outputs)
-        self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
+        # an output sized by an unbounded var has no capacity: -1, allocated per run by its size
+        self._out_classes = tuple(size_class(a.capacity) if a.bounded else -1 for a in sig.outputs)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
+        # a plan that computes sizes: outputs get their actual shapes after the run
+        self._sized = bool(sig.data_vars)
         # None: every output in the device space (the fast path); else a kind per output
         self._out_kinds: tuple[MemoryKind, ...] | None = _output_kinds(self, output_memory_kinds)
 
@@ -130,6 +135,16 @@ class LoadedExecutable:
 
     def devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    @property
+    def input_layouts(self) -> tuple[Layout, ...]:
+        """The layouts the plan takes: compiled kernels read row-major inputs."""
+        return (ROW_MAJOR,) * self._n_in
+
+    @property
+    def output_layouts(self) -> tuple[Layout, ...]:
+        """The layouts of the outputs: row-major."""
+        return (ROW_MAJOR,) * len(self._out_dtypes)
 
     @property
     def output_memory_kinds(self) -> tuple[MemoryKind, ...]:
@@ -379,6 +394,11 @@ class LoadedExecutable:
                 )
             if a.memory_space.client is not client:
                 raise DeviceError(f"{self!r}: input {a!r} belongs to another client")
+            if a._layout is not ROW_MAJOR:
+                raise LayoutError(
+                    f"{self!r} takes row_major inputs; {a!r} is {a._layout}: relayout it with "
+                    "copy_to_device(device, layout='row_major')"
+                )
             if a.dtype is not dt:
                 dtypes_ok = False
             shapes.append(a.shape)
@@ -400,6 +420,9 @@ class LoadedExecutable:
             if hit is not None:
                 return hit
         sig = self.signature
+        if sig._unbounded and (vars is None or len(vars) < len(sig.vars)):
+            # unbounded vars have no upper bound to default to: read them from the input shapes
+            vars = {**sig.infer_vars(key[0]), **(vars or {})}
         values = sig.var_values(vars)
         sig.validate(key[0], [a.dtype for a in args], values)
         out_shapes = tuple(sig.output_shapes(values))
@@ -468,7 +491,8 @@ class LoadedExecutable:
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # the use keeps the block
             kinds = self._out_kinds
             for i, cls in enumerate(self._out_classes):
-                block = (space if kinds is None else dev._spaces[kinds[i]]).allocate_class(cls)
+                where = space if kinds is None else dev._spaces[kinds[i]]
+                block = where.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 blocks.append(block)
                 addrs.append(block.addr)
             launcher = self._launchers[dev.id]
@@ -483,6 +507,12 @@ class LoadedExecutable:
                     t0 = _perf_ns()
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
+                if self._sized:
+                    shapes = actual_shapes(self.signature, launcher, values)
+                    out_shapes = tuple(shapes)
+                    out_nbytes = tuple(
+                        math.prod(s) * d.itemsize for s, d in zip(shapes, self._out_dtypes, strict=True)
+                    )
             except BaseException as exc:  # errors are values: poison the outputs
                 error = launch_error(exc, timing.plan)
         finally:
@@ -529,10 +559,14 @@ class LoadedExecutable:
             for i in range(len(classes)):
                 if kinds is not None:
                     space = dev._spaces[kinds[i]]
-                block = space.allocate_class(classes[i])
+                cls = classes[i]
+                block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 addrs.append(block.addr)
                 outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
-            dev.enqueue(ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing))
+            cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
+            if self._sized:
+                cmd.signature = self.signature
+            dev.enqueue(cmd)
         except BaseException:
             release_uses(args)
             for o in outs:
