@@ -29,6 +29,7 @@ import numpy as np
 from .errors import ArgumentTypeError, DimDivisionError, InvalidArgumentError, VarBoundsError
 
 __all__ = [
+    "DataVar",
     "Dim",
     "Expr",
     "FloorDiv",
@@ -46,6 +47,7 @@ __all__ = [
     "evaluate",
     "free_vars",
     "from_json",
+    "is_bounded",
     "is_dim",
     "prod",
     "render",
@@ -53,6 +55,7 @@ __all__ = [
     "smin",
     "substitute",
     "to_json",
+    "UNBOUNDED",
     "upper",
 ]
 
@@ -111,13 +114,31 @@ class Expr:
 Dim: TypeAlias = "int | Expr"
 
 
+UNBOUNDED = 1 << 62
+"""The ``max`` of a var declared without one (``Var("n", 1, None)``): larger than any real size,
+so interval arithmetic stays plain ints. Memory planning never sizes a buffer from it."""
+
+
+def _max_or_unbounded(value: object) -> object:
+    return UNBOUNDED if value is None else value
+
+
 @attrs.frozen(repr=False)
 class Var(Expr):
-    """A named integer known only at execution time, with inclusive bounds ``1 <= min <= max``."""
+    """A named integer known only at execution time, with inclusive bounds ``1 <= min <= max``.
+
+    ``max=None`` declares an *unbounded* var (``Var("n", 1, None)``): one plan serves every size,
+    and buffers whose size depends on it are allocated per run (``unbounded``).
+    """
 
     name: str
     min: int
-    max: int
+    max: int = attrs.field(converter=_max_or_unbounded)
+
+    @property
+    def unbounded(self) -> bool:
+        """Declared without a maximum."""
+        return self.max >= UNBOUNDED
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -125,13 +146,46 @@ class Var(Expr):
         for label, v in (("min", self.min), ("max", self.max)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise VarBoundsError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
-        if not 1 <= self.min <= self.max:
+        if not 1 <= self.min <= self.max or self.max > UNBOUNDED:
             raise VarBoundsError(
-                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}"
+                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max} "
+                "(max=None declares an unbounded var)"
             )
 
     def __repr__(self) -> str:
-        return f"Var({self.name!r}, {self.min}, {self.max})"
+        return f"Var({self.name!r}, {self.min}, {None if self.unbounded else self.max})"
+
+    @property
+    def bounds_text(self) -> str:
+        """``[min, max]`` for messages (``[1, unbounded]`` without a maximum)."""
+        return f"[{self.min}, {'unbounded' if self.unbounded else self.max}]"
+
+
+@attrs.frozen(repr=False)
+class DataVar(Var):
+    """A data-dependent dim: a size the plan itself computes (``nonzero()``, ``x[:count]``, a
+    boolean mask), with inclusive bounds ``0 <= min <= max``.
+
+    Callers never bind it: the op named ``op`` sets it during a run (checked against ``max``,
+    the bound derived from shapes or given), and outputs come back with its actual value.
+    """
+
+    op: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise VarBoundsError(f"DataVar name must be an identifier, got {self.name!r}")
+        for label, v in (("min", self.min), ("max", self.max)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise VarBoundsError(f"DataVar {self.name!r}: {label} must be an int, got {v!r}")
+        if not 0 <= self.min <= self.max or self.max >= UNBOUNDED:
+            raise VarBoundsError(
+                f"data-dependent size {self.name!r} needs 0 <= min <= bound, got min={self.min} "
+                f"bound={self.max}"
+            )
+
+    def __repr__(self) -> str:
+        return f"DataVar({self.name!r}, {self.min}, {self.max})"
 
 
 @attrs.frozen(repr=False)
@@ -616,6 +670,11 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
     return None if lo == -math.inf else (int(lo), int(hi))
 
 
+def is_bounded(e: Dim | Iterable[Dim]) -> bool:
+    """Whether every var ``e`` uses has a declared maximum (so ``upper(e)`` sizes a buffer)."""
+    return not any(v.unbounded for v in free_vars(e))
+
+
 def upper(e: Dim) -> int:
     """The upper bound of ``e``: what buffers are sized for."""
     return bounds(e)[1]
@@ -713,7 +772,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
     """
     for v in variables:
         if v.name not in bindings:
-            raise VarBoundsError(f"var {v.name!r} (bounds [{v.min}, {v.max}]) is not bound")
+            raise VarBoundsError(f"var {v.name!r} (bounds {v.bounds_text}) is not bound")
         value = bindings[v.name]
         if not isinstance(value, int) or isinstance(value, bool):
             try:
@@ -725,7 +784,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
                     f"var {v.name!r} must be bound to an int, got {type(value).__name__} {value!r}"
                 ) from None
         if not v.min <= value <= v.max:
-            raise VarBoundsError(f"var {v.name!r} = {value} is out of its bounds [{v.min}, {v.max}]")
+            raise VarBoundsError(f"var {v.name!r} = {value} is out of its bounds {v.bounds_text}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -786,8 +845,10 @@ def to_json(e: Dim) -> object:
     """A JSON-compatible encoding of ``e``; ``from_json`` inverts it exactly."""
     if isinstance(e, int):
         return e
+    if isinstance(e, DataVar):
+        return {"datavar": [e.name, e.min, e.max, e.op]}
     if isinstance(e, Var):
-        return {"var": [e.name, e.min, e.max]}
+        return {"var": [e.name, e.min, None if e.unbounded else e.max]}
     if isinstance(e, Index):
         return {"index": [e.name, to_json(e.extent)]}
     if isinstance(e, Sum):
@@ -815,6 +876,9 @@ def from_json(data: object) -> Dim:
         if "var" in data:
             name, lo, hi = data["var"]
             return Var(name, lo, hi)
+        if "datavar" in data:
+            name, lo, hi, op = data["datavar"]
+            return DataVar(name, lo, hi, str(op))
         if "index" in data:
             name, extent = data["index"]
             return Index(str(name), from_json(extent))

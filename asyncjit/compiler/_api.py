@@ -243,6 +243,7 @@ def _compile(
         layout=lowered.layout,
         consts=[c.attrs["value"] for c in lowered.consts],
         arena_bytes=lowered.memory.arena_bytes,
+        dyn_bytes=lowered.memory.dyn_bytes,
         kernel_names=lowered.kernel_names,
         ir_text=ir_text,
         code_key=code_key,

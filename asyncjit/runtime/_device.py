@@ -174,7 +174,7 @@ class Device:
         return self._spaces[MemoryKind(kind)]
 
     def memory_stats(self) -> MemoryStats:
-        """Statistics of the ``device`` memory space (``memory_space('pinned_host')`` for the other)."""
+        """Statistics of the ``device`` memory space (``memory_space('pinned_host')`` for the others)."""
         return self.default_memory_space.memory_stats()
 
     def statistics(self) -> DeviceStatistics:

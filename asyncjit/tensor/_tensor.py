@@ -23,7 +23,7 @@ from ..dtypes import DType
 from ..errors import ArgumentTypeError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
-from . import _indexing, _nn, _resize
+from . import _dynamic, _indexing, _nn, _resize
 
 __all__ = ["Tensor"]
 
@@ -61,7 +61,7 @@ def _check_tensors(tensors: object, what: str) -> None:
             raise ArgumentTypeError(f"{what} takes Tensors, got a {type(t).__name__} among them")
 
 
-class Tensor:
+class Tensor(_dynamic.DynamicShapes):
     """A lazy tensor: a graph node with a numpy-like API."""
 
     __slots__ = ("node",)
@@ -134,7 +134,8 @@ class Tensor:
     @staticmethod
     def from_dim(expr: Dim, dtype: DType | Any = dt.int32) -> Tensor:
         """A scalar tensor whose value is a symbolic dim, known at execution time."""
-        return Tensor(make_node("dim", (), expr=as_dim(expr), dtype=dt.from_numpy(dtype)))
+        e = as_dim(expr)  # a data-dependent size is read after the op that sets it
+        return Tensor(make_node("dim", _dynamic.definers(e), expr=e, dtype=dt.from_numpy(dtype)))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -808,24 +809,19 @@ class Tensor:
 
     index_select = gather
 
-    def scatter(self, axis: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter(self, axis: int, index: Tensor, src: Tensor, reduce: str = "none") -> Tensor:
         """A copy of this tensor with ``out[..., index[i], ...] = src[..., i, ...]`` along ``axis``.
 
-        Out-of-range indices are dropped; for repeated indices the last write wins.
+        Out-of-range indices are dropped. With ``reduce="none"`` the last write to an index wins;
+        ``"add"``, ``"mul"``, ``"max"`` or ``"min"`` combine every write with the value there, in
+        index order (ONNX ``ScatterElements``/``ScatterND`` reductions, ``np.add.at`` and kin).
         """
         ax = _axis(axis, self.ndim)
         src = self._wrap(src).cast(self.dtype)
-        return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
-
-    def nonzero(self, size: int, fill_value: int = 0) -> tuple[Tensor, Tensor]:
-        """Indices of non-zero elements, padded: ``(indices[size, ndim] int64, count int64)``.
-
-        Only the first ``size`` hits are returned; ``count`` is the total number of hits, so
-        ``count > size`` tells the caller that the declared maximum was too small.
-        """
-        idx = Tensor(make_node("nonzero", (self.node,), size=size, fill=fill_value))
-        count = (self != 0).cast(dt.int64).sum()
-        return idx, count
+        nodes = (self.node, self._wrap(index).node, src.node)
+        if reduce == "none":
+            return Tensor(make_node("scatter", nodes, axis=ax))
+        return Tensor(make_node("scatter", nodes, axis=ax, reduce=reduce))
 
 
 def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
