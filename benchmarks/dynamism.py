@@ -96,14 +96,16 @@ def main() -> None:
         np.testing.assert_allclose(g, want, rtol=2e-3, atol=2e-4)
         np.testing.assert_allclose(p, want, rtol=2e-3, atol=2e-4)
         times: dict[str, list[float]] = {"gated": [], "padded": [], "numpy": []}
+        feed = [frames, score]
         for _ in range(rounds):
-            times["gated"].append(timed(lambda: gated.run([frames, score])))
-            times["padded"].append(timed(lambda: padded.run([frames, score])))
-            times["numpy"].append(timed(lambda: numpy_gated(frames, score)))
+            times["gated"].append(timed(lambda feed=feed: gated.run(feed)))
+            times["padded"].append(timed(lambda feed=feed: padded.run(feed)))
+            times["numpy"].append(timed(lambda feed=feed: numpy_gated(*feed)))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        g_ms, p_ms, n_ms = med["gated"], med["padded"], med["numpy"]
         print(
-            f"{fraction:>7.0%} {int((score > 0.5).sum()):>5} {med['gated']:>9.3f} {med['padded']:>10.3f} "
-            f"{med['numpy']:>9.3f} {med['gated'] / med['padded']:>12.3f}x {med['gated'] / med['numpy']:>11.3f}x"
+            f"{fraction:>7.0%} {int((score > 0.5).sum()):>5} {g_ms:>9.3f} {p_ms:>10.3f} "
+            f"{n_ms:>9.3f} {g_ms / p_ms:>12.3f}x {g_ms / n_ms:>11.3f}x"
         )
     print("\ngoal: gated/padded <= 0.3x at 10% speech")
     print(machine_line())
