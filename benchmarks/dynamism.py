@@ -20,6 +20,7 @@ not the times, are the result.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
@@ -85,9 +86,8 @@ def main() -> None:
     gated, padded = build()
     frames = RNG.standard_normal((T, F)).astype(np.float32)
     print(f"T={T} frames x F={F}; encoder {F}->{H}->{H}->{F} tanh; median of {rounds} rounds\n")
-    print(
-        f"{'speech':>7} {'kept':>5} {'gated ms':>9} {'padded ms':>10} {'numpy ms':>9} {'gated/padded':>13} {'gated/numpy':>12}"
-    )
+    head = ("speech", "kept", "gated ms", "padded ms", "numpy ms", "gated/padded", "gated/numpy")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (7, 5, 9, 10, 9, 13, 12), strict=True)))
     for fraction in (0.1, 0.5, 1.0):
         score = (RNG.random(T) < fraction).astype(np.float32)
         want = numpy_gated(frames, score)
@@ -97,10 +97,14 @@ def main() -> None:
         np.testing.assert_allclose(p, want, rtol=2e-3, atol=2e-4)
         times: dict[str, list[float]] = {"gated": [], "padded": [], "numpy": []}
         feed = [frames, score]
+        runs: dict[str, Callable[[], Any]] = {
+            "gated": functools.partial(gated.run, feed),
+            "padded": functools.partial(padded.run, feed),
+            "numpy": functools.partial(numpy_gated, frames, score),
+        }
         for _ in range(rounds):
-            times["gated"].append(timed(lambda feed=feed: gated.run(feed)))
-            times["padded"].append(timed(lambda feed=feed: padded.run(feed)))
-            times["numpy"].append(timed(lambda feed=feed: numpy_gated(*feed)))
+            for name, fn in runs.items():
+                times[name].append(timed(fn))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         g_ms, p_ms, n_ms = med["gated"], med["padded"], med["numpy"]
         print(
