@@ -70,7 +70,8 @@ def numpy_gated(frames: np.ndarray, score: np.ndarray) -> np.ndarray:
     h = frames[score > 0.5]
     for w in WEIGHTS:
         h = np.tanh(h @ w)
-    return h.mean(0)
+    out: np.ndarray = h.mean(0)
+    return out
 
 
 def timed(fn: Callable[[], Any]) -> float:
