@@ -239,6 +239,12 @@ def _dim_choices(variables: Sequence[Var], allow_zero: bool) -> list[DimChoice]:
     if len(variables) == 2:
         a, c = variables
         out.append(DimChoice(a * c, lambda b, x=a.name, y=c.name: b[x] * b[y]))
+        if allow_zero:  # products of non-var atoms: the bounds prover must factor them out
+            out.append(DimChoice((a % 3) * c, lambda b, x=a.name, y=c.name: (b[x] % 3) * b[y]))
+            if c.min >= 1:  # canonically (a%3)*c - (a%3): provably >= 0 only by factoring
+                out.append(
+                    DimChoice((a % 3) * (c - 1), lambda b, x=a.name, y=c.name: (b[x] % 3) * (b[y] - 1))
+                )
     return out
 
 

@@ -868,6 +868,44 @@ _x3 = Tensor.placeholder((1, 3, 8), name="tx3")
 _w = Tensor.placeholder((2, 3, 1), name="tw")
 
 
+def _serve_config(**kw: Any) -> object:
+    from asyncjit.serve import ServeConfig
+
+    return ServeConfig(**kw)
+
+
+def _parse_address(text: str, scheme: str) -> object:
+    from asyncjit.serve import parse_address
+
+    return parse_address(text, scheme)
+
+
+def _silero_compat() -> Any:
+    from asyncjit.models import silero_compat
+
+    return silero_compat
+
+
+def _trace_save() -> None:
+    from asyncjit.profiler import trace
+
+    with trace() as t:
+        pass
+    t.save()
+
+
+def _register_plugin(plugin: Any) -> None:
+    from asyncjit.compiler._partition import register_plugin
+
+    register_plugin(plugin)
+
+
+def _compile_for_cpu(program: Any) -> None:
+    from asyncjit.devices._builtin import compile_for_cpu
+
+    compile_for_cpu(program)
+
+
 def _two_vars_one_name() -> None:
     a, b = Tensor.placeholder((Var("q", 1, 4),)), Tensor.placeholder((Var("q", 1, 5),))
     compile(a.sum() + b.sum(), [a, b])
@@ -985,6 +1023,46 @@ TENSOR = [
         lambda e: np.asarray(e.bx, dtype=np.float64, copy=False),
         InvalidArgumentError,
         "needs a copy",
+    ),
+    Case(
+        "serve/max_streams_zero", lambda e: _serve_config(max_streams=0), InvalidArgumentError, "max_streams"
+    ),
+    Case(
+        "serve/idle_timeout_negative",
+        lambda e: _serve_config(idle_timeout=-1.0),
+        InvalidArgumentError,
+        "idle_timeout",
+    ),
+    Case(
+        "serve/address_scheme", lambda e: _parse_address("http://x:1", "tcp"), InvalidArgumentError, "tcp://"
+    ),
+    Case(
+        "serve/address_no_port", lambda e: _parse_address("tcp://x", "tcp"), InvalidArgumentError, "no port"
+    ),
+    Case(
+        "silero_compat/opset",
+        lambda e: _silero_compat().load_silero_vad(opset_version=12),
+        InvalidArgumentError,
+        "opset_version",
+    ),
+    Case(
+        "silero_compat/audio_not_array",
+        lambda e: _silero_compat().get_speech_timestamps(object(), None),
+        ArgumentTypeError,
+        "Audio cannot be casted",
+    ),
+    Case("profiler/save_without_path", lambda e: _trace_save(), InvalidArgumentError, "no path"),
+    Case(
+        "plugins/register_non_plugin",
+        lambda e: _register_plugin(object()),
+        ArgumentTypeError,
+        "CompilerPlugin",
+    ),
+    Case(
+        "devices/compile_not_a_pair",
+        lambda e: _compile_for_cpu("abc"),
+        ArgumentTypeError,
+        "pair (outputs, inputs)",
     ),
     Case(
         "slots/outside_pool", lambda e: e.host_step().reset_slot(9), SlotIndexError, "slot 9 is outside 0..3"

@@ -26,6 +26,13 @@ CASES = (
     "test_dft_irfft",
     "test_stft_with_window",
     "test_range_int32_type_negative_delta_expanded",
+    "test_qlinearconv",
+    "test_convinteger_with_padding",
+    "test_bitshift_right_int8_negative_shift",
+    "test_scatternd_max_with_element_indices",
+    "test_nonmaxsuppression_two_batches",
+    "test_compress_negative_axis",
+    "test_nonzero_example",
 )
 
 

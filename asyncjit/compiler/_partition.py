@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import CompileError
+from ..errors import ArgumentTypeError, CompileError
 from ..graph import Node
 from ..passes import Graph
 from ..symbolic import DataVar, Var, free_vars
@@ -130,7 +130,9 @@ def register_plugin(plugin: CompilerPlugin) -> None:
     if not isinstance(plugin, CompilerPlugin) or not (
         hasattr(plugin, "supports") or hasattr(plugin, "partition")
     ):
-        raise TypeError(f"{plugin!r} does not implement CompilerPlugin (name, supports/partition, compile)")
+        raise ArgumentTypeError(
+            f"{plugin!r} does not implement CompilerPlugin (name, supports/partition, compile)"
+        )
     _REGISTRY[plugin.name] = plugin
 
 

@@ -11,7 +11,9 @@ from ..errors import OnnxImportError as OnnxImportError
 from ..errors import UnsupportedOpError as UnsupportedOpError
 from . import _ops_attention as _ops_attention  # registers the op table
 from . import _ops_control as _ops_control
+from . import _ops_dynamic as _ops_dynamic
 from . import _ops_elementwise as _ops_elementwise
+from . import _ops_int as _ops_int
 from . import _ops_lowp as _ops_lowp
 from . import _ops_nn as _ops_nn
 from . import _ops_reduce as _ops_reduce

@@ -18,7 +18,7 @@ from ._ops_shape import axis_of
 from ._registry import NodeCtx, op
 from ._values import Value, const_tensor
 
-__all__ = ["window_geometry"]
+__all__ = ["conv_node", "window_geometry"]
 
 
 @op("MatMul")
@@ -91,8 +91,12 @@ def window_geometry(
 
 @op("Conv")
 def _conv(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x, w = n.t(ins[0]), n.t(ins[1])
     bias = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return conv_node(n, n.t(ins[0]), n.t(ins[1]), bias)
+
+
+def conv_node(n: NodeCtx, x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    """``x`` convolved with ``w`` (plus ``bias``) by the node's window attributes, in x's dtype."""
     w = w.cast(x.dtype)
     kernel = [int(d) for d in w.shape[2:]]
     group = n.attr("group", 1)

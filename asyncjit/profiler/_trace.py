@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from . import _state
 
 __all__ = ["KernelStats", "Trace", "trace"]
@@ -185,7 +186,7 @@ class Trace:
     def save(self, path: str | os.PathLike[str] | None = None) -> None:
         target = path if path is not None else self.path
         if target is None:
-            raise ValueError("no path to write the trace to")
+            raise InvalidArgumentError("no path to write the trace to")
         with open(target, "w") as f:
             json.dump(self.to_json(), f)
 

@@ -32,12 +32,14 @@ from ..errors import (
     DeviceError,
     DonateIndexError,
     InvalidArgumentError,
+    LayoutError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
+from ._layout import ROW_MAJOR, Layout
 from ._memory import Block, MemoryKind, size_class
 from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
@@ -133,6 +135,16 @@ class LoadedExecutable:
 
     def devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    @property
+    def input_layouts(self) -> tuple[Layout, ...]:
+        """The layouts the plan takes: compiled kernels read row-major inputs."""
+        return (ROW_MAJOR,) * self._n_in
+
+    @property
+    def output_layouts(self) -> tuple[Layout, ...]:
+        """The layouts of the outputs: row-major."""
+        return (ROW_MAJOR,) * len(self._out_dtypes)
 
     @property
     def output_memory_kinds(self) -> tuple[MemoryKind, ...]:
@@ -382,6 +394,11 @@ class LoadedExecutable:
                 )
             if a.memory_space.client is not client:
                 raise DeviceError(f"{self!r}: input {a!r} belongs to another client")
+            if a._layout is not ROW_MAJOR:
+                raise LayoutError(
+                    f"{self!r} takes row_major inputs; {a!r} is {a._layout}: relayout it with "
+                    "copy_to_device(device, layout='row_major')"
+                )
             if a.dtype is not dt:
                 dtypes_ok = False
             shapes.append(a.shape)

@@ -22,6 +22,7 @@ import anyio.abc
 import attrs
 
 from .._log import get_logger
+from ..errors import InvalidArgumentError
 from ..scheduler import StreamMux
 from ._errors import ConnectionRefused
 from ._metrics import CONTENT_TYPE, ServeMetrics
@@ -43,9 +44,9 @@ def parse_address(text: str, default_scheme: str) -> tuple[str, int]:
         text = f"{default_scheme}://{text}"
     parts = urlsplit(text)
     if parts.scheme != default_scheme:
-        raise ValueError(f"expected a {default_scheme}:// address, got {text!r}")
+        raise InvalidArgumentError(f"expected a {default_scheme}:// address, got {text!r}")
     if parts.port is None:
-        raise ValueError(f"the address {text!r} has no port")
+        raise InvalidArgumentError(f"the address {text!r} has no port")
     return parts.hostname or "127.0.0.1", parts.port
 
 
@@ -65,10 +66,10 @@ class ServeConfig:
 
     def __attrs_post_init__(self) -> None:
         if self.max_streams < 1:
-            raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+            raise InvalidArgumentError(f"max_streams must be >= 1, got {self.max_streams}")
         for name in ("idle_timeout", "write_timeout", "grace"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+                raise InvalidArgumentError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
 
 
 class VadServer:
