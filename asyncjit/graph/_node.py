@@ -7,8 +7,11 @@ runs the op's shape/dtype rule, so an ill-typed node never exists.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
+import threading
+import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -80,10 +83,42 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
     return Node(op, ins, dtype, tuple(shape), MappingProxyType(dict(node_attrs)))
 
 
+_DIGESTS: dict[int, tuple[weakref.ref[np.ndarray], str]] = {}
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
+    with _DIGESTS_LOCK:
+        if key in _DIGESTS and _DIGESTS[key][0] is ref:
+            del _DIGESTS[key]
+
+
+def _digest(value: np.ndarray) -> str:
+    """The array's content hash, memoised for frozen arrays that own their data (constants).
+
+    CSE, the plan key and the passes hash every node's attrs; a model's weights (100 MB for a
+    ResNet-50) would be hashed again on each of them. A read-only array that owns its memory
+    cannot change under us (``Tensor.const`` makes such a copy), so its digest is kept while it
+    lives; any other array is hashed each time.
+    """
+    frozen = not value.flags.writeable and value.base is None
+    if frozen:
+        with _DIGESTS_LOCK:
+            hit = _DIGESTS.get(id(value))
+        if hit is not None and hit[0]() is value:
+            return hit[1]
+    digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
+    if frozen:
+        key = id(value)
+        ref = weakref.ref(value, functools.partial(_forget, key))
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = (ref, digest)
+    return digest
+
+
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, np.ndarray):
-        digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
-        return ("ndarray", value.dtype.str, value.shape, digest)
+        return ("ndarray", value.dtype.str, value.shape, _digest(value))
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict | MappingProxyType):
