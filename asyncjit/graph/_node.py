@@ -153,7 +153,47 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
             seen.add(node.id)
             stack.append((node, True))
             stack.extend((i, False) for i in reversed(node.inputs) if i.id not in seen)
+    if any(n.op == "prefix" for n in order):
+        return _after_sizes(order)
     return order
+
+
+def _after_sizes(order: list[Node]) -> list[Node]:
+    """``order`` with every node that uses a data-dependent size after the node that sets it,
+    even without a data path between them (``expand`` of a constant to a masked tensor's shape):
+    evaluators bind the size when its op runs."""
+    import heapq
+
+    from ..symbolic import DataVar
+
+    setter = {n.attrs["size_var"].name: n for n in order if n.op == "prefix"}
+    pos = {n.id: k for k, n in enumerate(order)}
+    deps: dict[int, set[int]] = {}
+    users: dict[int, list[int]] = {}
+    for n in order:
+        found = set(free_vars(n.shape))
+        for v in n.attrs.values():
+            found |= _attr_vars(v)
+        ds = {i.id for i in n.inputs}
+        for v in found:
+            if isinstance(v, DataVar) and v.name in setter and setter[v.name] is not n:
+                ds.add(setter[v.name].id)
+        deps[n.id] = ds
+        for d in ds:
+            users.setdefault(d, []).append(n.id)
+    waiting = {k: len(v) for k, v in deps.items()}
+    ready = [pos[k] for k, c in waiting.items() if c == 0]
+    heapq.heapify(ready)
+    out: list[Node] = []
+    while ready:
+        node = order[heapq.heappop(ready)]
+        out.append(node)
+        for u in users.get(node.id, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, pos[u])
+    assert len(out) == len(order), "a data-dependent size is used before the op that sets it"
+    return out
 
 
 def graph_vars(nodes: Iterable[Node]) -> tuple[Var, ...]:
