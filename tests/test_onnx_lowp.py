@@ -381,3 +381,22 @@ def test_rint_matches_numpy(dtype: dt.DType) -> None:
             np.signbit(got[~nan]), np.signbit(want[~nan])
         )
         assert np.array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_build_rounds_a_float32_tensor_fed_to_a_low_precision_input() -> None:
+    """``OnnxModel.build`` (how ``recurrent_step`` traces a model on its own tensors) takes a
+    float32 tensor for a bfloat16 input and rounds it to bfloat16, as a cast would."""
+    vi = helper.make_tensor_value_info
+    m = load(
+        _model(
+            [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+            [vi("x", TensorProto.BFLOAT16, [4])],
+            [vi("y", TensorProto.FLOAT, [4])],
+        )
+    )
+    xs = np.array([1.0 + 2**-9, 3.14159, -1e-3, 65504.0], np.float32)
+    x = Tensor.placeholder((4,), dt.float32, name="x")
+    y = m.build({"x": x})["y"]
+    assert isinstance(y, Tensor)
+    want = xs.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert reference.evaluate(y, {x: xs}, {}).tobytes() == want.tobytes()
