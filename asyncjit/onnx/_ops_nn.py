@@ -391,10 +391,10 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 
 def _round_even(x: Tensor) -> Tensor:
-    f = x.floor()
-    diff = x - f
-    even = (f - (f / 2.0).floor() * 2.0) == 0.0
-    return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
+    """numpy's ``rint`` (``_ops_lowp.rint``: one fused loop, bit for bit)."""
+    from ._ops_lowp import rint
+
+    return rint(x)
 
 
 @op("RMSNormalization", since=23)
