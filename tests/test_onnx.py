@@ -290,3 +290,23 @@ def test_einsum_ellipsis_broadcasts_like_numpy(equation: str, shapes: list[tuple
     for device in ("REFERENCE", "CPU"):
         (got,) = AsyncjitBackend.prepare(model, device).run(xs)
         np.testing.assert_allclose(got, np.einsum(equation, *xs), rtol=1e-5, atol=1e-6)
+
+
+def test_det_pivots_and_singular_matrices() -> None:
+    """Det equals numpy's, for matrices that need row swaps, a singular one and a zero column."""
+    from asyncjit.onnx.backend import AsyncjitBackend
+
+    f = TensorProto.FLOAT
+    data = _model(
+        [helper.make_node("Det", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", f, [4, 5, 5])],
+        [helper.make_tensor_value_info("y", f, None)],
+    )
+    x = np.random.default_rng(0).standard_normal((4, 5, 5)).astype(np.float32)
+    x[0] = x[0][[4, 3, 2, 1, 0]] * np.array([[1e-3], [1], [1], [1], [1]], np.float32)  # small first pivot
+    x[1, 2] = x[1, 0]  # singular
+    x[2, :, 0] = 0.0  # a zero column: every pivot candidate is 0
+    model = onnx.load_from_string(data)
+    for device in ("REFERENCE", "CPU"):
+        (got,) = AsyncjitBackend.prepare(model, device).run([x])
+        np.testing.assert_allclose(got, np.linalg.det(x), rtol=1e-5, atol=1e-6)
