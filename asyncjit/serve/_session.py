@@ -173,7 +173,7 @@ class Connection(abc.ABC):
         self.utt = Utterance(stream, converter_check, self.server, probabilities)
         self.log.debug("audio.start", rate=fmt.rate, channels=fmt.channels, encoding=fmt.encoding)
 
-    async def audio(self, data: bytes | bytearray | memoryview) -> None:
+    async def audio(self, data: bytes) -> None:
         """Convert and submit PCM (one message, or several a protocol read at once); queues the
         futures (commit to send them)."""
         utt = self.utt
