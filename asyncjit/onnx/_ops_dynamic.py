@@ -95,3 +95,46 @@ def _non_max_suppression(n: NodeCtx, ins: list[Value | None]) -> Value:
     at = at.reshape(-1)  # flat (batch, class, rank) positions, in output order
     box = order.reshape(nb * nc * nbox).gather(0, at)
     return Tensor.stack([at // (nc * nbox), (at // nbox) % nc, box], 1)
+
+
+@op("Unique", since=11)
+def _unique(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
+    x = n.t(ins[0])
+    axis = n.attr("axis")
+    if axis is None:
+        rows, ax = x.reshape(-1, 1), None
+    else:
+        ax = axis_of(axis, x.ndim, n)
+        moved = x.permute(ax, *[a for a in range(x.ndim) if a != ax])
+        rows = moved.reshape(moved.shape[0], -1)
+    count, width = rows.shape
+    if not isinstance(count, int) or not isinstance(width, int):
+        raise n.fail("Unique compares every pair of entries: their number and size must be static")
+    # pairwise: equal entries, and the first differing element deciding the lexicographic order
+    a, b = rows.unsqueeze(1).expand(count, count, width), rows.unsqueeze(0).expand(count, count, width)
+    differ = a != b
+    same = differ.cast(dt.int32).max(2) == 0  # [j, k]
+    first_diff = differ.cast(dt.int32).argmax(2, keepdims=True)
+    before = (a.take_along_axis(first_diff, 2) < b.take_along_axis(first_diff, 2)).reshape(count, count)
+    first = same.cast(dt.int32).argmax(1)  # each entry's first occurrence
+    is_first = first == Tensor.arange(count, dt.int64)
+    if n.attr("sorted", 1):  # slot = how many distinct entries sort before it
+        slot = (is_first.unsqueeze(1) & before & ~same).cast(dt.int64).sum(0)
+    else:  # slot = order of first occurrence
+        slot = (is_first.cast(dt.int64).cumsum(0) - 1).gather(0, first)
+    distinct = is_first.cast(dt.int64).sum()
+    # the slot of each first occurrence receives its index and count; the rest are padding
+    target = Tensor.select(is_first, slot, count)
+    zeros = Tensor.zeros([count], dt.int64)
+    index = zeros.scatter(0, target, Tensor.arange(count, dt.int64))
+    counts = zeros.scatter(0, target, same.cast(dt.int64).sum(1))
+    values = rows.gather(0, index)
+    index, counts, values = (v.prefix(distinct, 0, bound=count) for v in (index, counts, values))
+    if ax is None:
+        y = values.reshape(-1)
+    else:
+        rest = [x.shape[i] for i in range(x.ndim) if i != ax]
+        y = values.reshape(values.shape[0], *rest)
+        others = list(range(1, x.ndim))
+        y = y.permute(*others[:ax], 0, *others[ax:])  # the unique axis back in its place
+    return [y, index, slot, counts]

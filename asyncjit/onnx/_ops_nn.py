@@ -277,9 +277,10 @@ def _mvn(n: NodeCtx, ins: list[Value | None]) -> Value:
 def _lp_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     axis = n.attr("axis", -1)
-    if n.attr("p", 2) == 1:
-        return x / x.abs().sum(axis, keepdims=True)
-    return x / (x * x).sum(axis, keepdims=True).sqrt()
+    norm = (
+        x.abs().sum(axis, keepdims=True) if n.attr("p", 2) == 1 else (x * x).sum(axis, keepdims=True).sqrt()
+    )
+    return x / Tensor.select(norm == 0.0, 1.0, norm)  # an all-zero slice stays zero, not 0/0
 
 
 @op("LRN")
@@ -322,23 +323,47 @@ op("LogSoftmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "log_softmax"))
 op("Hardmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "hardmax"))
 
 
+def _expand_ellipsis(
+    n: NodeCtx, eq: str, terms: list[str], rhs: str | None, operands: list[Tensor]
+) -> tuple[list[str], str]:
+    """Spell each ``...`` as letters the equation does not use, aligned from the right as numpy
+    broadcasts them; an implicit output puts them first."""
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    ranks = [
+        t.ndim - len(term.replace("...", "")) if "..." in term else 0
+        for term, t in zip(terms, operands, strict=True)
+    ]
+    width = max(ranks, default=0)
+    if min(ranks, default=0) < 0 or width > len(free):
+        raise n.fail(f"the equation {eq!r} does not fit the operands' ranks")
+    batch = "".join(free[:width])
+    spelled = [term.replace("...", batch[width - r :]) for term, r in zip(terms, ranks, strict=True)]
+    if rhs is None:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for c in t.replace("...", ""):
+                counts[c] = counts.get(c, 0) + 1
+        return spelled, batch + "".join(sorted(c for c, k in counts.items() if k == 1))
+    return spelled, rhs.replace("...", batch)
+
+
 @op("Einsum")
 def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     eq = n.attr("equation").replace(" ", "")
     eq = eq.decode() if isinstance(eq, bytes) else eq
-    lhs, _, rhs = eq.partition("->")
+    lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     ops_ = [n.t(v) for v in ins if v is not None]
-    if any("." in t for t in terms):
-        raise n.fail("Einsum with an ellipsis is not supported")
-    if not _:
+    if "..." in eq:
+        terms, rhs = _expand_ellipsis(n, eq, terms, rhs if arrow else None, ops_)
+        arrow = "->"
+    if not arrow:
         counts: dict[str, int] = {}
         for t in terms:
             for c in t:
                 counts[c] = counts.get(c, 0) + 1
         rhs = "".join(sorted(c for c, k in counts.items() if k == 1))
     letters = sorted({c for t in terms for c in t}, key=lambda c: (c not in rhs, rhs.find(c), c))
-    sizes: dict[str, Dim] = {}
     aligned = []
     for term, t in zip(terms, ops_, strict=True):
         # a repeated letter in one term is a diagonal
@@ -351,13 +376,10 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
             shape[i], shape[j] = int(d), int(d)
             t = (t * eye.reshape(*shape)).sum(j)
             term = term[:j] + term[j + 1 :]
-        for c, d in zip(term, t.shape, strict=True):
-            sizes[c] = d
         order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
         t = t.permute(*order)
-        sorted_term = [term[i] for i in order]
-        shape = [sizes[c] if c in sorted_term else 1 for c in letters]  # type: ignore[misc]
-        aligned.append(t.reshape(*shape))
+        own: dict[str, Dim] = {term[i]: t.shape[k] for k, i in enumerate(order)}
+        aligned.append(t.reshape(*[own.get(c, 1) for c in letters]))  # size-1 dims broadcast
     out = aligned[0]
     for t in aligned[1:]:
         out = out * t
@@ -369,10 +391,10 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 
 def _round_even(x: Tensor) -> Tensor:
-    f = x.floor()
-    diff = x - f
-    even = (f - (f / 2.0).floor() * 2.0) == 0.0
-    return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
+    """numpy's ``rint`` (``_ops_lowp.rint``: one fused loop, bit for bit)."""
+    from ._ops_lowp import rint
+
+    return rint(x)
 
 
 @op("RMSNormalization", since=23)
