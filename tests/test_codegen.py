@@ -286,11 +286,12 @@ def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
 @pytest.mark.parametrize(
     ("shape", "axes", "op"),
     [
-        ((37, 1000), (0,), "sum"),  # a partial last block of 512
+        ((37, 1000), (0,), "sum"),
         ((5, 7, 40), (0, 1), "max"),
         ((6, 9, 33), (1,), "min"),
         ((3, 4, 517), (0,), "prod"),
         ((64, 16), (0,), "sum"),
+        ((3, 4100), (0,), "sum"),  # two accumulator blocks, the second partial
     ],
 )
 def test_reductions_keeping_the_last_axis_read_rows(

@@ -61,10 +61,10 @@ def _f32(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
 _reduction("ReduceSum", lambda x, a, k: x.sum(a, k), since=13)
 _reduction("ReduceMean", _mean)
 _reduction(
-    "ReduceMax", lambda x, a, k: x.cast(dt.int32).max(a, k).cast(dt.bool_) if x.dtype.is_bool else x.max(a, k)
+    "ReduceMax", lambda x, a, k: x.cast(dt.uint8).max(a, k).cast(dt.bool_) if x.dtype.is_bool else x.max(a, k)
 )
 _reduction(
-    "ReduceMin", lambda x, a, k: x.cast(dt.int32).min(a, k).cast(dt.bool_) if x.dtype.is_bool else x.min(a, k)
+    "ReduceMin", lambda x, a, k: x.cast(dt.uint8).min(a, k).cast(dt.bool_) if x.dtype.is_bool else x.min(a, k)
 )
 _reduction("ReduceProd", lambda x, a, k: x.prod(a, k))
 _reduction("ReduceSumSquare", lambda x, a, k: (x * x).sum(a, k))

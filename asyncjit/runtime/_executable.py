@@ -33,6 +33,7 @@ from ..errors import (
     DonateIndexError,
     InvalidArgumentError,
     LayoutError,
+    ShapeMismatchError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
@@ -51,6 +52,14 @@ if TYPE_CHECKING:
     from ._device import Device
 
 __all__ = ["ExecutableStatistics", "LoadedExecutable", "pack_executable", "unpack_executable"]
+
+
+class PendingShape(tuple[int, ...]):
+    """The shape of an output with data-dependent dims before its run finished: the bound's.
+    The run replaces it with the actual shape; another plan refuses it until then."""
+
+    __slots__ = ()
+
 
 _ids = itertools.count(1)
 _MAGIC = b"ASYNCJIT-EXE\x00"
@@ -401,6 +410,11 @@ class LoadedExecutable:
                 )
             if a.dtype is not dt:
                 dtypes_ok = False
+            if type(a.shape) is not tuple and not a._event._done:
+                raise ShapeMismatchError(
+                    f"{self!r}: input {a!r} has a data-dependent shape that is known only once it is "
+                    "ready; await its ready() before passing it to another plan"
+                )
             shapes.append(a.shape)
         if vars:
             if type(vars) is not dict and not isinstance(vars, Mapping):
@@ -562,7 +576,8 @@ class LoadedExecutable:
                 cls = classes[i]
                 block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 addrs.append(block.addr)
-                outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
+                shape = PendingShape(out_shapes[i]) if self._sized else out_shapes[i]
+                outs.append(Buffer(shape, dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
             cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
             if self._sized:
                 cmd.signature = self.signature
