@@ -8,6 +8,7 @@ the numpy reference and compiled code.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -400,3 +401,26 @@ def test_build_rounds_a_float32_tensor_fed_to_a_low_precision_input() -> None:
     assert isinstance(y, Tensor)
     want = xs.astype(ml_dtypes.bfloat16).astype(np.float32)
     assert reference.evaluate(y, {x: xs}, {}).tobytes() == want.tobytes()
+
+
+def test_cli_runs_a_low_precision_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``asyncjit run`` feeds random bfloat16, prints the float8 output's range, and says (exit
+    1) that ONNX Runtime cannot run the model instead of a traceback."""
+    from asyncjit.cli import main
+
+    vi = helper.make_tensor_value_info
+    path = tmp_path / "m.onnx"
+    path.write_bytes(
+        _model(
+            [
+                helper.make_node("Mul", ["x", "x"], ["y"]),
+                helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT8E4M3FN),
+            ],
+            [vi("x", TensorProto.BFLOAT16, ["n", 4])],
+            [vi("z", TensorProto.FLOAT8E4M3FN, ["n", 4])],
+        )
+    )
+    assert main(["run", str(path), "--dims", "n=1:8", "--repeat", "2", "--compare-ort"]) == 1
+    out = capsys.readouterr().out
+    assert "z: float8_e4m3fn[8, 4] min 0" in out and "max 5.5" in out
+    assert "onnxruntime cannot run this model" in out

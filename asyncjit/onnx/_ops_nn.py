@@ -160,10 +160,47 @@ def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
 
 
 @op("MaxPool")
-def _max_pool(n: NodeCtx, ins: list[Value | None]) -> Value:
+def _max_pool(n: NodeCtx, ins: list[Value | None]) -> Value | list[Value | None]:
     if len(n.proto.output) > 1 and n.proto.output[1]:
-        raise n.fail("MaxPool's Indices output is not supported")
+        return _max_pool_with_indices(n, n.t(ins[0]))
     return _pool(n, n.t(ins[0]), "max")
+
+
+def _max_pool_with_indices(n: NodeCtx, x: Tensor) -> list[Value | None]:
+    """MaxPool's values and flat input indices: every window tap is gathered (padding reads
+    -inf), the first largest tap wins, and a table made at load time maps it to its index."""
+    kernel = [int(v) for v in n.attr("kernel_shape")]
+    spatial = x.shape[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise n.fail("MaxPool's Indices output needs static spatial dims")
+    dims = [int(d) for d in spatial]
+    strides, dil, pads, outs = window_geometry(n, dims, kernel, bool(n.attr("ceil_mode", 0)))
+    out = [int(o) for o in outs]
+    taps = np.array(list(np.ndindex(*kernel)))  # [K, r]
+    cells = np.array(list(np.ndindex(*out)))  # [Q, r]
+    pos = cells[None] * np.array(strides) + taps[:, None] * np.array(dil) - np.array([lo for lo, _ in pads])
+    inside = ((pos >= 0) & (pos < np.array(dims))).all(-1)  # [K, Q]
+    clipped = np.clip(pos, 0, np.array(dims) - 1)
+    source = np.ravel_multi_index(tuple(clipped.transpose(2, 0, 1)), dims)
+    nb, ch = x.shape[0], x.shape[1]
+    flat = x.reshape(nb, ch, -1)
+    index = Tensor.const(source.reshape(1, 1, -1)).expand(nb, ch, source.size)
+    lowest = float("-inf") if x.dtype.is_float else float(np.iinfo(x.dtype.np).min)  # type: ignore[type-var]
+    values = Tensor.select(Tensor.const(inside.reshape(1, 1, -1)), flat.take_along_axis(index, 2), lowest)
+    values = values.reshape(nb, ch, len(taps), len(cells))
+    best = values.argmax(2, keepdims=True)  # [N, C, 1, Q]
+    y = values.take_along_axis(best, 2).reshape(nb, ch, *out).cast(x.dtype)
+    # the winning tap's input position, row-major (or column-major with storage_order 1)
+    order = list(reversed(range(len(dims)))) if n.attr("storage_order", 0) else list(range(len(dims)))
+    strides_in = np.ones(len(dims), np.int64)
+    for i in range(len(order) - 2, -1, -1):
+        strides_in[order[i]] = strides_in[order[i + 1]] * dims[order[i + 1]]
+    where = (clipped * strides_in).sum(-1)  # [K, Q]
+    table = Tensor.const(where.reshape(1, 1, len(taps), len(cells)).astype(np.int64))
+    at = table.expand(nb, ch, len(taps), len(cells)).take_along_axis(best, 2).reshape(nb, ch, -1)
+    plane = int(np.prod(dims))
+    base = Tensor.arange(nb * ch, dt.int64).reshape(nb, ch, 1) * plane
+    return [y, (at + base).reshape(nb, ch, *out)]
 
 
 @op("AveragePool")
