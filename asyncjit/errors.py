@@ -29,6 +29,7 @@ __all__ = [
     "InvalidArgumentError",
     "JitError",
     "KernelRuntimeError",
+    "LayoutError",
     "ModelFormatError",
     "MuxClosedError",
     "NotPreparedError",
@@ -135,6 +136,11 @@ class BufferDeletedError(DeviceError):
 class DeviceMismatchError(DeviceError, ValueError):
     """Buffers and devices do not line up: an argument list for one device holds a buffer of
     another, or two device lists that must match (shardings, replicas) differ."""
+
+
+class LayoutError(JitError, ValueError):
+    """A buffer's memory layout does not fit: an unknown layout, a tile that does not divide the
+    shape, or a plan given a layout it does not take (relayout with ``copy_to_device``)."""
 
 
 class ShardingError(JitError, ValueError):

@@ -336,3 +336,48 @@ class TestUnbounded:
         xv = np.zeros(5000, np.float32)
         xv[[3, 4000]] = 1
         np.testing.assert_array_equal(exe.run([xv])[0], [[3], [4000]])
+
+
+def test_same_graph_built_twice_hits_the_plan_cache() -> None:
+    """Data-dependent sizes get fresh names per build; compile keys them by position instead."""
+
+    def build() -> Any:
+        x = Tensor.placeholder((64,), name="x")
+        return compile([x[x > 0] * 2], [x])
+
+    assert build() is build()
+
+
+def test_pending_output_is_refused_as_an_input_until_ready() -> None:
+    """An output whose shape is data-dependent cannot feed another plan before it is ready (its
+    shape is still the bound's); once ready it can."""
+    import threading
+
+    from asyncjit.compiler._executable import ArgSpec
+    from asyncjit.devices import HostExecutable
+    from asyncjit.errors import ShapeMismatchError
+
+    gate = threading.Event()
+
+    def hold(a: np.ndarray) -> np.ndarray:
+        assert gate.wait(10)
+        return a
+
+    spec = ArgSpec("a", (8,), asyncjit.float32)
+    held = HostExecutable.build("gate", hold, [spec], [ArgSpec("out", (8,), asyncjit.float32)])
+    x = Tensor.placeholder((8,), name="x")
+    exe = compile([x[x > 0]], [x])
+    n = Var("n", 1, 8)
+    y = Tensor.placeholder((n,), name="y")
+    double = compile([y * 2], [y])
+    xv = np.array([1, -1, 2, 0, 3, -2, 0, 4], np.float32)
+    with asyncjit.runtime.Client() as client:
+        (first,) = client.load(held).execute_blocking([client.buffer_from_host(xv)], inline=False)
+        (out,) = client.load(exe).execute_blocking([first], inline=False)
+        with pytest.raises(ShapeMismatchError, match="ready"):
+            client.load(double).execute_blocking([out])
+        gate.set()
+        out.block_until_ready()
+        assert out.shape == (4,)
+        (twice,) = client.load(double).execute_blocking([out], {"n": 4})
+        np.testing.assert_array_equal(twice.to_numpy_blocking(), [2, 4, 6, 8])

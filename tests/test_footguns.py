@@ -462,3 +462,31 @@ def test_24_refining_an_argument_to_a_shape_it_cannot_take_is_an_error() -> None
         refine_arguments(g, {"x": (4, 8, 1)})
     with pytest.raises(VarBoundsError, match="no value of var 't'"):
         refine_arguments(g, {"x": (65, 8)})
+
+
+def test_25_a_low_precision_onnx_output_buffer_holds_its_bits() -> None:
+    """A bfloat16 (float8, int4...) ONNX output: ``run`` returns the ``ml_dtypes`` array, but
+    ``execute``'s ``Buffer`` holds the storage bits (asyncjit has no such dtype), to be viewed;
+    and a float32 feed for a bfloat16 input is refused, never rounded silently."""
+    pytest.importorskip("onnx", reason="ONNX models need the onnx extra")
+    import ml_dtypes
+    from onnx import TensorProto, helper
+
+    from asyncjit.errors import DTypeMismatchError
+    from asyncjit.onnx import InferenceSession
+
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        "g",
+        [vi("x", TensorProto.BFLOAT16, [2])],
+        [vi("y", TensorProto.BFLOAT16, [2])],
+    )
+    sess = InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    x = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    (y,) = sess.run(None, {"x": x})
+    assert y.dtype == ml_dtypes.bfloat16 and y.tolist() == [-1.5, 2.0]
+    bits = sess.execute({"x": x})["y"].to_numpy_blocking()
+    assert bits.dtype == np.uint16 and bits.view(ml_dtypes.bfloat16).tolist() == [-1.5, 2.0]
+    with pytest.raises(DTypeMismatchError, match="bfloat16"):
+        sess.run(None, {"x": np.array([1.5, -2.0], np.float32)})

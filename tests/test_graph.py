@@ -167,6 +167,22 @@ class TestStructuralKey:
         c3 = make_node("const", (), value=np.zeros((2, 2), np.int32))
         assert len({self._key(c1), self._key(c2), self._key(c3)}) == 3
 
+    def test_const_digest_is_kept_only_for_frozen_arrays(self) -> None:
+        """A frozen constant's content hash is computed once; a writable array is hashed anew,
+        so writing to it changes the key."""
+        from asyncjit.graph._node import _DIGESTS
+
+        frozen = Tensor.const(np.arange(6, dtype=np.float32)).node
+        before = self._key(frozen)
+        assert _DIGESTS[id(frozen.attrs["value"])][1] in str(before)
+        assert self._key(frozen) == before
+        data = np.zeros(3, np.float32)
+        loose = make_node("const", (), value=data)
+        first = self._key(loose)
+        assert id(data) not in _DIGESTS
+        data[0] = 1.0
+        assert self._key(loose) != first
+
 
 class TestGraphVars:
     def test_from_shapes_and_attrs(self) -> None:

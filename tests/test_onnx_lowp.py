@@ -8,6 +8,7 @@ the numpy reference and compiled code.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from asyncjit.compiler import compile as aj_compile
 from asyncjit.errors import DTypeMismatchError, OnnxImportError, TensorError
 from asyncjit.onnx import InferenceSession, load
 from asyncjit.onnx._lowp import FLOAT8_SATURATING, NAMES, LowP, decode, encode, encode_e8m0, storage_dtype
+from asyncjit.onnx._ops_lowp import rint
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
@@ -201,6 +203,8 @@ def test_session_feeds_and_returns_low_precision_arrays() -> None:
     want_y, want_z = _reference(m, {"x": x})
     assert y.dtype == want_y.dtype and y.view(np.uint8).tolist() == want_y.view(np.uint8).tolist()
     assert z.dtype == want_z.dtype and z.astype(np.int8).tolist() == want_z.astype(np.int8).tolist()
+    again = sess.run(None, {"x": x})  # the memoized feed check: bits still go to the plan
+    assert [a.tobytes() for a in again] == [y.tobytes(), z.tobytes()]
     with pytest.raises(DTypeMismatchError, match="bfloat16"):
         sess.run(None, {"x": x.astype(np.float32)})
 
@@ -352,3 +356,71 @@ def test_cast_to_e8m0_round_modes(mode: str) -> None:
     (y,) = InferenceSession(model).run(None, {"x": x})
     (want,) = _reference(model, {"x": x})
     assert y.dtype == want.dtype and y.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [dt.float16, dt.float32, dt.float64])
+def test_rint_matches_numpy(dtype: dt.DType) -> None:
+    """``rint`` (QuantizeLinear's rounding) equals numpy's on every float16, on random float32
+    bit patterns and ties, signed zeros included, compiled and in the reference."""
+    rng = np.random.default_rng(0)
+    halves = np.arange(-300, 300, 0.5)
+    if dtype == dt.float16:
+        xs: np.ndarray = np.arange(65536, dtype=np.uint16).view(np.float16)
+    elif dtype == dt.float32:
+        extra = np.array([*halves, 2**22 + 0.5, -0.0], np.float32)
+        xs = np.concatenate([rng.integers(0, 2**32, 100000, dtype=np.uint32).view(np.float32), extra])
+    else:
+        xs = np.concatenate([rng.standard_normal(100000) * 1e15, halves, [2.0**51 + 0.5, -0.0]])
+    xs = xs.astype(dtype.np)
+    x = Tensor.placeholder((xs.size,), dtype, name="x")
+    out = rint(x)
+    with np.errstate(all="ignore"):
+        want = np.rint(xs.astype(out.dtype.np))
+    for got in (aj_compile([out], [x]).run([xs], {})[0], reference.evaluate(out, {x: xs}, {})):
+        nan = np.isnan(got) & np.isnan(want)
+        assert np.array_equal(got[~nan], want[~nan]) and np.array_equal(
+            np.signbit(got[~nan]), np.signbit(want[~nan])
+        )
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_build_rounds_a_float32_tensor_fed_to_a_low_precision_input() -> None:
+    """``OnnxModel.build`` (how ``recurrent_step`` traces a model on its own tensors) takes a
+    float32 tensor for a bfloat16 input and rounds it to bfloat16, as a cast would."""
+    vi = helper.make_tensor_value_info
+    m = load(
+        _model(
+            [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+            [vi("x", TensorProto.BFLOAT16, [4])],
+            [vi("y", TensorProto.FLOAT, [4])],
+        )
+    )
+    xs = np.array([1.0 + 2**-9, 3.14159, -1e-3, 65504.0], np.float32)
+    x = Tensor.placeholder((4,), dt.float32, name="x")
+    y = m.build({"x": x})["y"]
+    assert isinstance(y, Tensor)
+    want = xs.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert reference.evaluate(y, {x: xs}, {}).tobytes() == want.tobytes()
+
+
+def test_cli_runs_a_low_precision_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``asyncjit run`` feeds random bfloat16, prints the float8 output's range, and says (exit
+    1) that ONNX Runtime cannot run the model instead of a traceback."""
+    from asyncjit.cli import main
+
+    vi = helper.make_tensor_value_info
+    path = tmp_path / "m.onnx"
+    path.write_bytes(
+        _model(
+            [
+                helper.make_node("Mul", ["x", "x"], ["y"]),
+                helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT8E4M3FN),
+            ],
+            [vi("x", TensorProto.BFLOAT16, ["n", 4])],
+            [vi("z", TensorProto.FLOAT8E4M3FN, ["n", 4])],
+        )
+    )
+    assert main(["run", str(path), "--dims", "n=1:8", "--repeat", "2", "--compare-ort"]) == 1
+    out = capsys.readouterr().out
+    assert "z: float8_e4m3fn[8, 4] min 0" in out and "max 5.5" in out
+    assert "onnxruntime cannot run this model" in out

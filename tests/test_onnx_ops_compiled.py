@@ -26,6 +26,23 @@ CASES = (
     "test_dft_irfft",
     "test_stft_with_window",
     "test_range_int32_type_negative_delta_expanded",
+    "test_qlinearconv",
+    "test_convinteger_with_padding",
+    "test_bitshift_right_int8_negative_shift",
+    "test_scatternd_max_with_element_indices",
+    "test_nonmaxsuppression_two_batches",
+    "test_compress_negative_axis",
+    "test_nonzero_example",
+    "test_unique_sorted_with_axis_3d",
+    "test_unique_not_sorted_without_axis",
+    "test_scan_sum",
+    "test_col2im_pads",
+    "test_maxunpool_export_with_output_shape",
+    "test_tensorscatter_circular",
+    "test_roialign_mode_max",
+    "test_deform_conv_with_multiple_offset_groups",
+    "test_ai_onnx_ml_tree_ensemble_set_membership",
+    "test_maxpool_with_argmax_2d_precomputed_strides",
 )
 
 

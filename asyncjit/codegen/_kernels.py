@@ -25,7 +25,7 @@ from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._reduce_rows import emit_reduce_rows, rows_worthwhile
-from ._scalar import double_to_half, intrinsic
+from ._scalar import combine, double_to_half, intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
 from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
@@ -434,6 +434,7 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
     node = kernel.node
     x, ind, src = node.inputs
     axis = node.attrs["axis"]
+    reduce = node.attrs.get("reduce", "none")
     em, b = ctx.em, ctx.b
     _store_all(ctx, node, lambda idx: em.value(x, idx))
     extent = x.shape[axis]
@@ -447,9 +448,15 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
             dims = [d for a, d in enumerate(node.shape) if a != axis]
 
             def put(rest: tuple[Dim, ...]) -> None:
-                dst = (*rest[:axis], ja, *rest[axis:])
-                srci = (*rest[:axis], i, *rest[axis:])
-                em.store(ctx.out, node, linearize(dst, node.shape), em.value(src, srci))
+                dst = linearize((*rest[:axis], ja, *rest[axis:]), node.shape)
+                value = em.value(src, (*rest[:axis], i, *rest[axis:]))
+                if reduce != "none":
+                    ty = storage_type(node.dtype)
+                    here = b.load(b.gep(ctx.out, [em.dim(dst)], inbounds=True, source_etype=ty), typ=ty)
+                    if node.dtype.is_bool:
+                        here = b.icmp_unsigned("!=", here, ir.Constant(ty, 0))
+                    value = combine(b, reduce, here, value, node.dtype)
+                em.store(ctx.out, node, dst, value)
 
             ctx.nest(dims, put)
             em._memo.pop()

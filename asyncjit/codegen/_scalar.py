@@ -256,6 +256,18 @@ def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bo
     raise CompileError(f"unsupported by codegen (an asyncjit bug): int binary op {op!r}")
 
 
+def combine(b: ir.IRBuilder, reduce: str, x: ir.Value, y: ir.Value, dtype: DType) -> ir.Value:
+    """``x (+ * max min) y`` for a scatter reduction, in ``dtype`` (float16 rounds once)."""
+    if dtype.is_bool:  # numpy's bool add/max is or, mul/min is and
+        return b.or_(x, y) if reduce in ("add", "max") else b.and_(x, y)
+    op = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}[reduce]
+    if not dtype.is_float:
+        return _int_binary(b, op, x, y, dtype.is_unsigned)
+    if x.type == F16:
+        return b.fptrunc(_float_binary(b, op, b.fpext(x, F32), b.fpext(y, F32)), F16)
+    return _float_binary(b, op, x, y)
+
+
 def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> ir.Value:
     """The value of elementwise ``node`` given its inputs' values."""
     op = node.op

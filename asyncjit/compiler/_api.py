@@ -13,6 +13,7 @@ from .._log import get_logger
 from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
+from ..passes._refine import canonical_sizes
 from ..symbolic import Var, upper
 from ._cache import (
     count_memory_hit,
@@ -206,7 +207,7 @@ def _compile(
     missing = [n.attrs["name"] for n in toposort(outs) if n.op == "placeholder" and n.id not in listed]
     if missing:
         raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
-    graph = Graph.of(outs, ins, vars)
+    graph = canonical_sizes(Graph.of(outs, ins, vars))  # stable names: stable cache keys
     label = name or "plan"
     chosen = resolve_plugins(plugins)
     key = (*_plan_key(graph, label, fixed, chosen), opt_level)

@@ -1,5 +1,6 @@
 """The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
 
+from . import _index as _index  # registers gather, scatter, nonzero
 from ._dynamic import check_size as check_size
 from ._dynamic import defined_var as defined_var
 from ._dynamic import new_data_var as new_data_var

@@ -25,7 +25,7 @@ from ..errors import JitError, OnnxImportError, UnsupportedOpError
 from ..graph import shape_str
 from ..symbolic import Dim, Expr, Var
 from ..tensor import Tensor
-from ._lowp import LowP, is_lowp_dtype, run_with_lowp, storage_dtype
+from ._lowp import LowP, encode, is_lowp_dtype, run_with_lowp, storage_dtype
 from ._registry import NodeCtx, lookup
 from ._values import Sym, Value, as_tensor, np_dtype
 
@@ -290,10 +290,11 @@ class OnnxModel:
         env: dict[str, Value | None] = {}
         env.update(self.fixed)
         env.update(feeds)
-        for info in self.inputs:  # a low-precision input arrives as its bits
+        for info in self.inputs:  # a low-precision input: its bits, or values rounded to it
             v = env.get(info.name)
             if is_lowp_dtype(info.dtype) and isinstance(v, Tensor):
-                env[info.name] = LowP(v, info.dtype)  # type: ignore[assignment]
+                bits = v.dtype == storage_dtype(info.dtype)
+                env[info.name] = LowP(v, info.dtype) if bits else encode(v, info.dtype)  # type: ignore[assignment]
         Tracer(self.opsets, self.source).run(self.proto.graph, env)
         return {o.name: env[o.name] for o in self.proto.graph.output}  # type: ignore[misc]
 

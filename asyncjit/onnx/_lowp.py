@@ -171,41 +171,44 @@ def _encode_bf16(x: Tensor) -> Tensor:
 
 
 def _encode_small_float(x: Tensor, fmt: _Format) -> Tensor:
+    # all in uint32 bit arithmetic (no float->int conversion): it vectorizes
     u = x.bitcast(dt.uint32)
-    sign = u // (1 << 31)
+    sign_bit = (u // (1 << 31)) * (1 << (fmt.width - 1))
     a = u & 0x7FFFFFFF
     shift = 23 - fmt.mant
     # normal range: round the float's bits at the target's last mantissa bit, then rebias
     q = (a + ((1 << (shift - 1)) - 1) + ((a // (1 << shift)) & 1)) // (1 << shift)
-    normal = q.cast(dt.int32) - ((127 - fmt.bias) << fmt.mant)
-    # below it: scale onto the subnormal grid (exact) and round to an integer by 2**23
+    normal = q - ((127 - fmt.bias) << fmt.mant)  # wraps below the normal range: not selected there
+    # below it: scale onto the subnormal grid (exact); adding 2**23 rounds to an integer, which
+    # is then the float's low mantissa bits
     scaled = a.bitcast(dt.float32) * float(2.0 ** (fmt.bias - 1 + fmt.mant))
-    sub = ((scaled + 8388608.0) - 8388608.0).cast(dt.int32)
+    sub = (scaled + 8388608.0).bitcast(dt.uint32) & 0x7FFFFF
     code = Tensor.select(a >= _u32((128 - fmt.bias) << 23), normal, sub)
     nan = a > _u32(0x7F800000)
-    over = code > fmt.max_code
-    sign_bit = sign.cast(dt.int32) * (1 << (fmt.width - 1))
+    over = code > _u32(fmt.max_code)
     if fmt.overflow == "inf":
-        code = Tensor.select(over, 0x7C, code) | sign_bit
+        code = Tensor.select(over, _u32(0x7C), code) | sign_bit
         code = Tensor.select(nan, sign_bit | fmt.nan_code, code)
     elif fmt.overflow == "nan":
-        code = Tensor.select(over | nan, fmt.nan_code, code) | sign_bit
+        code = Tensor.select(over | nan, _u32(fmt.nan_code), code) | sign_bit
     elif fmt.overflow == "nan_unsigned":
-        code = Tensor.select(code == 0, 0, code | sign_bit)  # no negative zero
-        code = Tensor.select(over | nan, fmt.nan_code, code)
+        code = Tensor.select(code == 0, _u32(0), code | sign_bit)  # no negative zero
+        code = Tensor.select(over | nan, _u32(fmt.nan_code), code)
     else:  # float4: no inf or NaN; ml_dtypes saturates and maps NaN to the zero of the other sign
-        code = Tensor.select(over, fmt.max_code, code) | sign_bit
-        code = Tensor.select(nan, fmt.nan_code - sign_bit, code)
+        code = Tensor.select(over, _u32(fmt.max_code), code) | sign_bit
+        code = Tensor.select(nan, sign_bit ^ fmt.nan_code, code)
     return code.cast(dt.uint8)
 
 
 def _encode_int(x: Tensor, name: str) -> Tensor:
     mask = (1 << _INTS[name]) - 1
+    if x.dtype.is_bool:
+        return x.cast(dt.uint8)
     if x.dtype.is_float:  # ml_dtypes: truncate to an int32 (0 if outside it or NaN), then wrap
         f = x if x.dtype == dt.float64 else x.cast(dt.float32)
         inside = f.abs() < 2147483648.0
-        x = Tensor.select(inside, f, Tensor.zeros(f.shape, f.dtype)).cast(dt.int64)
-    return (x.cast(dt.int64) & mask).cast(dt.uint8)
+        x = Tensor.select(inside, f, Tensor.zeros(f.shape, f.dtype)).cast(dt.int32)
+    return (x & mask).cast(dt.uint8)  # two's complement: the low bits of any int width
 
 
 def encode(x: Tensor, dtype: np.dtype[Any], *, saturate: bool = False) -> LowP:

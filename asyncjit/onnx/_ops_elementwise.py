@@ -388,8 +388,42 @@ def _shrink(n: NodeCtx, ins: list[Value | None]) -> Value:
     )
 
 
+def _scalar(value: int, dtype: dt.DType) -> Tensor:
+    """``value`` modulo 2**bits, as a constant of the int ``dtype`` (two's complement)."""
+    bits = 8 * dtype.itemsize
+    unsigned = np.array(value % (1 << bits), dtype=f"u{dtype.itemsize}")
+    return Tensor.const(unsigned.view(dtype.np))
+
+
+def _pow2(y: Tensor) -> Tensor:
+    """``2**y`` modulo 2**bits for ``0 <= y < bits``: a product over the bits of ``y``."""
+    bits = 8 * y.dtype.itemsize
+    one = _scalar(1, y.dtype)
+    factor: Tensor | None = None
+    for k in range(bits.bit_length() - 1):
+        term = Tensor.select(
+            (y & _scalar(1 << k, y.dtype)) != _scalar(0, y.dtype), _scalar(1 << (1 << k), y.dtype), one
+        )
+        factor = term if factor is None else factor * term
+    assert factor is not None
+    return factor
+
+
 @op("BitShift")
 def _bitshift(n: NodeCtx, ins: list[Value | None]) -> Value:
     x, y = _promote(n, ins[0], ins[1])
-    factor = ((y.cast(dt.float32) * math.log(2.0)).exp() + 0.5).floor().cast(x.dtype)
-    return x * factor if n.attr("direction") == "LEFT" else x // factor
+    if not x.dtype.is_int:
+        raise n.fail(f"BitShift needs integer operands, got {x.dtype.name}")
+    bits = 8 * x.dtype.itemsize
+    zero = _scalar(0, x.dtype)
+    signed = not x.dtype.is_unsigned
+    # shifting by a negative amount or by the width or more: every bit is shifted out
+    valid = ((y >= zero) & (y < _scalar(bits, x.dtype))) if signed else y < _scalar(bits, x.dtype)
+    factor = _pow2(Tensor.select(valid, y, zero))
+    if n.attr("direction") in ("LEFT", b"LEFT"):
+        return Tensor.select(valid, x * factor, zero)  # wraps modulo 2**bits, as a shift does
+    if not signed:
+        return Tensor.select(valid, x // factor, zero)
+    # an arithmetic shift is a floor division; by bits - 1 or more only the sign is left
+    spread = Tensor.select(x < zero, _scalar(-1, x.dtype), zero)
+    return Tensor.select(valid & (y < _scalar(bits - 1, x.dtype)), x // factor, spread)

@@ -189,7 +189,7 @@ def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
     q = _quantize_div(n, x, xt, scale, scale_b)
     if target.name in _INT_RANGES:
         lo, hi = _INT_RANGES[target.name]
-        qi = _round_even(q.cast(dt.float32) if q.dtype == dt.float16 else q).cast(dt.int32)
+        qi = rint(q).cast(dt.int32)
         if zp is not None:
             qi = qi + _param(n, _decoded(n, zp).cast(dt.int32), shape, block)
         qi = qi.clip(lo, hi)
@@ -220,12 +220,16 @@ def _quantize_div(n: NodeCtx, x: Value, xt: Tensor, scale: Value, scale_b: Tenso
     return xt / scale_b
 
 
-def _round_even(x: Tensor) -> Tensor:
-    """numpy's ``rint``: to the nearest integer, ties to even (exact in float arithmetic)."""
-    f = x.floor()
-    diff = x - f
-    even = (f - (f / 2.0).floor() * 2.0) == 0.0
-    return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
+def rint(x: Tensor) -> Tensor:
+    """numpy's ``rint``: to the nearest integer, ties to even. Adding 2**23 (2**52 in float64) to
+    a smaller magnitude leaves no fraction bits, so the float addition itself rounds; larger
+    magnitudes are integers already. float16 computes in float32 (exact)."""
+    x = x.cast(dt.float32) if x.dtype == dt.float16 else x
+    big = 2.0**52 if x.dtype == dt.float64 else 2.0**23
+    mag = x.abs()
+    rounded = (mag + big) - big
+    signed = Tensor.select(x < 0.0, -rounded, rounded)
+    return Tensor.select((mag < big) & (x != 0.0), signed, x)  # +-0 and the rest stay as they are
 
 
 @op("DequantizeLinear")

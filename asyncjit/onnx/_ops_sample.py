@@ -157,3 +157,116 @@ def _affine_grid(n: NodeCtx, ins: list[Value | None]) -> Value:
     base = Tensor.const(_base_grid(spatial, bool(n.attr("align_corners", 0))))  # [P, r + 1]
     grid = theta.cast(dt.float32) @ base.T  # [N, r, P]
     return grid.permute(0, 2, 1).reshape(theta.shape[0], *spatial, len(spatial)).cast(theta.dtype)
+
+
+def _roi_axis(pos: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """RoiAlign's bilinear taps along one axis: (low, high, low weight, high weight, inside)."""
+    inside = (pos >= -1.0) & (pos <= float(size))
+    p = pos.maximum(0.0)
+    low = p.floor()
+    edge = low >= float(size - 1)
+    low = Tensor.select(edge, float(size - 1), low)
+    high = Tensor.select(edge, float(size - 1), low + 1.0)
+    frac = Tensor.select(edge, 0.0, p - low)
+    return low, high, 1.0 - frac, frac, inside
+
+
+@op("RoiAlign", since=10)
+def _roi_align(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x, rois, batch = n.t(ins[0]), n.t(ins[1]).cast(dt.float32), n.t(ins[2]).cast(dt.int64)
+    ph, pw = int(n.attr("output_height", 1)), int(n.attr("output_width", 1))
+    ratio = int(n.attr("sampling_ratio", 0))
+    scale = float(n.attr("spatial_scale", 1.0))
+    half = _text(n, "coordinate_transformation_mode", "half_pixel") == "half_pixel" and n.opset >= 16
+    if ratio <= 0:
+        raise n.fail(
+            "sampling_ratio 0 (a sample grid sized by each ROI, from data) is not supported; give it"
+        )
+    height, width = x.shape[2], x.shape[3]
+    if not isinstance(height, int) or not isinstance(width, int):
+        raise n.fail("RoiAlign needs static spatial dims")
+    nr, ch = rois.shape[0], x.shape[1]
+    shift = 0.5 if half else 0.0
+    start = rois * scale - shift  # [R, 4]: x0, y0, x1, y1
+    extent = start[:, 2:4] - start[:, 0:2]
+    if not half:
+        extent = extent.maximum(1.0)
+    steps = (np.arange(ratio) + 0.5) / ratio
+
+    def samples(origin: Tensor, span: Tensor, bins: int) -> Tensor:  # [R, bins * ratio]
+        grid = (np.arange(bins).reshape(-1, 1) + steps.reshape(1, -1)).reshape(1, -1).astype(np.float32)
+        return origin.reshape(-1, 1) + span.reshape(-1, 1) / float(bins) * Tensor.const(grid)
+
+    ys = _roi_axis(samples(start[:, 1], extent[:, 1], ph), height)
+    xs = _roi_axis(samples(start[:, 0], extent[:, 0], pw), width)
+    data = x.gather(0, batch).reshape(nr, ch, height * width)
+    qy, qx = ph * ratio, pw * ratio
+    corners = []
+    for yi, wy in ((ys[0], ys[2]), (ys[1], ys[3])):
+        for xi, wx in ((xs[0], xs[2]), (xs[1], xs[3])):
+            index = (yi.reshape(nr, qy, 1) * float(width) + xi.reshape(nr, 1, qx)).cast(dt.int64)
+            weight = wy.reshape(nr, qy, 1) * wx.reshape(nr, 1, qx)
+            weight = weight * (ys[4].reshape(nr, qy, 1) & xs[4].reshape(nr, 1, qx)).cast(dt.float32)
+            value = take_flat(data, index.reshape(nr, qy * qx)).cast(dt.float32)
+            corners.append(value * weight.reshape(nr, 1, qy * qx))
+    if _text(n, "mode", "avg") == "max":
+        point = corners[0].maximum(corners[1]).maximum(corners[2]).maximum(corners[3])
+        out = point.reshape(nr, ch, ph, ratio, pw, ratio).max((3, 5))
+    else:
+        point = corners[0] + corners[1] + corners[2] + corners[3]
+        out = point.reshape(nr, ch, ph, ratio, pw, ratio).sum((3, 5)) / float(ratio * ratio)
+    return out.cast(x.dtype)
+
+
+@op("DeformConv", since=19)
+def _deform_conv(n: NodeCtx, ins: list[Value | None]) -> Value:
+    x, w, offset = n.t(ins[0]), n.t(ins[1]), n.t(ins[2]).cast(dt.float32)
+    bias = ins[3] if len(ins) > 3 else None
+    mask = ins[4] if len(ins) > 4 else None
+    if x.ndim != 4:
+        raise n.fail("DeformConv is supported for 2-D images (rank-4 X)")
+    nb, ch, height, width = x.shape
+    oc, cg, kh, kw = (int(d) for d in w.shape)
+    oh, ow = offset.shape[2], offset.shape[3]
+    if not all(isinstance(d, int) for d in (nb, ch, height, width, oh, ow)):
+        raise n.fail("DeformConv needs static shapes")
+    group, og = int(n.attr("group", 1)), int(n.attr("offset_group", 1))
+    sh, sw = (list(n.attr("strides")) if n.attr("strides") else [1, 1])[:2]
+    dh, dw = (list(n.attr("dilations")) if n.attr("dilations") else [1, 1])[:2]
+    pads = list(n.attr("pads")) if n.attr("pads") else [0, 0, 0, 0]
+    if int(ch) != cg * group or oc % group or int(ch) % og:
+        raise n.fail(f"channels {ch}, weight {w.shape}, group {group}, offset_group {og} do not fit")
+    taps, points = kh * kw, int(oh) * int(ow)
+    # each tap's sampling position: the regular grid plus its learned offset (pixel units)
+    off = offset.reshape(nb, og, taps, 2, points)
+    base_y = (np.arange(int(oh)) * sh - pads[0]).reshape(1, -1, 1) + (np.arange(kh) * dh).reshape(-1, 1, 1, 1)
+    base_x = (np.arange(int(ow)) * sw - pads[1]).reshape(1, 1, -1) + (np.arange(kw) * dw).reshape(1, -1, 1, 1)
+    grid_y = np.broadcast_to(base_y, (kh, kw, int(oh), int(ow))).reshape(1, 1, taps, points)
+    grid_x = np.broadcast_to(base_x, (kh, kw, int(oh), int(ow))).reshape(1, 1, taps, points)
+    y = off[:, :, :, 0, :] + Tensor.const(grid_y.astype(np.float32))
+    xx = off[:, :, :, 1, :] + Tensor.const(grid_x.astype(np.float32))
+    m = nb * og
+    y, xx = y.reshape(m, taps * points), xx.reshape(m, taps * points)
+    data = x.reshape(m, int(ch) // og, height * width)
+    y0, x0 = y.floor(), xx.floor()
+    sampled: Tensor | None = None
+    for yi, wy in ((y0, 1.0 - (y - y0)), (y0 + 1.0, y - y0)):
+        for xi, wx in ((x0, 1.0 - (xx - x0)), (x0 + 1.0, xx - x0)):
+            inside = (yi >= 0.0) & (yi <= float(height - 1)) & (xi >= 0.0) & (xi <= float(width - 1))
+            index = (yi.clip(0.0, float(height - 1)) * float(width) + xi.clip(0.0, float(width - 1))).cast(
+                dt.int64
+            )
+            weight = (wy * wx * inside.cast(dt.float32)).reshape(m, 1, taps * points)
+            value = take_flat(data, index).cast(dt.float32) * weight
+            sampled = value if sampled is None else sampled + value
+    assert sampled is not None
+    cols = sampled.reshape(nb, og, int(ch) // og, taps, points)
+    if mask is not None:
+        cols = cols * n.t(mask).cast(dt.float32).reshape(nb, og, 1, taps, points)
+    # a grouped matmul of the weights with the sampled columns
+    cols = cols.reshape(nb, group, cg * taps, points)
+    wg = w.cast(dt.float32).reshape(group, oc // group, cg * taps)
+    out = (wg.unsqueeze(0) @ cols).reshape(nb, oc, int(oh), int(ow))
+    if bias is not None:
+        out = out + n.t(bias).cast(dt.float32).reshape(oc, 1, 1)
+    return out.cast(x.dtype)

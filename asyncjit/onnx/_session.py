@@ -76,6 +76,7 @@ class InferenceSession:
         self._order = [i.name for i in m.inputs]
         self._output_names = [o.name for o in m.outputs]
         self._out_dtypes = {o.name: o.dtype for o in m.outputs}
+        self._lowp_inputs = frozenset(i.name for i in m.inputs if is_lowp_dtype(i.dtype))
         # outputs computed by the plan, and the rest (constants, symbolic ints, inputs passed through)
         self._plan_outputs: list[str] = []
         tensors: list[Tensor] = []
@@ -145,6 +146,10 @@ class InferenceSession:
             else:
                 hit = self._feed_memo.get(key)
                 if hit is not None:
+                    if self._lowp_inputs:  # their bits go to the plan
+                        return [
+                            bits_array(feed[n]) if n in self._lowp_inputs else feed[n] for n in self._order
+                        ], dict(hit)
                     return [feed[n] for n in self._order], dict(hit)
         arrays, values = self._check_feed(feed)
         if key is not None:

@@ -44,6 +44,12 @@ class Graph:
         """The data-dependent sizes the graph's ops set, sorted by name."""
         return tuple(v for v in graph_vars(self.nodes) if isinstance(v, DataVar))
 
+    def dump(self) -> str:
+        """Stable, diff-able text: one op per line, types with bounds (``asyncjit.export.dump``)."""
+        from ..export import dump
+
+        return dump(self)
+
     @property
     def nodes(self) -> list[Node]:
         """Every node an input or output reaches, inputs before users."""

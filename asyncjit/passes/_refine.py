@@ -16,6 +16,7 @@ Each is a pure function from graph to graph; ``optimize_graph`` runs them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,14 @@ from ..graph import Node, as_node, make_node
 from ..symbolic import UNBOUNDED, DataVar, Dim, Expr, Var, as_dim, bounds, substitute
 from ._graph import Graph, rebuild, remake
 
-__all__ = ["canonicalize_dynamism", "fixed_values", "refine", "refine_arguments", "refine_shapes"]
+__all__ = [
+    "canonical_sizes",
+    "canonicalize_dynamism",
+    "fixed_values",
+    "refine",
+    "refine_arguments",
+    "refine_shapes",
+]
 
 
 def fixed_values(graph: Graph, fixed: Mapping[str, int] | None) -> dict[str, int]:
@@ -252,3 +260,17 @@ def canonicalize_dynamism(graph: Graph) -> Graph:
         return remake(node, inputs, **changed)
 
     return rebuild(graph, rewrite)
+
+
+def canonical_sizes(graph: Graph) -> Graph:
+    """Data-dependent sizes renamed by their position in the graph (``nonzero_0``, ...), so two
+    builds of one graph key the compile caches alike (fresh names come from a global counter)."""
+    setters = [n for n in graph.nodes if n.op == "prefix"]
+    mapping: dict[str, Dim] = {}
+    for k, n in enumerate(setters):
+        var: DataVar = n.attrs["size_var"]
+        stem = re.sub(r"\W+", "_", var.op).strip("_") or "size"
+        name = f"{stem}_{k}"
+        if name != var.name:
+            mapping[var.name] = DataVar(name, var.min, var.max, var.op)
+    return _substituted(graph, mapping, graph.vars) if mapping else graph

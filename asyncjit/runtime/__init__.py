@@ -18,6 +18,9 @@ from ._device import InlinePolicy as InlinePolicy
 from ._events import Event as Event
 from ._executable import ExecutableStatistics as ExecutableStatistics
 from ._executable import LoadedExecutable as LoadedExecutable
+from ._layout import COL_MAJOR as COL_MAJOR
+from ._layout import ROW_MAJOR as ROW_MAJOR
+from ._layout import Layout as Layout
 from ._memory import ALIGNMENT as ALIGNMENT
 from ._memory import MemoryKind as MemoryKind
 from ._memory import MemorySpace as MemorySpace
@@ -31,6 +34,8 @@ from ._wakeup import wait_event as wait_event
 
 __all__ = [
     "ALIGNMENT",
+    "COL_MAJOR",
+    "ROW_MAJOR",
     "Buffer",
     "BufferStatistics",
     "Client",
@@ -42,6 +47,7 @@ __all__ = [
     "ExecutableStatistics",
     "HostBufferSemantics",
     "InlinePolicy",
+    "Layout",
     "LoadedExecutable",
     "MemoryKind",
     "MemorySpace",

@@ -37,6 +37,7 @@ from ._commands import HostToDeviceCommand
 from ._device import Device, DeviceStatistics, InlinePolicy
 from ._events import READY, Event
 from ._executable import LoadedExecutable, unpack_executable
+from ._layout import ROW_MAJOR, Layout, as_layout
 from ._memory import ALIGNMENT, MemoryKind, MemorySpace
 from ._sharding import ShardedBuffer, Sharding
 from ._sharding import device_put as _device_put
@@ -261,6 +262,7 @@ class Client:
         dtype: DType | npt.DTypeLike | None = None,
         semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
         on_done_with_host_buffer: Callable[[], None] | None = None,
+        layout: Layout | str | None = None,
     ) -> Buffer:
         """A device buffer holding ``array``; see ``HostBufferSemantics`` for who may touch what when.
 
@@ -269,11 +271,14 @@ class Client:
             on_done_with_host_buffer: called (on some thread) once the runtime no longer reads
                 ``array``: at once for copies made during the call, after the transfer for
                 ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
+            layout: the buffer's memory layout (``"row_major"`` default, ``"col_major"``,
+                ``Layout.tiled(r, c)``); any but row-major is a copy in that order.
 
         Raises:
             DTypeMismatchError: a dtype asyncjit does not compute with (complex, strings...).
             ArgumentTypeError: ``semantics`` is not a ``HostBufferSemantics``.
             ClosedError: the device is closed.
+            LayoutError: an unknown layout, or a tile that does not divide the shape.
         """
         if not isinstance(semantics, HostBufferSemantics):
             raise ArgumentTypeError(f"semantics must be a HostBufferSemantics member, got {semantics!r}")
@@ -292,6 +297,12 @@ class Client:
         dt = from_numpy(arr.dtype)
         shape = tuple(int(d) for d in arr.shape)
         S = HostBufferSemantics
+        in_layout = as_layout(layout)
+        if in_layout is not ROW_MAJOR:
+            in_layout.check(shape)
+            return self._buffer_in_layout(
+                arr, shape, dt, space, semantics, on_done_with_host_buffer, in_layout
+            )
         if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY) and _can_alias(
             arr, semantics is S.MUTABLE_ZERO_COPY
         ):
@@ -320,6 +331,26 @@ class Client:
         if on_done_with_host_buffer is not None:
             on_done_with_host_buffer()
         return Buffer(shape, dt, space, block, READY)
+
+    def _buffer_in_layout(
+        self,
+        arr: npt.NDArray[Any],
+        shape: tuple[int, ...],
+        dt: DType,
+        space: MemorySpace,
+        semantics: HostBufferSemantics,
+        on_done: Callable[[], None] | None,
+        layout: Layout,
+    ) -> Buffer:
+        """``buffer_from_host`` into a layout other than row-major: always a copy, made now."""
+        if semantics in (HostBufferSemantics.IMMUTABLE_ZERO_COPY, HostBufferSemantics.MUTABLE_ZERO_COPY):
+            _log.info("buffer.copied", semantics=semantics.value, reason=f"layout {layout} is a relayout")
+        phys = layout.to_physical(arr)
+        block = space.allocate(phys.nbytes)
+        ctypes.memmove(block.addr, phys.ctypes.data, phys.nbytes)
+        if on_done is not None:
+            on_done()
+        return Buffer(shape, dt, space, block, READY, layout=layout)
 
     def device_put(
         self, x: npt.ArrayLike | Buffer | ShardedBuffer, where: Sharding | Device | int | None = None

@@ -31,6 +31,7 @@ __all__ = [
     "CopyCommand",
     "ExecuteCommand",
     "HostToDeviceCommand",
+    "RelayoutCommand",
     "ToHostCommand",
     "launch_error",
 ]
@@ -289,7 +290,34 @@ class ToHostCommand(Command):
         src = self.inputs[0]
         block = src._block
         assert block is not None
+        if src._layout.kind != "row_major":
+            self.result = src._layout.from_physical(
+                block.array[: src.nbytes].view(src.dtype.np), src.shape
+            ).copy()
+            return None
         out = np.empty(src.shape, src.dtype.np)
         ctypes.memmove(out.ctypes.data, block.addr, src.nbytes)
         self.result = out
+        return None
+
+
+class RelayoutCommand(Command):
+    """Copy into another layout (row-major, column-major, tiled) on the target's queue."""
+
+    __slots__ = ()
+    label = "relayout"
+
+    def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
+        super().__init__(event, (src,), (dst,))
+
+    def cheap(self, limit_ns: float) -> bool:
+        return self.inputs[0].nbytes <= _CHEAP_BYTES // 4
+
+    def run(self) -> BaseException | None:
+        src, dst = self.inputs[0], self.outputs[0]
+        s_block, d_block = src._block, dst._block
+        assert s_block is not None and d_block is not None  # both hold a use
+        logical = src._layout.from_physical(s_block.array[: src.nbytes].view(src.dtype.np), src.shape)
+        phys = d_block.array[: dst.nbytes].view(dst.dtype.np).reshape(dst._layout.physical_shape(dst.shape))
+        phys[...] = dst._layout.to_physical(logical)
         return None

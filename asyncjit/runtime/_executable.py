@@ -32,12 +32,15 @@ from ..errors import (
     DeviceError,
     DonateIndexError,
     InvalidArgumentError,
+    LayoutError,
+    ShapeMismatchError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
+from ._layout import ROW_MAJOR, Layout
 from ._memory import Block, MemoryKind, size_class
 from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
@@ -49,6 +52,14 @@ if TYPE_CHECKING:
     from ._device import Device
 
 __all__ = ["ExecutableStatistics", "LoadedExecutable", "pack_executable", "unpack_executable"]
+
+
+class PendingShape(tuple[int, ...]):
+    """The shape of an output with data-dependent dims before its run finished: the bound's.
+    The run replaces it with the actual shape; another plan refuses it until then."""
+
+    __slots__ = ()
+
 
 _ids = itertools.count(1)
 _MAGIC = b"ASYNCJIT-EXE\x00"
@@ -133,6 +144,16 @@ class LoadedExecutable:
 
     def devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    @property
+    def input_layouts(self) -> tuple[Layout, ...]:
+        """The layouts the plan takes: compiled kernels read row-major inputs."""
+        return (ROW_MAJOR,) * self._n_in
+
+    @property
+    def output_layouts(self) -> tuple[Layout, ...]:
+        """The layouts of the outputs: row-major."""
+        return (ROW_MAJOR,) * len(self._out_dtypes)
 
     @property
     def output_memory_kinds(self) -> tuple[MemoryKind, ...]:
@@ -382,8 +403,18 @@ class LoadedExecutable:
                 )
             if a.memory_space.client is not client:
                 raise DeviceError(f"{self!r}: input {a!r} belongs to another client")
+            if a._layout is not ROW_MAJOR:
+                raise LayoutError(
+                    f"{self!r} takes row_major inputs; {a!r} is {a._layout}: relayout it with "
+                    "copy_to_device(device, layout='row_major')"
+                )
             if a.dtype is not dt:
                 dtypes_ok = False
+            if type(a.shape) is not tuple and not a._event._done:
+                raise ShapeMismatchError(
+                    f"{self!r}: input {a!r} has a data-dependent shape that is known only once it is "
+                    "ready; await its ready() before passing it to another plan"
+                )
             shapes.append(a.shape)
         if vars:
             if type(vars) is not dict and not isinstance(vars, Mapping):
@@ -545,7 +576,8 @@ class LoadedExecutable:
                 cls = classes[i]
                 block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 addrs.append(block.addr)
-                outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
+                shape = PendingShape(out_shapes[i]) if self._sized else out_shapes[i]
+                outs.append(Buffer(shape, dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
             cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
             if self._sized:
                 cmd.signature = self.signature

@@ -287,7 +287,7 @@ class RegionCopyCommand(Command):
 def _view(b: Buffer) -> npt.NDArray[Any]:
     block = b._block
     assert block is not None  # the command holds a use
-    return block.array[: b.nbytes].view(b.dtype.np).reshape(b.shape)
+    return b._layout.from_physical(block.array[: b.nbytes].view(b.dtype.np), b.shape)
 
 
 def _overlap(a: Index, b: Index) -> Index | None:

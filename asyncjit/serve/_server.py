@@ -27,7 +27,7 @@ from ..scheduler import StreamMux
 from ._errors import ConnectionRefused
 from ._metrics import CONTENT_TYPE, ServeMetrics
 from ._model import ServedModel
-from ._session import Connection
+from ._session import QUEUE_DEPTH, Connection
 from ._websocket import MetricsConnection, WebSocketConnection
 from ._wyoming import WyomingConnection
 
@@ -124,6 +124,7 @@ class VadServer:
             max_queue_delay=cfg.max_queue_delay,
             idle_timeout=None,  # the server closes idle connections itself, with a reason
             admission_timeout=10.0,
+            queue_depth=QUEUE_DEPTH,  # one read of a fast client queues without waiting
             metrics_interval=None,
             name="serve",
             **({} if cfg.max_batch_size is None else {"max_batch_size": cfg.max_batch_size}),

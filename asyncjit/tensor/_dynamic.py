@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import dtypes as dt
 from ..errors import TensorError
 from ..graph import Node, make_node, new_data_var
-from ..symbolic import DataVar, Dim, free_vars, is_bounded, prod, upper
+from ..symbolic import DataVar, Dim, bounds, free_vars, is_bounded, prod, upper
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -111,6 +111,14 @@ def nonzero(x: Tensor, bound: int | None = None) -> Tensor:
     return prefix(padded, count, 0, bound=cap, label="nonzero")
 
 
+def _take_rows(x: Tensor, axis: int, idx: Tensor) -> Tensor:
+    """``x`` gathered along ``axis`` by in-range indices; an axis that can be empty gets one
+    padding entry first (gather clamps into the axis, so it needs one; no index reaches it)."""
+    if bounds(x.shape[axis])[0] < 1:
+        x = x.pad([(0, 1) if a == axis else (0, 0) for a in range(x.ndim)])
+    return x.gather(axis, idx.reshape(idx.shape[0]))
+
+
 def masked(x: Tensor, mask: Tensor, bound: int | None = None) -> Tensor:
     """``x[mask]`` for a boolean ``mask`` over ``x``'s leading dims: the selected rows, flattened."""
     k = mask.ndim
@@ -119,8 +127,7 @@ def masked(x: Tensor, mask: Tensor, bound: int | None = None) -> Tensor:
             f"boolean mask of shape {list(mask.shape)} does not match the leading dims of {list(x.shape)}"
         )
     rows = x.reshape(prod(x.shape[:k]), *x.shape[k:])
-    idx = nonzero(mask.reshape(prod(mask.shape)), bound)
-    return rows.gather(0, idx.reshape(idx.shape[0]))
+    return _take_rows(rows, 0, nonzero(mask.reshape(prod(mask.shape)), bound))
 
 
 def compress(x: Tensor, condition: Tensor, axis: int | None = None, bound: int | None = None) -> Tensor:
@@ -135,8 +142,7 @@ def compress(x: Tensor, condition: Tensor, axis: int | None = None, bound: int |
         x, ax = x.reshape(prod(x.shape)), 0
     else:
         ax = _axis(axis, x.ndim)
-    idx = nonzero(condition, bound)
-    return x.gather(ax, idx.reshape(idx.shape[0]))
+    return _take_rows(x, ax, nonzero(condition, bound))
 
 
 def unique(x: Tensor, bound: int | None = None) -> Tensor:

@@ -809,14 +809,19 @@ class Tensor(_dynamic.DynamicShapes):
 
     index_select = gather
 
-    def scatter(self, axis: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter(self, axis: int, index: Tensor, src: Tensor, reduce: str = "none") -> Tensor:
         """A copy of this tensor with ``out[..., index[i], ...] = src[..., i, ...]`` along ``axis``.
 
-        Out-of-range indices are dropped; for repeated indices the last write wins.
+        Out-of-range indices are dropped. With ``reduce="none"`` the last write to an index wins;
+        ``"add"``, ``"mul"``, ``"max"`` or ``"min"`` combine every write with the value there, in
+        index order (ONNX ``ScatterElements``/``ScatterND`` reductions, ``np.add.at`` and kin).
         """
         ax = _axis(axis, self.ndim)
         src = self._wrap(src).cast(self.dtype)
-        return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
+        nodes = (self.node, self._wrap(index).node, src.node)
+        if reduce == "none":
+            return Tensor(make_node("scatter", nodes, axis=ax))
+        return Tensor(make_node("scatter", nodes, axis=ax, reduce=reduce))
 
 
 def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
