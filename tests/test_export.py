@@ -49,11 +49,12 @@ def _f32(*shape: int) -> np.ndarray:
 W = _f32(8, 6)
 K = _f32(4, 3, 3)
 
-# (name, input specs, function): 24 graphs over every exported op family
+# (name, input specs, function): 25 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
     ("sigmoid_relu", [((6,), np.float32)], lambda x: x.sigmoid() + x.relu() - x.floor() + x.ceil()),
+    ("erf_gelu", [((3, 5), np.float32)], lambda x: x.erf() + x.gelu() + x.gelu(approximate="tanh")),
     ("recip_neg", [((3, 4), np.float32)], lambda x: 1.0 / (x.abs() + 0.5) - x),
     ("binary", [((4, 8), np.float32), ((4, 8), np.float32)], lambda x, y: x * y - x / (y.abs() + 1)),
     (

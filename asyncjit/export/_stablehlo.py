@@ -1,6 +1,7 @@
 """``stablehlo(graph)``: the graph as StableHLO MLIR text, one small function per op.
 
-Ops are written in MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
+``erf`` (and exact ``gelu``) use CHLO's ``chlo.erf``, which XLA lowers. Ops are written in
+MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
 StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unbounded ones plain
 ``?``; ops that build a shape (broadcasts of constants, reshapes, iotas) over a var take it with
 ``get_dimension_size`` from the argument that carries it (``dynamic_broadcast_in_dim``, as JAX
@@ -8,7 +9,7 @@ exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine
 get static shapes that any XLA compiles.
 
 Semantics follow asyncjit's op table; where StableHLO's differ they are not exported (an
-``ExportError`` names the op): integer floor division and modulo, erf/gelu, reflect/edge pads,
+``ExportError`` names the op): integer floor division and modulo, reflect/edge pads,
 float-to-int casts outside the int's range are left to XLA (StableHLO leaves them undefined),
 and ops without a StableHLO form here (scatter, nonzero, topk, cumsum, pools, N-d conv,
 data-dependent ``prefix``).
@@ -174,6 +175,39 @@ def _lower_unary(w: _Writer, n: Node) -> str:
     if n.op == "abs" and n.dtype.is_unsigned:
         return _name(w, x)
     return w.op(w.fresh(), _UNARY[n.op], [_name(w, x)], [w.ty(x)], w.ty(n))
+
+
+def _scalar(w: _Writer, value: float, like: Node) -> str:
+    """A constant ``value`` of ``like``'s dtype, broadcast to its shape."""
+    st = f"tensor<{element_type(like.dtype)}>"
+    return _broadcast_scalar(w, w.constant(np.array(value, like.dtype.np), st), like)
+
+
+def _lower_erf(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    t = w.ty(n)
+    w.lines.append(f'    {(r := w.fresh())} = "chlo.erf"({_name(w, x)}) : ({w.ty(x)}) -> {t}')
+    return r
+
+
+def _lower_gelu(w: _Writer, n: Node) -> str:
+    """``x * sigmoid(2u)`` (tanh form) or ``0.5 x (1 + erf(x / sqrt 2))``, as the op table."""
+    (x,) = n.inputs
+    t, xv = w.ty(n), _name(w, x)
+
+    def bin(op: str, a: str, b: str) -> str:
+        return w.op(w.fresh(), op, [a, b], [t, t], t)
+
+    if n.attrs.get("approximate", "none") == "tanh":
+        cube = bin("multiply", bin("multiply", xv, xv), xv)
+        inner = bin("add", xv, bin("multiply", _scalar(w, 0.044715, n), cube))
+        u2 = bin("multiply", _scalar(w, 2.0 * float(np.sqrt(2.0 / np.pi)), n), inner)
+        return bin("multiply", xv, w.op(w.fresh(), "logistic", [u2], [t], t))
+    z = bin("multiply", xv, _scalar(w, float(1.0 / np.sqrt(2.0)), n))
+    e = w.fresh()
+    w.lines.append(f'    {e} = "chlo.erf"({z}) : ({t}) -> {t}')
+    half_x = bin("multiply", _scalar(w, 0.5, n), xv)
+    return bin("multiply", half_x, bin("add", _scalar(w, 1.0, n), e))
 
 
 def _broadcast_scalar(w: _Writer, scalar: str, like: Node) -> str:
@@ -415,6 +449,8 @@ LOWERINGS: dict[str, Lower] = {
     "const": _lower_const,
     **{op: _lower_unary for op in (*_UNARY, "relu", "recip")},
     **{op: _lower_binary for op in (*_BINARY, *_COMPARE, "div", "idiv", "mod")},
+    "erf": _lower_erf,
+    "gelu": _lower_gelu,
     "where": _lower_where,
     "cast": _lower_cast,
     "reduce": _lower_reduce,
