@@ -394,9 +394,7 @@ def device_put(
             raise DeviceMismatchError(f"{x!r} belongs to another client than {client!r}")
         whole = ShardedBuffer(x.shape, x.dtype, Sharding.replicated((x.device,)), (x,))
         return reshard(whole, where)
-    arr = np.asarray(x)
-    if arr.dtype == np.float64:
-        arr = arr.astype(np.float32)  # as jit arguments: float64 data becomes float32
+    arr = np.asarray(x)  # dtypes kept, as buffer_from_host keeps them
     dtype = from_numpy(arr.dtype)
     shards = [
         client.buffer_from_host(np.ascontiguousarray(arr[idx]).reshape(arr[idx].shape), dev)
@@ -424,7 +422,8 @@ def check_replicated(
     args: Sequence[Sequence[Buffer]],
     vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None,
 ) -> list[tuple[Device, Sequence[Buffer], Mapping[str, int] | None]]:
-    """Validate ``execute_replicated``'s arguments, all before anything is enqueued."""
+    """Check ``execute_replicated``'s lists against the devices (the caller validates each list
+    against the signature, all before anything is enqueued)."""
     devs = loaded.devices()
     if isinstance(args, Buffer) or not isinstance(args, Sequence):
         raise ArgumentTypeError(f"{loaded!r}: execute_replicated takes one list of Buffers per device")
@@ -446,7 +445,6 @@ def check_replicated(
                     f"{loaded!r}: argument {k} for device {dev.kind}:{dev.id} is {b!r}, which lives on "
                     f"device {b.device.kind}:{b.device.id}; copy it there first (copy_to_device)"
                 )
-        loaded._validate(dev_args, dev_vars)
         out.append((dev, dev_args, dev_vars))
     return out
 
