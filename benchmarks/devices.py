@@ -51,16 +51,10 @@ def f(x: Any, w: Any) -> Any:
     return (x @ w).relu()
 
 
-_cpu: dict[str, list[float]] = {}
-
-
-def _timed(call: Callable[[], Any], name: str = "") -> float:
-    """Wall time of ``call``; its process CPU time over wall time (cores in use) goes to ``_cpu``."""
-    c0, t0 = time.process_time(), time.perf_counter()
+def _timed(call: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
     call()
-    wall = time.perf_counter() - t0
-    _cpu.setdefault(name, []).append((time.process_time() - c0) / wall)
-    return wall
+    return time.perf_counter() - t0
 
 
 def pipeline_section(client: Client, rounds: int) -> None:
@@ -93,11 +87,9 @@ def pipeline_section(client: Client, rounds: int) -> None:
 
         async def go() -> float:
             feed = [client.buffer_from_host(x, d0) for x in items]
-            c0, t0 = time.process_time(), time.perf_counter()
+            t0 = time.perf_counter()
             await p.run(feed, sink)
-            wall = time.perf_counter() - t0
-            _cpu.setdefault(f"pipeline {first.id}{second.id}", []).append((time.process_time() - c0) / wall)
-            return n_items / wall
+            return n_items / (time.perf_counter() - t0)
 
         return anyio.run(go)
 
@@ -113,8 +105,7 @@ def pipeline_section(client: Client, rounds: int) -> None:
     for name, r in rates.items():
         a, b = cases[name]
         med = statistics.median(r)
-        busy = statistics.median(_cpu[f"pipeline {a.id}{b.id}"])
-        print(f"  {name:24s} {med:8.1f} items/s  {med / base:5.2f}x one device  {busy:4.2f} cores busy")
+        print(f"  {name:24s} {med:8.1f} items/s  {med / base:5.2f}x one device")
     ratio = statistics.median(rates["two devices"]) / base
     load = os.getloadavg()[0]
     print(f"two-stage pipeline on two devices vs one: {ratio:.2f}x (goal >= 1.6x); load average {load:.2f}")
@@ -168,7 +159,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, call in cases.items():
-            times[name].append(_timed(call, name))
+            times[name].append(_timed(call))
     base = statistics.median(times["one device"])
     flops = 2 * np.prod(SHAPE_X) * SHAPE_W[1]
     print(f"relu(x @ w), x {SHAPE_X} w {SHAPE_W}, {rounds} rounds, median per call")
@@ -176,7 +167,7 @@ def main() -> None:
         med = statistics.median(ts)
         print(
             f"  {name:24s} {med * 1e3:8.1f} ms  {flops / med / 1e9:6.1f} GFLOP/s"
-            f"  {base / med:5.2f}x one device  {statistics.median(_cpu[name]):4.2f} cores busy"
+            f"  {base / med:5.2f}x one device"
         )
     ratio = base / statistics.median(times["sharded cpu:2"])
     print(f"sharded cpu:2 vs one device: {ratio:.2f}x (goal >= 1.7x); load average {os.getloadavg()[0]:.2f}")
