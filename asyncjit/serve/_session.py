@@ -38,11 +38,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection", "Utterance"]
 
-OUTBOX_ITEMS = 16
-"""Items (each the ops of one socket read or one message) a connection holds between reader and
-responder."""
-QUEUE_DEPTH = 64
-"""Steps a connection's stream may have queued (the mux's ``queue_depth``): one read of a fast
+OUTBOX_ITEMS = 8
+"""Items (each the ops of one socket read) a connection holds between reader and responder."""
+READ_BYTES = 8192
+"""The most a connection reads at once: four Wyoming frames of 1,024 16-bit samples, eight
+chunks; with ``OUTBOX_ITEMS`` it bounds what a connection holds when its client outpaces us."""
+QUEUE_DEPTH = 16
+"""Steps a connection's stream may have queued (the mux's ``queue_depth``): a read of a fast
 client submits without waiting."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
