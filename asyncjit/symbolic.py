@@ -18,6 +18,7 @@ loose) bounds otherwise. ``evaluate(e, bindings)`` computes a value; ``substitut
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -565,7 +566,7 @@ def bounds(e: Dim) -> tuple[int, int]:
                 lo, hi = lo + coeff * alo, hi + coeff * ahi
             else:
                 lo, hi = lo + coeff * ahi, hi + coeff * alo
-        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e)):
+        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e), _split_multilinear(e)):
             if refined is not None:  # each is safe on its own, so their intersection is too
                 lo, hi = max(lo, refined[0]), min(hi, refined[1])
         return lo, hi
@@ -673,6 +674,38 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
 def is_bounded(e: Dim | Iterable[Dim]) -> bool:
     """Whether every var ``e`` uses has a declared maximum (so ``upper(e)`` sizes a buffer)."""
     return not any(v.unbounded for v in free_vars(e))
+
+
+_MULTILINEAR_MAX_ATOMS = 6
+
+
+def _split_multilinear(e: Sum) -> tuple[int, int] | None:
+    """Bounds of a sum of products in which no atom is squared, by its values at the corners.
+
+    Such a form is linear in each atom separately, so over a box of independent atoms its
+    extremes are at corners: exact for vars (``s*t - 3*s - t + 3``, which is ``(s-3)*(t-1)``,
+    gets ``lo = 0``) and safe for other atoms (``s%3`` taken as any value in its bounds). Up to
+    ``_MULTILINEAR_MAX_ATOMS`` atoms (64 corners)."""
+    if not any(isinstance(atom, Prod) for atom, _ in e.terms):
+        return None
+    leaves: dict[Expr, tuple[int, int]] = {}
+    terms: list[tuple[tuple[Expr, ...], int]] = []
+    for atom, coeff in e.terms:
+        factors = atom.factors if isinstance(atom, Prod) else (atom,)
+        if len(set(factors)) != len(factors):
+            return None  # a square: not linear in that atom
+        for f in factors:
+            if f not in leaves:
+                leaves[f] = bounds(f)
+        terms.append((factors, coeff))
+    if len(leaves) > _MULTILINEAR_MAX_ATOMS:
+        return None
+    order = list(leaves)
+    values = []
+    for corner in itertools.product(*(leaves[a] for a in order)):
+        at = dict(zip(order, corner, strict=True))
+        values.append(e.const + sum(c * math.prod(at[f] for f in fs) for fs, c in terms))
+    return min(values), max(values)
 
 
 def upper(e: Dim) -> int:

@@ -290,6 +290,12 @@ def test_slice_of_a_product_of_mod_terms_is_proved_in_bounds() -> None:
         a = np.arange((b["s"] % 3) * (b["t"] - 1), dtype=np.float32)
         (got,), (want,) = both([y], [x], [a], b)
         assert same(got, want) and same(got, a[1:] * 2)
+    # where s%3 is s - 3 the dim expands to s*t - s - 3*t + 3, bilinear: proved from its corners
+    s = Var("s", 3, 5)
+    x = Tensor.placeholder(((s % 3) * (t - 1),), dt.float32, name="x")
+    a = np.arange(2 * 3, dtype=np.float32)
+    (got,), (want,) = both([x[1:] + 1], [x], [a], {"s": 5, "t": 4})
+    assert same(got, want) and same(got, a[1:] + 1)
 
 
 def test_static_conv_that_llvm_slp_miscompiled_compiles_and_matches() -> None:

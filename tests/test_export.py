@@ -48,12 +48,15 @@ def _f32(*shape: int) -> np.ndarray:
 
 W = _f32(8, 6)
 K = _f32(4, 3, 3)
+K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
+B2 = _f32(6)
 
-# (name, input specs, function): 24 graphs over every exported op family
+# (name, input specs, function): 28 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
     ("sigmoid_relu", [((6,), np.float32)], lambda x: x.sigmoid() + x.relu() - x.floor() + x.ceil()),
+    ("erf_gelu", [((3, 5), np.float32)], lambda x: x.erf() + x.gelu() + x.gelu(approximate="tanh")),
     ("recip_neg", [((3, 4), np.float32)], lambda x: 1.0 / (x.abs() + 0.5) - x),
     ("binary", [((4, 8), np.float32), ((4, 8), np.float32)], lambda x, y: x * y - x / (y.abs() + 1)),
     (
@@ -83,6 +86,17 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
     ("gather", [((6, 3), np.float32), ((4,), np.int32)], lambda x, i: x.gather(0, i)),
     ("arange", [((5,), np.float32)], lambda x: x + Tensor.arange(5, asyncjit.float32)),
     ("conv1d", [((2, 3, 10), np.float32)], lambda x: x.conv1d(Tensor.const(K), padding=1)),
+    (
+        "conv2d",
+        [((1, 4, 6, 7), np.float32)],
+        lambda x: x.conv(Tensor.const(K2), Tensor.const(B2), strides=[1, 2], pads=[(1, 0), (1, 1)], groups=2),
+    ),
+    (
+        "max_pool",
+        [((1, 2, 7, 6), np.float32)],
+        lambda x: x.max_pool([3, 2], strides=[2, 2], pads=[(1, 1), (0, 1)]),
+    ),
+    ("cumsum", [((3, 6), np.float32)], lambda x: x.cumsum(1) + x.cumsum(0, reverse=True)),
 ]
 
 

@@ -15,8 +15,8 @@ from . import _ops_dynamic as _ops_dynamic
 from . import _ops_elementwise as _ops_elementwise
 from . import _ops_int as _ops_int
 from . import _ops_linalg as _ops_linalg
-from . import _ops_ml as _ops_ml
 from . import _ops_lowp as _ops_lowp
+from . import _ops_ml as _ops_ml
 from . import _ops_nn as _ops_nn
 from . import _ops_reduce as _ops_reduce
 from . import _ops_resize as _ops_resize

@@ -38,7 +38,8 @@ def parse_address(text: str, default_scheme: str) -> tuple[str, int]:
     """``tcp://host:port``, ``ws://host:port``, ``host:port`` or ``:port`` to ``(host, port)``.
 
     Raises:
-        ValueError: no port, or a scheme other than ``default_scheme`` (or none).
+        InvalidArgumentError: (a ``ValueError``) no port, or a scheme other than
+            ``default_scheme`` (or none).
     """
     if "://" not in text:
         text = f"{default_scheme}://{text}"
@@ -70,6 +71,13 @@ class ServeConfig:
         for name in ("idle_timeout", "write_timeout", "grace"):
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        for name, scheme in (("wyoming", "tcp"), ("websocket", "ws"), ("metrics", "http")):
+            text = getattr(self, name)
+            if text is not None:  # checked here, before a model loads or a listener binds
+                try:
+                    parse_address(text, scheme)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"--{name}: {exc}") from None
 
 
 class VadServer:
