@@ -31,6 +31,8 @@ from .recurrent import RecurrentJit as RecurrentJit
 from .runtime import Buffer as Buffer
 from .runtime import Client as Client
 from .runtime import HostBufferSemantics as HostBufferSemantics
+from .runtime import ShardedBuffer as ShardedBuffer
+from .runtime import Sharding as Sharding
 from .runtime import default_client as default_client
 from .symbolic import Var as Var
 from .tensor import Tensor as Tensor
@@ -58,6 +60,8 @@ __all__ = [
     "LstmState",
     "PrepareConfig",
     "RecurrentJit",
+    "ShardedBuffer",
+    "Sharding",
     "Tensor",
     "Var",
     "VarSpec",

@@ -20,6 +20,7 @@ import numpy as np
 
 from .audio import load_audio
 from .compiler import CompileStats, compile_stats
+from .errors import InvalidArgumentError
 from .models import SAMPLE_RATES, speech_sample_path, speech_timestamps
 from .models.silero_vad import SileroVad
 
@@ -203,7 +204,7 @@ def run_streams_demo(
     import anyio
 
     if streams < 1:
-        raise ValueError(f"--streams must be >= 1, got {streams}")
+        raise InvalidArgumentError(f"--streams must be >= 1, got {streams}")
     path = audio_path or speech_sample_path()
     audio, sr = _load(path, out)
     n = 512 if sr == 16000 else 256

@@ -21,7 +21,7 @@ from typing import Final
 import attrs
 import numpy as np
 
-from .errors import DTypeMismatchError, UnsupportedDTypeError
+from .errors import ArgumentTypeError, DTypeMismatchError, UnsupportedDTypeError
 
 __all__ = [
     "DType",
@@ -170,7 +170,7 @@ def scalar_dtype(value: object, other: DType) -> DType:
         return other if not other.is_bool else int32
     if isinstance(value, float | np.floating):
         return other if other.is_float else float32
-    raise TypeError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")
+    raise ArgumentTypeError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")
 
 
 def check_array_dtype(array: np.ndarray, want: DType, what: str) -> None:

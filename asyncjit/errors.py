@@ -20,20 +20,29 @@ __all__ = [
     "CompileError",
     "DTypeMismatchError",
     "DeviceError",
+    "DeviceMismatchError",
     "DeviceNotFoundError",
+    "DimDivisionError",
     "DonateIndexError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
     "InvalidArgumentError",
     "JitError",
     "KernelRuntimeError",
+    "LayoutError",
     "ModelFormatError",
     "MuxClosedError",
     "NotPreparedError",
     "ObjectCodeError",
+    "RemoteDeviceError",
+    "RemoteTimeoutError",
+    "ReplicaDiedError",
     "OnnxImportError",
     "OutputLayoutMismatchError",
+    "ServiceFullError",
     "ShapeMismatchError",
+    "ShardingError",
+    "SlotIndexError",
     "StaticArgumentError",
     "StepCancelledError",
     "StreamBusyError",
@@ -107,12 +116,36 @@ class ArgumentTypeError(JitError, TypeError):
     """Your call passed an object of the wrong kind (a list where a ``Buffer`` or array is needed)."""
 
 
+class SlotIndexError(InvalidArgumentError, IndexError):
+    """A stream slot outside a slot pool's ``0..num_slots-1`` (or beyond the rows it holds while
+    steps are in flight)."""
+
+
+class DimDivisionError(InvalidArgumentError, ZeroDivisionError):
+    """A symbolic dim was floor-divided (or taken modulo) by zero or a negative int."""
+
+
 class DeviceError(JitError):
     """A device or buffer operation failed (bad device, wrong memory space, closed client)."""
 
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DeviceMismatchError(DeviceError, ValueError):
+    """Buffers and devices do not line up: an argument list for one device holds a buffer of
+    another, or two device lists that must match (shardings, replicas) differ."""
+
+
+class LayoutError(JitError, ValueError):
+    """A buffer's memory layout does not fit: an unknown layout, a tile that does not divide the
+    shape, or a plan given a layout it does not take (relayout with ``copy_to_device``)."""
+
+
+class ShardingError(JitError, ValueError):
+    """A ``Sharding`` cannot place this array: the axis is out of range, does not divide over
+    the devices (and a ragged last shard was not allowed), or leaves a device an empty shard."""
 
 
 class DeviceNotFoundError(DeviceError, IndexError):
@@ -221,3 +254,23 @@ class UnsupportedOpError(OnnxImportError):
     def __init__(self, message: str, nodes: tuple[tuple[str, str, str], ...] = ()) -> None:
         super().__init__(message)
         self.nodes = nodes
+
+
+class RemoteDeviceError(DeviceError):
+    """A device in another process (a Ray actor) died or cannot be reached; the message names it.
+
+    Buffers that lived there are gone: ``to_numpy`` on them raises this too.
+    """
+
+
+class ReplicaDiedError(RemoteDeviceError):
+    """The replica serving this stream died; its state died with it. Other streams keep running
+    and a replacement replica takes new streams: open a new stream to continue."""
+
+
+class RemoteTimeoutError(RemoteDeviceError, TimeoutError):
+    """A remote device or replica did not answer within its timeout (it is then treated as dead)."""
+
+
+class ServiceFullError(BacklogFullError):
+    """Every replica of a ``serve_streams`` service holds its ``max_streams``: the service is full."""

@@ -248,6 +248,8 @@ class Jitted:
         device: Any = None,
         name: str | None = None,
         inline: bool | None = True,
+        in_shardings: Any = None,
+        out_shardings: Any = None,
     ) -> None:
         self.fn = fn
         self.inline = inline
@@ -280,6 +282,16 @@ class Jitted:
         self._device_arg = device
         self._cache: dict[CacheKey, _Entry] = {}
         self.compiles = 0
+        self._sharded = None
+        if in_shardings is not None or out_shardings is not None:
+            from ._sharded_jit import ShardedCalls
+
+            if self._dynamic:
+                raise InvalidArgumentError(
+                    f"{self.name}: dynamic dims and shardings cannot be combined (the shard length "
+                    "is the plan's symbolic dim)"
+                )
+            self._sharded = ShardedCalls(self, in_shardings, out_shardings)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -288,12 +300,14 @@ class Jitted:
     # -- cache ---------------------------------------------------------------------------------
     def cache_size(self) -> int:
         """Number of compiled plans held (one per distinct cache key)."""
-        return len(self._cache)
+        return len(self._cache) + (self._sharded.cache_size() if self._sharded is not None else 0)
 
     def cache_clear(self) -> None:
         """Drop every compiled plan; the next call traces and compiles again."""
         self._cache.clear()
         self._fast = None
+        if self._sharded is not None:
+            self._sharded.cache_clear()
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -302,8 +316,10 @@ class Jitted:
         With ``inline=True`` (the default) the plan runs on the calling thread when the device
         is idle, so the buffers come back ready; when the device is busy the call is queued and
         the buffers come back pending. From synchronous code this blocks only when the device
-        has too many commands in flight.
+        has too many commands in flight. With shardings the outputs are ``ShardedBuffer``s.
         """
+        if self._sharded is not None:
+            return self._sharded.call(args, kwargs)
         entry, bufs, values = self._prepare_call(args, kwargs, sync=True)
         try:
             outs = entry.loaded.execute_nowait(bufs, values, inline=self.inline)
@@ -317,6 +333,8 @@ class Jitted:
         Follows the device's inline policy (cheap plans run on the loop's thread, others on
         the device thread), whatever ``inline`` was given to ``jit``.
         """
+        if self._sharded is not None:
+            return await self._sharded.call_async(args, kwargs)
         entry, bufs, values = self._prepare_call(args, kwargs)
         outs = await entry.loaded.execute(bufs, values)
         for b in outs:
@@ -668,6 +686,8 @@ def jit(
     device: Any = None,
     name: str | None = None,
     inline: bool | None = True,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
 ) -> Any:
     """Compile ``fn`` once per cache key; usable as ``@jit`` or ``jit(fn, ...)``.
 
@@ -684,6 +704,14 @@ def jit(
             caller reads them next, and a thread hop costs more than a small plan; None follows
             the device's inline policy (cheap plans inline, others on the device thread, so
             host work can overlap them); False always queues. ``aio`` follows the device policy.
+        in_shardings: data parallelism over devices: one ``Sharding`` for every argument, or a
+            dict (argument name -> Sharding or None) or a list (by position). A split argument
+            is sliced across the sharding's devices (a ``ShardedBuffer`` argument keeps its own
+            sharding); each device runs the plan on its slice when no op mixes rows of the split
+            axis, else the whole call runs on the first device (see ``docs/devices.md``).
+            Calls then return ``ShardedBuffer``s.
+        out_shardings: one ``Sharding`` for every output, or a list per output leaf; None
+            keeps the split the plan produced.
 
     Returns:
         A ``Jitted`` callable with ``cache_size()``, ``cache_clear()``, ``aio()``, ``lower()``.
@@ -695,6 +723,8 @@ def jit(
         device=device,
         name=name,
         inline=inline,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     if fn is None:
         return lambda f: Jitted(f, **options)

@@ -13,8 +13,8 @@ import numpy as np
 
 from .dtypes import check_array_dtype
 from .errors import InputBufferNotFoundError, ShapeMismatchError, VarBoundsError
-from .graph import OPS, Node, as_node, graph_vars, shape_str, toposort
-from .symbolic import check_bindings
+from .graph import OPS, Node, as_node, defined_var, graph_vars, shape_str, toposort
+from .symbolic import DataVar, check_bindings
 from .symbolic import evaluate as eval_dim
 
 if TYPE_CHECKING:
@@ -66,18 +66,23 @@ def evaluate(
 
 
 def run_nodes(
-    out_nodes: Sequence[Node], inputs: Mapping[Any, Any], var_values: Mapping[str, int]
+    out_nodes: Sequence[Node],
+    inputs: Mapping[Any, Any],
+    var_values: Mapping[str, int],
+    sizes: dict[str, int] | None = None,
 ) -> list[np.ndarray]:
-    """``evaluate`` on nodes; returns one array per output node."""
+    """``evaluate`` on nodes; returns one array per output node. ``sizes``, if given, receives
+    the data-dependent sizes the run computed, by name."""
     order = toposort(out_nodes)
-    variables = graph_vars(order)
+    # data-dependent sizes are set by the ops that compute them, never by the caller
+    variables = tuple(v for v in graph_vars(order) if not isinstance(v, DataVar))
     # vars of fed placeholders the outputs do not use may be given too (a compiled plan takes
     # them); they are checked against their bounds but never required
     fed = [as_node(k) for k in inputs if not isinstance(k, str)]
     extra = [
         v
         for v in graph_vars(toposort([n for n in fed if n.op == "placeholder"]))
-        if v not in variables and v.name in var_values
+        if v not in variables and v.name in var_values and not isinstance(v, DataVar)
     ]
     bindings = dict(var_values)
     unknown = set(bindings) - {v.name for v in (*variables, *extra)}
@@ -117,6 +122,11 @@ def run_nodes(
             continue
         args = [values[i.id] for i in node.inputs]
         result = OPS[node.op].reference(node, args, bindings)
+        made = defined_var(node)
+        if made is not None:  # the op checked the size against its bound
+            bindings[made[0].name] = int(result.shape[made[1]])
+            if sizes is not None:
+                sizes[made[0].name] = bindings[made[0].name]
         want = tuple(eval_dim(d, bindings) for d in node.shape)
         if result.shape != want or result.dtype != node.dtype.np:
             raise AssertionError(

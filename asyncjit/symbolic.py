@@ -18,6 +18,7 @@ loose) bounds otherwise. ``evaluate(e, bindings)`` computes a value; ``substitut
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,9 +27,10 @@ from typing import TypeAlias
 import attrs
 import numpy as np
 
-from .errors import ArgumentTypeError, InvalidArgumentError, VarBoundsError
+from .errors import ArgumentTypeError, DimDivisionError, InvalidArgumentError, VarBoundsError
 
 __all__ = [
+    "DataVar",
     "Dim",
     "Expr",
     "FloorDiv",
@@ -46,6 +48,7 @@ __all__ = [
     "evaluate",
     "free_vars",
     "from_json",
+    "is_bounded",
     "is_dim",
     "prod",
     "render",
@@ -53,6 +56,7 @@ __all__ = [
     "smin",
     "substitute",
     "to_json",
+    "UNBOUNDED",
     "upper",
 ]
 
@@ -111,13 +115,31 @@ class Expr:
 Dim: TypeAlias = "int | Expr"
 
 
+UNBOUNDED = 1 << 62
+"""The ``max`` of a var declared without one (``Var("n", 1, None)``): larger than any real size,
+so interval arithmetic stays plain ints. Memory planning never sizes a buffer from it."""
+
+
+def _max_or_unbounded(value: object) -> object:
+    return UNBOUNDED if value is None else value
+
+
 @attrs.frozen(repr=False)
 class Var(Expr):
-    """A named integer known only at execution time, with inclusive bounds ``1 <= min <= max``."""
+    """A named integer known only at execution time, with inclusive bounds ``1 <= min <= max``.
+
+    ``max=None`` declares an *unbounded* var (``Var("n", 1, None)``): one plan serves every size,
+    and buffers whose size depends on it are allocated per run (``unbounded``).
+    """
 
     name: str
     min: int
-    max: int
+    max: int = attrs.field(converter=_max_or_unbounded)
+
+    @property
+    def unbounded(self) -> bool:
+        """Declared without a maximum."""
+        return self.max >= UNBOUNDED
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -125,13 +147,46 @@ class Var(Expr):
         for label, v in (("min", self.min), ("max", self.max)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise VarBoundsError(f"Var {self.name!r}: {label} must be an int, got {v!r}")
-        if not 1 <= self.min <= self.max:
+        if not 1 <= self.min <= self.max or self.max > UNBOUNDED:
             raise VarBoundsError(
-                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max}"
+                f"Var {self.name!r} needs 1 <= min <= max, got min={self.min} max={self.max} "
+                "(max=None declares an unbounded var)"
             )
 
     def __repr__(self) -> str:
-        return f"Var({self.name!r}, {self.min}, {self.max})"
+        return f"Var({self.name!r}, {self.min}, {None if self.unbounded else self.max})"
+
+    @property
+    def bounds_text(self) -> str:
+        """``[min, max]`` for messages (``[1, unbounded]`` without a maximum)."""
+        return f"[{self.min}, {'unbounded' if self.unbounded else self.max}]"
+
+
+@attrs.frozen(repr=False)
+class DataVar(Var):
+    """A data-dependent dim: a size the plan itself computes (``nonzero()``, ``x[:count]``, a
+    boolean mask), with inclusive bounds ``0 <= min <= max``.
+
+    Callers never bind it: the op named ``op`` sets it during a run (checked against ``max``,
+    the bound derived from shapes or given), and outputs come back with its actual value.
+    """
+
+    op: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise VarBoundsError(f"DataVar name must be an identifier, got {self.name!r}")
+        for label, v in (("min", self.min), ("max", self.max)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise VarBoundsError(f"DataVar {self.name!r}: {label} must be an int, got {v!r}")
+        if not 0 <= self.min <= self.max or self.max >= UNBOUNDED:
+            raise VarBoundsError(
+                f"data-dependent size {self.name!r} needs 0 <= min <= bound, got min={self.min} "
+                f"bound={self.max}"
+            )
+
+    def __repr__(self) -> str:
+        return f"DataVar({self.name!r}, {self.min}, {self.max})"
 
 
 @attrs.frozen(repr=False)
@@ -372,7 +427,7 @@ def _int_divisor(den: Dim, op: str) -> int:
     if not isinstance(den, int):
         raise ArgumentTypeError(f"symbolic divisor in {op} is not supported (got {den}); divide by an int")
     if den <= 0:
-        raise ZeroDivisionError(f"{op} by {den}: divisor must be a positive int")
+        raise DimDivisionError(f"{op} by {den}: divisor must be a positive int")
     return den
 
 
@@ -511,7 +566,7 @@ def bounds(e: Dim) -> tuple[int, int]:
                 lo, hi = lo + coeff * alo, hi + coeff * ahi
             else:
                 lo, hi = lo + coeff * ahi, hi + coeff * alo
-        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e)):
+        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e), _split_multilinear(e)):
             if refined is not None:  # each is safe on its own, so their intersection is too
                 lo, hi = max(lo, refined[0]), min(hi, refined[1])
         return lo, hi
@@ -580,8 +635,10 @@ def _split_floordiv(e: Sum) -> tuple[int, int] | None:
 
 
 def _split_factor(e: Sum) -> tuple[int, int] | None:
-    """Bounds of ``v*A + B`` for a var ``v`` that is a factor of several terms: products are
-    expanded canonically, so ``(t - 1)*s`` is ``s*t - s`` and needs refactoring to stay >= 0."""
+    """Bounds of ``v*A + B`` for an atom ``v`` that is a factor of several terms: products are
+    expanded canonically, so ``(t - 1)*s`` is ``s*t - s`` and needs refactoring to stay >= 0.
+    ``v`` may be any atom (a var, ``s%3``, ``t//2``, a min/max): ``v*A`` lies within the corner
+    products of their bounds whatever the correlation, so ``(s%3)*t - (s%3)`` is >= 0 too."""
     if not any(isinstance(atom, Prod) for atom, _ in e.terms):
         return None
     counts: dict[Expr, int] = {}
@@ -590,7 +647,7 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
             counts[f] = counts.get(f, 0) + 1
     lo, hi = -math.inf, math.inf
     for v, n in sorted(counts.items(), key=lambda kv: _key(kv[0])):
-        if n < 2 or not isinstance(v, Var):
+        if n < 2:
             continue
         inner: dict[Expr, int] = {}
         outer: dict[Expr, int] = {}
@@ -607,10 +664,48 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
                 rest_atom = factors[0] if len(factors) == 1 else Prod(tuple(factors))
                 inner[rest_atom] = inner.get(rest_atom, 0) + coeff
         alo, ahi = bounds(_from_linear(inner, inner_const))
-        corners = (v.min * alo, v.min * ahi, v.max * alo, v.max * ahi)
+        vlo, vhi = bounds(v)
+        corners = (vlo * alo, vlo * ahi, vhi * alo, vhi * ahi)
         blo, bhi = bounds(_from_linear(outer, e.const))
         lo, hi = max(lo, min(corners) + blo), min(hi, max(corners) + bhi)
     return None if lo == -math.inf else (int(lo), int(hi))
+
+
+def is_bounded(e: Dim | Iterable[Dim]) -> bool:
+    """Whether every var ``e`` uses has a declared maximum (so ``upper(e)`` sizes a buffer)."""
+    return not any(v.unbounded for v in free_vars(e))
+
+
+_MULTILINEAR_MAX_ATOMS = 6
+
+
+def _split_multilinear(e: Sum) -> tuple[int, int] | None:
+    """Bounds of a sum of products in which no atom is squared, by its values at the corners.
+
+    Such a form is linear in each atom separately, so over a box of independent atoms its
+    extremes are at corners: exact for vars (``s*t - 3*s - t + 3``, which is ``(s-3)*(t-1)``,
+    gets ``lo = 0``) and safe for other atoms (``s%3`` taken as any value in its bounds). Up to
+    ``_MULTILINEAR_MAX_ATOMS`` atoms (64 corners)."""
+    if not any(isinstance(atom, Prod) for atom, _ in e.terms):
+        return None
+    leaves: dict[Expr, tuple[int, int]] = {}
+    terms: list[tuple[tuple[Expr, ...], int]] = []
+    for atom, coeff in e.terms:
+        factors = atom.factors if isinstance(atom, Prod) else (atom,)
+        if len(set(factors)) != len(factors):
+            return None  # a square: not linear in that atom
+        for f in factors:
+            if f not in leaves:
+                leaves[f] = bounds(f)
+        terms.append((factors, coeff))
+    if len(leaves) > _MULTILINEAR_MAX_ATOMS:
+        return None
+    order = list(leaves)
+    values = []
+    for corner in itertools.product(*(leaves[a] for a in order)):
+        at = dict(zip(order, corner, strict=True))
+        values.append(e.const + sum(c * math.prod(at[f] for f in fs) for fs, c in terms))
+    return min(values), max(values)
 
 
 def upper(e: Dim) -> int:
@@ -710,7 +805,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
     """
     for v in variables:
         if v.name not in bindings:
-            raise VarBoundsError(f"var {v.name!r} (bounds [{v.min}, {v.max}]) is not bound")
+            raise VarBoundsError(f"var {v.name!r} (bounds {v.bounds_text}) is not bound")
         value = bindings[v.name]
         if not isinstance(value, int) or isinstance(value, bool):
             try:
@@ -722,7 +817,7 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
                     f"var {v.name!r} must be bound to an int, got {type(value).__name__} {value!r}"
                 ) from None
         if not v.min <= value <= v.max:
-            raise VarBoundsError(f"var {v.name!r} = {value} is out of its bounds [{v.min}, {v.max}]")
+            raise VarBoundsError(f"var {v.name!r} = {value} is out of its bounds {v.bounds_text}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -783,8 +878,10 @@ def to_json(e: Dim) -> object:
     """A JSON-compatible encoding of ``e``; ``from_json`` inverts it exactly."""
     if isinstance(e, int):
         return e
+    if isinstance(e, DataVar):
+        return {"datavar": [e.name, e.min, e.max, e.op]}
     if isinstance(e, Var):
-        return {"var": [e.name, e.min, e.max]}
+        return {"var": [e.name, e.min, None if e.unbounded else e.max]}
     if isinstance(e, Index):
         return {"index": [e.name, to_json(e.extent)]}
     if isinstance(e, Sum):
@@ -812,6 +909,9 @@ def from_json(data: object) -> Dim:
         if "var" in data:
             name, lo, hi = data["var"]
             return Var(name, lo, hi)
+        if "datavar" in data:
+            name, lo, hi, op = data["datavar"]
+            return DataVar(name, lo, hi, str(op))
         if "index" in data:
             name, extent = data["index"]
             return Index(str(name), from_json(extent))

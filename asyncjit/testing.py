@@ -3,6 +3,8 @@
 * ``Gate``: a plan body that holds its device until ``open()``, so a test can make queue states
   (busy, backlogged, full) deterministic instead of racing real kernels.
 * ``host_plan``: a small ``HostExecutable`` over ``(t, width)`` float32 inputs, from numpy code.
+* ``host_waits``: records every blocking wait on a runtime event by a thread that is not a
+  device queue, to check that async code (a pipeline, a mux) never makes the host wait.
 * ``check_device_conformance``: the runtime's promises (DESIGN.md invariants 5-8) checked on one
   device of a client, on whichever loop (asyncio or trio) runs it. A device backend, or a new
   runtime path, passes it before it ships; ``tests/test_testing.py`` runs it on every built-in kind.
@@ -14,7 +16,8 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -30,7 +33,14 @@ from .plugins._conformance import check_plugin_conformance as check_plugin_confo
 from .runtime import Client, Device
 from .symbolic import Var
 
-__all__ = ["Gate", "capture_events", "check_device_conformance", "check_plugin_conformance", "host_plan"]
+__all__ = [
+    "Gate",
+    "capture_events",
+    "check_device_conformance",
+    "check_plugin_conformance",
+    "host_plan",
+    "host_waits",
+]
 
 T = Var("t", 1, 8)
 """The var of ``host_plan`` plans: rows, 1 to 8."""
@@ -56,6 +66,34 @@ class Gate:
 
     def open(self) -> None:
         self._event.set()
+
+
+@contextmanager
+def host_waits() -> Iterator[list[str]]:
+    """The names of threads that blocked on a pending runtime event inside the block.
+
+    Device queue workers (threads named ``asyncjit-<kind>-<id>``) are not counted: a queue
+    waiting for another device's output is how cross-device order is kept. Anything else
+    (``block_until_ready``, ``to_numpy_blocking``, ``execute_blocking`` on a full queue) on any
+    other thread is recorded once per wait.
+    """
+    from .runtime import Event
+
+    waits: list[str] = []
+    original = Event.wait_blocking
+
+    def recording(self: Event, timeout: float | None = None) -> bool:
+        if not self._done:
+            name = threading.current_thread().name
+            if not name.startswith("asyncjit-"):
+                waits.append(name)
+        return original(self, timeout)
+
+    Event.wait_blocking = recording  # type: ignore[method-assign]
+    try:
+        yield waits
+    finally:
+        Event.wait_blocking = original  # type: ignore[method-assign]
 
 
 def host_plan(name: str, fn: Callable[..., Any], n_in: int = 2, width: int = 4) -> HostExecutable:

@@ -162,7 +162,7 @@ class PrepareConfig:
         ``ASYNCJIT_PROFILE`` (default on; ``0``/``false`` make ``execute_profiled`` refuse).
 
         Raises:
-            ValueError: a variable that is set but malformed, naming it.
+            InvalidArgumentError: (a ``ValueError``) a variable that is set but malformed, naming it.
         """
         env = os.environ
         device: Any = None
@@ -170,15 +170,17 @@ class PrepareConfig:
             try:
                 device = int(env["ASYNCJIT_DEVICE"])
             except ValueError:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"ASYNCJIT_DEVICE must be a device index, got {env['ASYNCJIT_DEVICE']!r}"
                 ) from None
         level = env.get("ASYNCJIT_OPT_LEVEL", "3")
         if level not in {"0", "1", "2", "3"}:
-            raise ValueError(f"ASYNCJIT_OPT_LEVEL must be 0-3, got {level!r}")
+            raise InvalidArgumentError(f"ASYNCJIT_OPT_LEVEL must be 0-3, got {level!r}")
         flag = env.get("ASYNCJIT_PROFILE", "1").strip().lower()
         if flag not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
-            raise ValueError(f"ASYNCJIT_PROFILE must be 1/true/yes/on or 0/false/no/off, got {flag!r}")
+            raise InvalidArgumentError(
+                f"ASYNCJIT_PROFILE must be 1/true/yes/on or 0/false/no/off, got {flag!r}"
+            )
         profiling = flag in {"1", "true", "yes", "on"}
         return cls(
             device=device, opt_level=int(level), cache_dir=env.get("ASYNCJIT_CACHE_DIR"), profiling=profiling
@@ -233,7 +235,7 @@ class JitWrapper(Generic[M]):
                 if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                     continue
                 if p.name not in known:
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"{cls.__qualname__}.build parameter {p.name!r} names neither an input "
                         f"({', '.join(inputs) or 'none'}) nor a var ({', '.join(var_specs) or 'none'})"
                     )

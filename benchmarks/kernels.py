@@ -310,6 +310,20 @@ def bench_goals(rounds: int) -> None:
         finally:
             _parallel.set_intra_op_threads(1)
 
+    def mm_cpu(threads: int, calls: int = 20) -> float:
+        """CPU seconds per call over all threads: the work the split adds (spawn, A packed by
+        every part, shared caches). Other jobs on the cores disturb it far less than the wall
+        ratio, which on a loaded machine mostly measures when the helper thread got a core."""
+        _parallel.set_intra_op_threads(threads)
+        try:
+            mm(mm_addrs, ())
+            c0 = time.process_time()
+            for _ in range(calls):
+                mm(mm_addrs, ())
+            return (time.process_time() - c0) / calls
+        finally:
+            _parallel.set_intra_op_threads(1)
+
     r = 4096
     x = Tensor.placeholder((r, r), name="x")
     red0 = compile(x.sum(axis=0), [x], name="goal_sum_axis0").launcher()
@@ -337,6 +351,8 @@ def bench_goals(rounds: int) -> None:
     cases: dict[str, Callable[[], float]] = {
         "mm1": lambda: mm_time(1),
         "mmN": lambda: mm_time(cores),
+        "mm1_cpu": lambda: mm_cpu(1),
+        "mmN_cpu": lambda: mm_cpu(cores),
         "tanh": lambda: best_time(tanh_ours, 0.2, 3),
         "tanh_np": lambda: best_time(lambda: np.tanh(tx, out=t_out2), 0.2, 3),
         "sum0": lambda: best_time(lambda: red0([xv.ctypes.data, o0.ctypes.data], ()), 0.3, 3),
@@ -364,6 +380,12 @@ def bench_goals(rounds: int) -> None:
         f"matmul 512^3 f32: 1 thread {flops / med('mm1') / 1e9:.1f} GFLOP/s, {cores} threads "
         f"{flops / med('mmN') / 1e9:.1f} GFLOP/s -> {med('mm1') / med('mmN'):.2f}x "
         f"(goal >= 1.8x on 2 threads; rounds: {ratios('mmN', 'mm1')})"
+    )
+    print(
+        f"  CPU time per call (all threads): 1 thread {med('mm1_cpu') * 1e3:.2f} ms, {cores} threads "
+        f"{med('mmN_cpu') * 1e3:.2f} ms -> {med('mmN_cpu') / med('mm1_cpu'):.2f}x the work (rounds: "
+        f"{ratios('mm1_cpu', 'mmN_cpu')}); bound on idle cores: {cores} / that = "
+        f"{cores * med('mm1_cpu') / med('mmN_cpu'):.2f}x"
     )
     print(
         f"tanh, 65,536 f32 in L2: ours {tx.size / med('tanh') / 1e9:.2f} Gelem/s, numpy "

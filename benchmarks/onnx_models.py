@@ -1,6 +1,7 @@
 """ONNX models through the generic importer against ONNX Runtime, side by side in one run.
 
     .venv/bin/python benchmarks/onnx_models.py [--quick] [--models silero,light_squeezenet,...]
+    .venv/bin/python benchmarks/onnx_models.py --kernels [--models light_squeezenet,...]
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
 calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
@@ -8,6 +9,8 @@ ONNX Runtime with 1 intra-op thread and with its default threads; and the prepar
 compile + load) of a fresh process with an empty compile cache (cold) and again with the cache
 it left (warm). For Silero VAD the hand-built ``SileroVad`` (asyncjit.models) runs too: the
 generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.0 is faster.
+``--kernels`` prints instead, for the ``light_*`` models, each side's sum of per-kernel minima
+(a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``).
 """
 
 from __future__ import annotations
@@ -149,6 +152,70 @@ def light_rows(names: list[str], calls: int) -> list[str]:
     return rows
 
 
+def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
+    """Per model, the sum over its kernels of each kernel's fastest call: ours from
+    ``asyncjit.profiler.trace`` spans, ONNX Runtime's (1 thread) from its node profile.
+
+    A diagnostic for a loaded machine: a whole-model median there mostly measures when the
+    process held a core, while the fastest of many calls of each kernel is close to its
+    quiet-machine time, for both sides alike. The scored figures are the latency table's.
+    """
+    import json
+
+    import onnx
+    import onnxruntime as ort
+
+    import asyncjit.onnx as ao
+    from asyncjit.codegen import _parallel
+    from asyncjit.profiler import trace
+
+    data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    rows = []
+    old = _parallel.intra_op_threads()
+    try:
+        for name in names:
+            path = str(data / f"{name}.onnx")
+            sess = ao.InferenceSession(path)
+            _parallel.set_intra_op_threads(1)  # after the session: its Client sizes the threads
+            info = sess.get_inputs()[0]
+            shape = tuple(int(d) for d in info.shape)
+            feed = {
+                info.name: (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)
+            }
+            sess.run(None, feed)
+            with trace() as t:
+                for _ in range(calls):
+                    sess.run(None, feed)
+            ours: dict[str, float] = {}
+            for e in t.events:
+                if e.get("cat") == "kernel":
+                    ours[e["name"]] = min(ours.get(e["name"], np.inf), e["dur"])
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = 1
+            opts.inter_op_num_threads = 1
+            opts.enable_profiling = True
+            with tempfile.TemporaryDirectory() as tmp:
+                opts.profile_file_prefix = str(Path(tmp) / "ort")
+                peer = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+                for _ in range(calls + 1):
+                    peer.run(None, feed)
+                events = json.loads(Path(peer.end_profiling()).read_text())
+            theirs: dict[str, float] = {}
+            for e in events:
+                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                    theirs[e["name"]] = min(theirs.get(e["name"], np.inf), e["dur"])
+            a, b = sum(ours.values()) / 1e3, sum(theirs.values()) / 1e3
+            top = max(ours, key=lambda k: ours[k])
+            rows.append(
+                f"| {name} | {a:.2f} ({len(ours)} kernels) | {b:.2f} ({len(theirs)} nodes) | {a / b:.2f}x | "
+                f"{top} {ours[top] / 1e3:.2f} ms |"
+            )
+            print(rows[-1], flush=True)
+    finally:
+        _parallel.set_intra_op_threads(old)
+    return rows
+
+
 def main() -> None:
     import logging
 
@@ -177,6 +244,13 @@ def main() -> None:
     if "silero" in chosen:
         for row in silero_rows(calls):
             print(row, flush=True)
+    if "--kernels" in sys.argv:
+        calls = 10 if QUICK else 30
+        print(f"\nsum of per-kernel minima over {calls} calls, 1 thread (load: {os.getloadavg()})")
+        print("| model | asyncjit ms | ORT 1t ms | ratio | slowest kernel (its minimum) |")
+        print("|---|---|---|---|---|")
+        kernel_minima_rows([m for m in chosen if m.startswith("light_")], calls)
+        return
     light_rows([m for m in chosen if m.startswith("light_")], max(5, calls // 20))
 
 

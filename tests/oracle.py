@@ -165,6 +165,15 @@ def _arith(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.asarray(ifns[op](x, y)).astype(dtype)
 
 
+def _float_divmod(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Python's float ``//`` and ``%`` (numpy's ``divmod``: the remainder is exact, so it is
+    computed in the dtype itself; float16 through float32, rounded once)."""
+    wide = np.float32 if x.dtype == np.float16 else x.dtype
+    fn = np.floor_divide if name == "floordiv" else np.mod
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(x.astype(wide), y.astype(wide))).astype(x.dtype)
+
+
 BINARY_NAMES = (
     "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor",
@@ -243,15 +252,10 @@ def oracle_binary(name: str, x: np.ndarray | float | int, y: np.ndarray | float 
         return _arith("div", xa, ya)
     if name == "pow":
         return _arith("pow", xa, ya)
-    if name == "floordiv":
-        if common.kind == "i":
-            return _arith("idiv", xa, ya)
-        return oracle_unary("floor", _arith("div", xa, ya))
-    if name == "mod":
-        if common.kind == "i":
-            return _arith("mod", xa, ya)
-        q = oracle_unary("floor", _arith("div", xa, ya))
-        return _arith("sub", xa, _arith("mul", q, ya))
+    if name in ("floordiv", "mod"):
+        if common.kind in "iu":
+            return _arith("idiv" if name == "floordiv" else "mod", xa, ya)
+        return _float_divmod(name, xa, ya)
     return _arith(name, xa, ya)
 
 

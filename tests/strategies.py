@@ -47,7 +47,7 @@ from oracle import (
 from asyncjit import Tensor, Var
 from asyncjit import dtypes as dt
 from asyncjit.graph import graph_vars, toposort
-from asyncjit.symbolic import Dim, smax, smin
+from asyncjit.symbolic import DataVar, Dim, prod, smax, smin
 
 __all__ = [
     "ALL_KINDS",
@@ -239,6 +239,12 @@ def _dim_choices(variables: Sequence[Var], allow_zero: bool) -> list[DimChoice]:
     if len(variables) == 2:
         a, c = variables
         out.append(DimChoice(a * c, lambda b, x=a.name, y=c.name: b[x] * b[y]))
+        if allow_zero:  # products of non-var atoms: the bounds prover must factor them out
+            out.append(DimChoice((a % 3) * c, lambda b, x=a.name, y=c.name: (b[x] % 3) * b[y]))
+            if c.min >= 1:  # canonically (a%3)*c - (a%3): provably >= 0 only by factoring
+                out.append(
+                    DimChoice((a % 3) * (c - 1), lambda b, x=a.name, y=c.name: (b[x] % 3) * (b[y] - 1))
+                )
     return out
 
 
@@ -289,8 +295,10 @@ class GraphCase:
 
     @property
     def graph_vars(self) -> tuple[Var, ...]:
-        """The vars the recorded graph still uses (simplification may drop some drawn ones)."""
-        return graph_vars(toposort([t.node for t in self.outputs]))
+        """The vars the recorded graph still uses (simplification may drop some drawn ones);
+        data-dependent sizes are the plan's, never bound by a caller."""
+        used = graph_vars(toposort([t.node for t in self.outputs]))
+        return tuple(v for v in used if not isinstance(v, DataVar))
 
     def var_values(self, bindings: Mapping[str, int] | None = None) -> dict[str, int]:
         """``bindings`` (default: the case's) restricted to ``graph_vars``: what to pass to a run."""
@@ -1297,3 +1305,87 @@ WIDE_INT_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.ui
 for _d in WIDE_INT_DTYPES:
     RANK.setdefault(_d.name, 1)
     NP_TYPES.setdefault(_d.name, _d.type)
+
+
+# ---------------------------------------------------------------------------------------------
+# dynamism: data-dependent sizes (kinds ``mask``, ``take``) and unbounded vars (``unbounded_case``)
+#
+# The dynamic kinds are not in ALL_KINDS: graphs with them run through ``DYNAMIC_KINDS`` only,
+# whose other kinds use a picked tensor's own shape (never a placeholder made from it, which a
+# data-dependent dim cannot be). Oracles compute data-dependent results from the arrays alone.
+
+DYNAMIC_KINDS = ("unary", "scalar_binary", "cast", "reduce", "mask", "take")
+
+
+def _k_mask(b: _Builder) -> None:
+    """``x[x > 0]`` (a boolean mask over the leading axis, or over every axis)."""
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None:
+        return
+    x = b.tensors[i]
+    whole = x.ndim == 1 or b.draw(st.booleans())
+    if not whole and x.dtype.is_float and x.dtype != dt.float64:
+        return  # a float32 row sum's rounding would decide the mask: only exact sums here
+    if whole:
+        out = x[x > 0]
+        b.add(out, "mask[all]", (i,), lambda a, _b: np.ascontiguousarray(a[0][a[0] > 0]))
+        return
+    flat = x.reshape(x.shape[0], prod(x.shape[1:])) if x.ndim > 2 else x
+    row = flat.sum(1) > 0 if x.dtype.is_float else flat.max(1) > 0
+    out = x[row]
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
+        v = a[0].reshape(a[0].shape[0], -1)
+        keep = v.astype(np.float64).sum(1) > 0 if v.dtype.kind == "f" else v.max(1, initial=0) > 0
+        return np.ascontiguousarray(a[0][keep])
+
+    b.add(out, "mask[rows]", (i,), oracle)
+
+
+def _k_take(b: _Builder) -> None:
+    """``x[:count]`` with ``count`` computed in the graph (the number of positive entries,
+    shifted, maybe negative: numpy's rules), optionally with an explicit bound."""
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None:
+        return
+    x = b.tensors[i]
+    shift = b.draw(st.integers(-3, 2))
+    count = (x > 0).cast(dt.int64).sum() + shift
+    out = x[:count]
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int], s: int = shift) -> np.ndarray:
+        n = int((a[0] > 0).sum()) + s
+        return np.ascontiguousarray(a[0][:n])
+
+    b.add(out, f"take[count{shift:+d}]", (i,), oracle)
+
+
+KIND_BUILDERS.update({"mask": _k_mask, "take": _k_take})
+
+
+def unbounded_case(case: GraphCase) -> GraphCase:
+    """``case`` with every var declared unbounded (``Var(name, min, None)``) in its graph, the
+    same oracle, and its finite bounds kept in ``variables`` (bindings are drawn from them)."""
+    from asyncjit.passes import Graph
+    from asyncjit.passes._refine import _substituted
+
+    graph = Graph.of([t.node for t in case.outputs], [p.node for p in case.placeholders])
+    mapping: dict[str, Dim] = {v.name: Var(v.name, v.min, None) for v in graph.vars}
+    new = _substituted(graph, mapping, [Var(v.name, v.min, None) for v in graph.vars])
+    by_id = {p.node.id: Tensor(n) for p, n in zip(case.placeholders, new.inputs, strict=True)}
+    placeholders = [by_id[p.node.id] for p in case.placeholders]
+    specs = [attrs.evolve(s, tensor=by_id[s.tensor.node.id]) for s in case.specs]
+    out = GraphCase(
+        variables=case.variables,
+        bindings=case.bindings,
+        outputs=[Tensor(n) for n in new.outputs],
+        placeholders=placeholders,
+        inputs={},
+        seed=case.seed,
+        program=case.program,
+        output_ids=case.output_ids,
+        specs=specs,
+        profile=case.profile,
+    )
+    out.inputs = out.make_inputs(case.bindings)
+    return out

@@ -119,6 +119,34 @@ def test_gather_clamps_and_scatter_drops_out_of_range() -> None:
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("reduce", ["add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8", "bool"])
+def test_scatter_reductions_combine_repeated_indices(reduce: str, dtype: str) -> None:
+    """A reducing scatter folds every write into its target in index order, as np.<ufunc>.at does."""
+    x = Tensor.placeholder((5, 3), dtype, name="x")
+    idx = Tensor.placeholder((6,), "int64", name="idx")
+    src = Tensor.placeholder((6, 3), dtype, name="src")
+    out = x.scatter(0, idx, src, reduce)
+    exe = compile(out, [x, idx, src])
+    rng = np.random.default_rng(3)
+    xv = rng.integers(0, 4, (5, 3)).astype(dtype)
+    sv = rng.integers(0, 4, (6, 3)).astype(dtype)
+    iv = np.array([1, 3, 1, 9, -1, 1], np.int64)  # repeats; 9 and -1 are dropped
+    ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduce]
+    want = xv.copy()
+    ufunc.at(want, iv[:4][iv[:4] < 5], sv[[0, 1, 2]])
+    ufunc.at(want, [1], sv[[5]])
+    (got,) = exe.run([xv, iv, sv])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(reference.evaluate(out, {x: xv, idx: iv, src: sv}), want)
+
+
+def test_scatter_rejects_an_unknown_reduction() -> None:
+    """The reduction is checked when the node is made."""
+    with pytest.raises(ValueError, match="scatter: reduce must be one of"):
+        Tensor.zeros((3,)).scatter(0, Tensor.const(np.array([0], np.int64)), Tensor.ones((1,)), "mean")
+
+
 def test_fixed_vars_are_refined_away() -> None:
     """``fixed`` specialises a var; run accepts the fixed value and rejects any other."""
     t = Var("t", 1, 64)
@@ -258,11 +286,12 @@ def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
 @pytest.mark.parametrize(
     ("shape", "axes", "op"),
     [
-        ((37, 1000), (0,), "sum"),  # a partial last block of 512
+        ((37, 1000), (0,), "sum"),
         ((5, 7, 40), (0, 1), "max"),
         ((6, 9, 33), (1,), "min"),
         ((3, 4, 517), (0,), "prod"),
         ((64, 16), (0,), "sum"),
+        ((3, 4100), (0,), "sum"),  # two accumulator blocks, the second partial
     ],
 )
 def test_reductions_keeping_the_last_axis_read_rows(

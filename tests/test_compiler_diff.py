@@ -13,6 +13,7 @@ with no quota of wrong elements; only positions the reference itself shows to be
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +21,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzz import dtype_sets
-from fuzzing import check_case, compare, tolerance_ulps
+from fuzz import draw_case, dtype_sets
+from fuzzing import check_case, compare, perturbed_runs, tolerance_ulps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracle import BINARY_NAMES
 from strategies import VALUE_PROFILES, GraphCase, graph_cases
 
-from asyncjit import Tensor
+from asyncjit import Tensor, reference
 from asyncjit import dtypes as dt
+from asyncjit.graph import toposort
+from asyncjit.symbolic import Mod, Prod, Sum
 
 pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
@@ -112,6 +116,85 @@ def test_compare_has_no_quota_and_skips_only_ill_conditioned_positions() -> None
     assert not bad.any() and skipped.tolist() == [False, False, True, False, False, False]
     got[4] = np.finfo(np.float32).max  # inf vs max is wrong whatever the tolerance
     assert compare(got, want, [want], tol=1e30)[0][4]
+
+
+def test_float64_sums_that_may_overflow_midway_are_order_dependent_only() -> None:
+    """A float64 sum is checked within its accumulation bound, except where ``sum(|x|)`` leaves
+    float64's range: there another order may overflow (the documented semantics)."""
+    x = Tensor.placeholder((4,), dt.float64, name="x")
+    outs = [x.sum().node, x.prod().node]
+    tol = tolerance_ulps(outs)
+
+    def check(values: list[float], got: list[float]) -> np.ndarray:
+        a = np.array(values)
+        want = reference.evaluate([Tensor(o) for o in outs], {x: a}, {})
+        perturbed = perturbed_runs(outs, {x.node.id: a}, {}, seed=0)
+        pairs = enumerate(zip(got, want, strict=True))
+        return np.array([compare(np.array(g), w, [p[k] for p in perturbed], tol)[0] for k, (g, w) in pairs])
+
+    big = [1.5e308, 1.5e308, -1.5e308, -1e308]  # pairwise overflows, left to right does not
+    assert not check(big, [np.nan, np.nan]).any()
+    assert check([1.0, 2.0, 3.0, 4.0], [10.5, 24.0]).tolist() == [True, False]
+    assert check([1.0, 2.0, 3.0, 4.0], [10.0, 25.0]).tolist() == [False, True]
+    # cancellation: another order legitimately gives 0 or 2 (n * 2**-53 * sum|x| is about 4)
+    assert not check([1e16, 1.0, -1e16, 1.0], [0.0, -1e32]).any()
+
+
+def _has_mod_product(d: object) -> bool:
+    if isinstance(d, Prod):
+        return any(isinstance(f, Mod) for f in d.factors)
+    return isinstance(d, Sum) and any(_has_mod_product(a) for a, _ in d.terms)
+
+
+def _shapes_of(case: GraphCase) -> set[str]:
+    """The program shapes (from the list the fuzzer must produce) that one graph contains."""
+    found: set[str] = set()
+    names = {v.name for v in case.variables}
+    if any(v.min == v.max for v in case.variables):
+        found.add("var with min == max")
+    if case.profile in ("extreme", "big", "wide"):
+        found.add("extreme values")
+    for n in toposort([t.node for t in case.outputs]):
+        if n.op == "const" and n.shape == ():
+            found.add("rank-0 const")
+        if n.op == "pad" and n.attrs["mode"] == "constant" and n.attrs["value"] != 0:
+            found.add(f"pad value on {'float' if n.dtype.is_float else 'int' if n.dtype.is_int else 'bool'}")
+        if n.op in ("sin", "cos") and case.profile in ("extreme", "wide"):
+            found.add("huge-argument trig")  # extreme: 1e18, 3.6e17, 1e30, max; wide: any bits
+        if (
+            n.op == "reduce"
+            and n.attrs["op"] in ("sum", "prod")
+            and n.dtype.is_float
+            and case.profile == "big"
+        ):
+            found.add("overflow-edge reduction")
+        if n.op in ("mod", "idiv") and n.dtype.is_float:
+            found.add("float // or %")
+        if any(_has_mod_product(d) for d in n.shape):
+            found.add("dim with a product of mod terms")
+    for m in re.finditer(r"=(\w+?)(_r)?\[([^\]]*)\]", case.describe()):
+        op, reverse, inner = m.groups()
+        if op in BINARY_NAMES and any(re.search(rf"\b{v}\b", inner) for v in names):
+            found.add("symbol on the left" if reverse else "symbol on the right")
+    return found
+
+
+def test_fuzz_generator_produces_every_listed_program_shape() -> None:
+    """The first 400 graphs of ``make fuzz SEED=1`` contain every shape of program that once
+    hid a bug: rank-0 consts, pad values across dtypes, min == max vars, symbols on either side
+    of an op, extreme values, huge trig arguments, overflow-edge reductions, float ``//``/``%``,
+    dims like ``(s%3)*(t-1)``."""
+    wanted = {
+        "rank-0 const", "pad value on float", "pad value on int", "pad value on bool",
+        "var with min == max", "symbol on the left", "symbol on the right", "extreme values",
+        "huge-argument trig", "overflow-edge reduction", "float // or %", "dim with a product of mod terms",
+    }  # fmt: skip
+    seen: set[str] = set()
+    for i in range(400):
+        seen |= _shapes_of(draw_case(1, i))
+        if wanted <= seen:
+            break
+    assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
 
 
 def test_tolerance_grows_with_the_float_ops_on_the_way() -> None:

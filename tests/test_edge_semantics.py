@@ -250,3 +250,63 @@ def test_pow_of_any_nan_to_zero_is_one(dtype: dt.DType) -> None:
     got, want = both([x**0, Tensor.const(np.ones(3, dtype.np)) ** x], [x], [a], {})
     assert all(same(g, w) for g, w in zip(got, want, strict=True))
     assert (got[0] == 1).all() and (got[1] == 1).all()
+
+
+@pytest.mark.parametrize("dtype", [dt.float16, dt.float32, dt.float64])
+def test_float_floordiv_and_mod_are_exact(dtype: dt.DType) -> None:
+    """Float ``//`` and ``%`` are Python's (numpy's ``divmod``), bit for bit on random bit
+    patterns and special values: the remainder is exact (IEEE fmod moved to the divisor's sign),
+    not ``x - floor(x / y) * y``, whose rounding is off by ulps or entirely (a tiny divisor)."""
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    rng = np.random.default_rng(17)
+    n = 20000
+    bits = rng.integers(0, np.iinfo(uint).max, (2, n), dtype=uint, endpoint=True).view(dtype.np)
+    with np.errstate(over="ignore"):
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.1, -0.1, 3.0, 1e-40], dtype.np)
+    sa, sb = (g.ravel() for g in np.meshgrid(special, special))
+    a = np.concatenate([bits[0], sa, np.array([1.0, -3698.0, -1505.0], dtype.np)])
+    b = np.concatenate([bits[1], sb, np.array([0.1, 2.1189347e-23, 1.1131727], dtype.np)])
+    x = Tensor.placeholder((a.size,), dtype, name="x")
+    y = Tensor.placeholder((a.size,), dtype, name="y")
+    got, want = both([x // y, x % y], [x, y], [a, b], {})
+    with np.errstate(all="ignore"):
+        exact = [np.floor_divide(a, b), np.mod(a, b)]
+    for g, w, e in zip(got, want, exact, strict=True):
+        for other in (w, e.astype(dtype.np)):  # NaN payloads aside, bit for bit (-0.0 too)
+            nan = np.isnan(other)
+            assert g.dtype == other.dtype and (np.isnan(g) == nan).all()
+            assert same(g[~nan], other[~nan])
+    if dtype != dt.float16:  # float16's 0.1 is below 0.1: there 1 // 0.1 is 10
+        assert got[0][-3] == 9.0  # 1.0 // 0.1, where floor(1.0 / 0.1) is 10
+
+
+def test_slice_of_a_product_of_mod_terms_is_proved_in_bounds() -> None:
+    """``(s%3)*t - (s%3)`` is ``(s%3)*(t-1) >= 0``: the bounds prover factors out any atom (a mod,
+    a floor division, a min), not only a var, so slicing such an axis is accepted."""
+    s, t = Var("s", 1, 9), Var("t", 2, 6)
+    x = Tensor.placeholder(((s % 3) * t - (s % 3),), dt.float32, name="x")
+    y = x[1:] * 2
+    for b in ({"s": 5, "t": 4}, {"s": 3, "t": 6}, {"s": 1, "t": 2}):
+        a = np.arange((b["s"] % 3) * (b["t"] - 1), dtype=np.float32)
+        (got,), (want,) = both([y], [x], [a], b)
+        assert same(got, want) and same(got, a[1:] * 2)
+    # where s%3 is s - 3 the dim expands to s*t - s - 3*t + 3, bilinear: proved from its corners
+    s = Var("s", 3, 5)
+    x = Tensor.placeholder(((s % 3) * (t - 1),), dt.float32, name="x")
+    a = np.arange(2 * 3, dtype=np.float32)
+    (got,), (want,) = both([x[1:] + 1], [x], [a], {"s": 5, "t": 4})
+    assert same(got, want) and same(got, a[1:] + 1)
+
+
+def test_static_conv_that_llvm_slp_miscompiled_compiles_and_matches() -> None:
+    """LLVM's SLP vectorizer turned this fully unrolled static conv1d into IR with a use before
+    its definition, and code generation aborted the process; optimised modules are verified and
+    re-optimised without SLP when invalid (``codegen._target.optimized_module``)."""
+    x = Tensor.placeholder((4, 1, 5), dt.float32, name="x")
+    w = Tensor.placeholder((2, 1, 3), dt.float32, name="w")
+    y = x.conv1d(w, stride=2, padding=(0, 2), dilation=2)
+    rng = np.random.default_rng(5)
+    feed = [rng.standard_normal(shape).astype(np.float32) for shape in ((4, 1, 5), (2, 1, 3))]
+    (got,), (want,) = both([y], [x, w], feed, {})
+    assert got.shape == (4, 2, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -23,6 +23,11 @@ what a user might expect and what asyncjit does.
 17. ``donate=0`` or ``donate=[True]`` donating some other input, or none
 18. a recurrent state replaced by one of another size between steps
 19. a damaged compile-cache entry or serialized executable loaded as native code
+20. unsigned ints wrapping
+21. jit narrowing float64 arguments
+22. a data-dependent size above its bound
+23. an unbounded var without a size, or with a negative one
+24. an argument refined to a shape it cannot take
 """
 
 from __future__ import annotations
@@ -406,3 +411,117 @@ def test_21_jit_turns_float64_into_float32_but_placeholders_keep_float64() -> No
     assert f(np.ones(2)).dtype == asyncjit.float32
     p = Tensor.placeholder((2,), asyncjit.float64, "p")
     assert (p * 2).dtype == asyncjit.float64
+
+
+def test_22_data_dependent_size_above_its_bound_raises_from_the_run() -> None:
+    """A size computed in the graph (``nonzero()``, ``x[mask]``, ``x.prefix(count)``) larger than
+    its bound cannot write past the buffer: the kernel copies at most the bound, and the run
+    raises ``VarBoundsError`` naming the op (compiled plan and runtime buffers alike)."""
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import VarBoundsError
+
+    x = Tensor.placeholder((64,), name="x")
+    exe = aj_compile([x.nonzero(bound=8), x[x > 0].sum()], [x])
+    with pytest.raises(VarBoundsError, match="nonzero computed size 64"):
+        exe.run([np.ones(64, np.float32)])
+    with asyncjit.runtime.Client() as client:
+        outs = client.load(exe).execute_blocking([client.buffer_from_host(np.ones(64, np.float32))])
+        with pytest.raises(VarBoundsError, match="nonzero"):
+            outs[0].to_numpy_blocking()
+
+
+def test_23_unbounded_var_needs_a_size_and_refuses_a_negative_one() -> None:
+    """``Var("n", 1, None)`` has no upper bound to default to: a missing value or a negative one
+    is a ``VarBoundsError`` before native code runs (never an arena sized from garbage)."""
+    from asyncjit import Var
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import VarBoundsError
+
+    n = Var("n", 1, None)
+    x = Tensor.placeholder((n,), name="x")
+    exe = aj_compile([x * 2], [x])
+    with pytest.raises(VarBoundsError, match="unbounded"):
+        exe.signature.var_values(None)
+    with pytest.raises(VarBoundsError, match="out of its bounds"):
+        exe.run([np.ones(3, np.float32)], {"n": -3})
+
+
+def test_24_refining_an_argument_to_a_shape_it_cannot_take_is_an_error() -> None:
+    """``refine_arguments`` with another rank, another static size, or a size outside a var's
+    bounds raises a typed error naming the input and dim, never a graph that computes on a
+    shape its ops were not checked for."""
+    from asyncjit import Var
+    from asyncjit.errors import ShapeMismatchError, VarBoundsError
+    from asyncjit.passes import Graph, refine_arguments
+
+    x = Tensor.placeholder((Var("t", 1, 64), 8), name="x")
+    g = Graph.of([(x * 2).node], [x.node])
+    with pytest.raises(ShapeMismatchError, match="dim 1 is static 8"):
+        refine_arguments(g, {"x": (4, 16)})
+    with pytest.raises(ShapeMismatchError, match="rank"):
+        refine_arguments(g, {"x": (4, 8, 1)})
+    with pytest.raises(VarBoundsError, match="no value of var 't'"):
+        refine_arguments(g, {"x": (65, 8)})
+
+
+def test_25_a_low_precision_onnx_output_buffer_holds_its_bits() -> None:
+    """A bfloat16 (float8, int4...) ONNX output: ``run`` returns the ``ml_dtypes`` array, but
+    ``execute``'s ``Buffer`` holds the storage bits (asyncjit has no such dtype), to be viewed;
+    and a float32 feed for a bfloat16 input is refused, never rounded silently."""
+    pytest.importorskip("onnx", reason="ONNX models need the onnx extra")
+    import ml_dtypes
+    from onnx import TensorProto, helper
+
+    from asyncjit.errors import DTypeMismatchError
+    from asyncjit.onnx import InferenceSession
+
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        "g",
+        [vi("x", TensorProto.BFLOAT16, [2])],
+        [vi("y", TensorProto.BFLOAT16, [2])],
+    )
+    sess = InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    x = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    (y,) = sess.run(None, {"x": x})
+    assert y.dtype == ml_dtypes.bfloat16 and y.tolist() == [-1.5, 2.0]
+    bits = sess.execute({"x": x})["y"].to_numpy_blocking()
+    assert bits.dtype == np.uint16 and bits.view(ml_dtypes.bfloat16).tolist() == [-1.5, 2.0]
+    with pytest.raises(DTypeMismatchError, match="bfloat16"):
+        sess.run(None, {"x": np.array([1.5, -2.0], np.float32)})
+
+
+def test_26_a_sharded_jit_that_mixes_rows_runs_whole_on_one_device_and_says_so() -> None:
+    """``jit(f, in_shardings=...)`` over a function that reduces over the split axis (a batch
+    mean) cannot run one shard per device without communication: it runs whole on the first
+    device, gives the one-device answer, and logs ``jit.shard_fallback`` with the reason, rather
+    than returning per-shard means."""
+    from asyncjit import Client, Sharding, jit
+    from asyncjit.testing import capture_events
+
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with Client("cpu:2") as client:
+        f = jit(lambda x: x - x.mean(axis=0), in_shardings=Sharding.split(client.devices(), 0))
+        with capture_events() as events:
+            y = f(x)
+        np.testing.assert_allclose(np.asarray(y), x - x.mean(0))
+        assert y.sharding.devices == (client.device(0),)
+    assert [e["reason"] for e in events if e["event"] == "jit.shard_fallback"] == [
+        "a reduction over the split axis"
+    ]
+
+
+def test_27_a_plan_refuses_a_column_major_buffer_instead_of_misreading_it() -> None:
+    """Compiled plans read row-major bytes; a column-major (or tiled) buffer passed to ``execute``
+    is a ``LayoutError`` that says how to relayout it, never a transposed result."""
+    from asyncjit import Client
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import LayoutError
+
+    x = Tensor.placeholder((2, 3), name="x")
+    with Client() as client:
+        loaded = client.load(aj_compile([x * 2], [x]))
+        col = client.buffer_from_host(np.arange(6, dtype=np.float32).reshape(2, 3), layout="col_major")
+        with pytest.raises(LayoutError, match="copy_to_device"):
+            loaded.execute_blocking([col])

@@ -72,7 +72,7 @@ class TestRegistry:
             "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq",
             "ne", "and", "or", "xor", "where", "cast", "reduce", "matmul", "reshape", "permute", "expand",
             "shrink", "pad", "cat", "conv1d", "gather", "scatter", "nonzero", "conv", "pool", "cumsum",
-            "argext", "topk", "take_along_axis",
+            "argext", "topk", "take_along_axis", "prefix",
         }  # fmt: skip
         assert expected <= set(OPS)
         for name, op in OPS.items():
@@ -87,6 +87,7 @@ class TestRegistry:
                 "index",
                 "nonzero",
                 "pool",
+                "prefix",
                 "scan",
                 "select",
             }
@@ -165,6 +166,22 @@ class TestStructuralKey:
         c2 = make_node("const", (), value=np.zeros(4, np.float32))
         c3 = make_node("const", (), value=np.zeros((2, 2), np.int32))
         assert len({self._key(c1), self._key(c2), self._key(c3)}) == 3
+
+    def test_const_digest_is_kept_only_for_frozen_arrays(self) -> None:
+        """A frozen constant's content hash is computed once; a writable array is hashed anew,
+        so writing to it changes the key."""
+        from asyncjit.graph._node import _DIGESTS
+
+        frozen = Tensor.const(np.arange(6, dtype=np.float32)).node
+        before = self._key(frozen)
+        assert _DIGESTS[id(frozen.attrs["value"])][1] in str(before)
+        assert self._key(frozen) == before
+        data = np.zeros(3, np.float32)
+        loose = make_node("const", (), value=data)
+        first = self._key(loose)
+        assert id(data) not in _DIGESTS
+        data[0] = 1.0
+        assert self._key(loose) != first
 
 
 class TestGraphVars:

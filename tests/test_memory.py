@@ -82,10 +82,10 @@ def test_host_array_is_aligned_and_zeroed() -> None:
 
 
 def test_each_device_has_both_memory_kinds() -> None:
-    """``device`` and ``pinned_host`` spaces per device, listed by the client."""
+    """``device``, ``pinned_host`` and ``unpinned_host`` spaces per device, listed by the client."""
     with Client("cpu:2") as c:
         spaces = c.memory_spaces()
-        assert len(spaces) == 4
+        assert len(spaces) == 2 * len(MemoryKind) == 6
         assert {s.kind for s in spaces} == set(MemoryKind)
         d = c.device(1)
         pinned = d.memory_space("pinned_host")

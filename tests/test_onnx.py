@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package (the onnx extra)")
+import onnx
 from onnx import TensorProto, helper
 
 import asyncjit.onnx as ao
@@ -80,6 +81,60 @@ def test_feed_errors_name_input_and_axis() -> None:
         sess.run(["q"], {"x": ok})
 
 
+def test_run_replays_on_the_callers_thread_per_feed_shape() -> None:
+    """``run`` binds the plan once per feed shape and replays it on this thread: alternating
+    shapes stay right, returned arrays are the caller's own, a memoized feed signature never
+    lets another shape or dtype through, threads racing for the bound arrays get right answers,
+    and a closed client refuses."""
+    import threading
+
+    from asyncjit.errors import ClosedError
+    from asyncjit.runtime import Client
+
+    client = Client("cpu")
+    sess = ao.InferenceSession(_reshape_by_shape_model(), {"batch": (1, 4), "T": (1, 10)}, client=client)
+    rng = np.random.default_rng(1)
+    feeds = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 3), (4, 10, 3), (2, 3, 3), (1, 1, 3)]]
+    firsts = []
+    for x in feeds:
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, (x * 2).reshape(x.shape[0], -1))
+        firsts.append(y)
+    firsts[0][...] = 7.0  # the caller's own array: the next run must not see or overwrite it
+    (again,) = sess.run(None, {"x": feeds[0]})
+    np.testing.assert_array_equal(again, (feeds[0] * 2).reshape(2, -1))
+    assert not np.shares_memory(again, firsts[0])
+    _, values = sess.check_feed({"x": feeds[0]})
+    values["T"] = 99  # the memo hands out copies
+    assert sess.check_feed({"x": feeds[0]})[1] == {"batch": 2, "T": 3}
+    with pytest.raises(ShapeMismatchError, match="axis 2 must be 3, got 4"):
+        sess.run(None, {"x": np.zeros((2, 3, 4), np.float32)})
+    with pytest.raises(DTypeMismatchError):
+        sess.run(None, {"x": feeds[0].astype(np.float64)})
+
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        try:
+            for _ in range(40):
+                x = r.standard_normal((3, 5, 3)).astype(np.float32)
+                (y,) = sess.run(None, {"x": x})
+                np.testing.assert_array_equal(y, (x * 2).reshape(3, -1))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    client.close()
+    with pytest.raises(ClosedError):
+        sess.run(None, {"x": feeds[0]})
+
+
 def test_unbounded_dims_are_all_listed() -> None:
     with pytest.raises(OnnxImportError, match=r"x axis 0 \('batch'\), x axis 1 \('T'\)"):
         ao.load(_reshape_by_shape_model())
@@ -91,16 +146,19 @@ def test_unsupported_ops_are_all_listed_at_load() -> None:
     f = TensorProto.FLOAT
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
-        helper.make_node("Det", ["a"], ["b"], name="det1"),
-        helper.make_node("NonMaxSuppression", ["b", "b"], ["y"], name="nms"),
+        helper.make_node("TfIdfVectorizer", ["a"], ["b"], name="tfidf1"),
+        helper.make_node("StringNormalizer", ["b"], ["y"], name="norm"),
     ]
     data = _model(
         nodes, [helper.make_tensor_value_info("x", f, [2, 2])], [helper.make_tensor_value_info("y", f, None)]
     )
     with pytest.raises(UnsupportedOpError) as info:
         ao.load(data)
-    assert {(n, op) for n, op, _ in info.value.nodes} == {("det1", "Det"), ("nms", "NonMaxSuppression")}
-    assert "det1" in str(info.value) and "nms" in str(info.value)
+    assert {(n, op) for n, op, _ in info.value.nodes} == {
+        ("tfidf1", "TfIdfVectorizer"),
+        ("norm", "StringNormalizer"),
+    }
+    assert "tfidf1" in str(info.value) and "norm" in str(info.value)
 
 
 def test_truncated_and_non_onnx_files_name_the_file(tmp_path: Path) -> None:
@@ -205,3 +263,50 @@ def test_cli_info_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "max abs difference 0" in out and "asyncjit/ORT" in out
     assert main(["run", str(path)]) == 2  # unbounded dims: a clear error, not a traceback
     assert "unbounded" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("...ij,...jk", [(2, 3, 4), (4, 5)]),
+        ("i...,i...->...", [(3, 2, 1), (3, 1, 4)]),
+        ("...ii->...i", [(2, 3, 3)]),
+    ],
+)
+def test_einsum_ellipsis_broadcasts_like_numpy(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    """An ellipsis stands for the broadcast dims, aligned from the right (size-1 dims broadcast)."""
+    from asyncjit.onnx.backend import AsyncjitBackend
+
+    f = TensorProto.FLOAT
+    names = [f"x{i}" for i in range(len(shapes))]
+    data = _model(
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        [helper.make_tensor_value_info(nm, f, s) for nm, s in zip(names, shapes, strict=True)],
+        [helper.make_tensor_value_info("y", f, None)],
+    )
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    model = onnx.load_from_string(data)
+    for device in ("REFERENCE", "CPU"):
+        (got,) = AsyncjitBackend.prepare(model, device).run(xs)
+        np.testing.assert_allclose(got, np.einsum(equation, *xs), rtol=1e-5, atol=1e-6)
+
+
+def test_det_pivots_and_singular_matrices() -> None:
+    """Det equals numpy's, for matrices that need row swaps, a singular one and a zero column."""
+    from asyncjit.onnx.backend import AsyncjitBackend
+
+    f = TensorProto.FLOAT
+    data = _model(
+        [helper.make_node("Det", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", f, [4, 5, 5])],
+        [helper.make_tensor_value_info("y", f, None)],
+    )
+    x = np.random.default_rng(0).standard_normal((4, 5, 5)).astype(np.float32)
+    x[0] = x[0][[4, 3, 2, 1, 0]] * np.array([[1e-3], [1], [1], [1], [1]], np.float32)  # small first pivot
+    x[1, 2] = x[1, 0]  # singular
+    x[2, :, 0] = 0.0  # a zero column: every pivot candidate is 0
+    model = onnx.load_from_string(data)
+    for device in ("REFERENCE", "CPU"):
+        (got,) = AsyncjitBackend.prepare(model, device).run([x])
+        np.testing.assert_allclose(got, np.linalg.det(x), rtol=1e-5, atol=1e-6)

@@ -325,10 +325,11 @@ class TestBinary:
             ph((2,)) & ph((2,))
 
     def test_int_only_and_float_only(self) -> None:
-        """idiv needs ints and div/pow need floats at the op level; bools have no arithmetic."""
+        """div/pow need floats at the op level (idiv floors any number); bools have no arithmetic."""
         xi, xf = ph((2,), dt.int32).node, ph((2,)).node
-        with pytest.raises(ValueError, match=r"idiv needs int tensors, got float32"):
-            make_node("idiv", (xf, xf))
+        assert make_node("idiv", (xf, xf)).dtype == dt.float32
+        with pytest.raises(ValueError, match=r"idiv is not defined on bool tensors"):
+            make_node("idiv", (ph((2,), dt.bool_).node,) * 2)
         with pytest.raises(ValueError, match=r"div needs float tensors, got int32"):
             make_node("div", (xi, xi))
         with pytest.raises(ValueError, match=r"add is not defined on bool tensors; cast first"):

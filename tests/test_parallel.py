@@ -71,3 +71,49 @@ def test_thread_count_is_checked_and_sized_by_the_client() -> None:
         assert _parallel.intra_op_threads() == max(1, cores // 2)
     with Client("cpu", intra_op_threads=3):
         assert _parallel.intra_op_threads() == 3
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])  # direct, dot, packed driver
+def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
+    """Parts claim column chunks from a shared counter: when only the last part ever runs (the
+    others' threads never got a core), it computes every column, bit for bit as one part does."""
+    from llvmlite import ir
+
+    from asyncjit.codegen._matmul import _direct, _dot, _packed, _Vec
+    from asyncjit.codegen._matmul_split import PART_FIELDS, column_part
+    from asyncjit.codegen._target import I64, PTR, compile_to_object, load_object, new_function
+
+    t = matmul_tiling()
+    module = ir.Module("part_alone")
+    vec = _Vec(module, t.vw)
+    part = column_part(module, t, (_direct(vec, t), _dot(vec, t), _packed(vec, t)))
+    fn, b = new_function(module, "run_part", [("job", PTR), ("p", I64), ("parts", I64)], linkage="external")
+    b.call(part, list(fn.args))
+    b.ret_void()
+    loaded = load_object(compile_to_object(str(module)))
+    run_part = loaded.cfunc("run_part", None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+    m, n, k = (24, 203, 40) if which == 1 else (70, 203, 90)
+    rng = np.random.default_rng(which)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    bm = rng.standard_normal((k, n)).astype(np.float32)
+    b_t = np.ascontiguousarray(bm.T)  # the dot driver reads B along k (b_rs == 1)
+    parts = 3
+    scratch = np.zeros(parts * _region_bytes(t, m, n, k) + 64, np.uint8)
+
+    def run(ranks: list[int]) -> np.ndarray:
+        c = np.full((m, n), np.nan, np.float32)
+        src, b_rs, b_cs = (b_t, 1, k) if which == 1 else (bm, n, 1)
+        fields = dict(
+            A=a.ctypes.data, B=src.ctypes.data, C=c.ctypes.data, scratch=scratch.ctypes.data,
+            M=m, N=n, K=k, a_rs=k, a_cs=1, b_rs=b_rs, b_cs=b_cs, c_rs=n, which=which, next=0,
+        )  # fmt: skip
+        job = (ctypes.c_int64 * len(PART_FIELDS))(*(fields[f] for f in PART_FIELDS))
+        for p in ranks:
+            run_part(ctypes.addressof(job), p, parts)
+        return c
+
+    whole = run([0, 1, 2])  # one after another: part 0 takes every chunk, the others none
+    np.testing.assert_allclose(whole, a @ bm, rtol=1e-4, atol=1e-4)
+    for ranks in ([2], [1], [2, 0]):
+        assert np.array_equal(run(ranks), whole), ranks

@@ -183,3 +183,43 @@ def test_pipeline_needs_stages() -> None:
         return x
 
     assert Pipeline([("f", f)]).stages[0].name == "f"
+
+
+@pytest.mark.anyio
+async def test_stages_hand_over_on_device_queues_and_the_host_never_waits(client: Client) -> None:
+    """Stage 2's device receives stage 1's output on its own queue (a ``d2d`` after a device-side
+    wait for cpu:0), queued while stage 1 is still held; no host thread blocks on an event."""
+    from asyncjit.profiler import trace
+    from asyncjit.testing import Gate, host_plan, host_waits
+
+    dev0, dev1 = client.devices()
+    gate = Gate()
+    s1 = execute_stage("held", client.load(host_plan("held", gate, n_in=1), dev0), vars={"t": 2})
+    s2 = execute_stage("double", client.load(host_plan("double", double, n_in=1), dev1), vars={"t": 2})
+    results: list[np.ndarray] = []
+
+    async def sink(buf: Buffer) -> None:
+        results.append(await buf.to_numpy())
+
+    feed = [client.buffer_from_host(np.full((2, 4), i, np.float32), dev0) for i in range(3)]
+    with trace() as tr, host_waits() as waits:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(Pipeline([s1, s2]).run, feed, sink)
+            with anyio.fail_after(20):
+                while dev1.statistics().in_flight < 2:  # the receive and the execute, queued
+                    await anyio.sleep(0.001)
+            assert not results and not gate._event.is_set()
+            gate.open()
+    assert waits == []
+    assert [r[0, 0] for r in results] == [0.0, 2.0, 4.0]
+    spans = [e for e in tr.events if e.get("ph") == "X" and e["args"].get("device") == str(dev1.id)]
+    copies = [e for e in spans if e["name"] == "d2d"]
+    held = [
+        e for e in tr.events if e.get("ph") == "X" and e["name"] == "execute" and e["args"]["device"] == "0"
+    ]
+    assert len(copies) == 3 and len(held) == 3
+    for copy, done in zip(copies, held, strict=True):  # each receive ran once its item's event fired
+        assert copy["ts"] >= done["ts"] + done["dur"] - 1
+    # waits for cpu:0's outputs, if the receive got there first, are spans on cpu:1's queue only
+    queue_waits = [e for e in tr.events if e.get("ph") == "X" and e["name"].startswith("wait for")]
+    assert all(e["name"] == "wait for cpu:0" and e["args"]["device"] == "1" for e in queue_waits)

@@ -274,6 +274,12 @@ class TestBoundsExamples:
             (t - smin(t, 5), (0, 5)),
             (t - (t + 1) // 2, (0, 5)),
             ((t - 1) * s, (0, 54)),
+            ((s % 3) * t - (s % 3), (0, 18)),  # an atom that is not a var factored out too
+            ((s % 3) * (10 - t), (0, 18)),
+            ((t // 2) * s - (t // 2), (0, 25)),
+            (smin(t, 4) * (s - 2), (0, 16)),
+            ((s - 2) * (t - 1), (0, 36)),  # bilinear, expanded: exact from its corners
+            ((6 - s) * (10 - t) - 2 * s, (-12, 32)),
         ],
     )
     def test_exact_or_tight(self, e: object, expected: tuple[int, int]) -> None:

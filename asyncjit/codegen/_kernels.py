@@ -17,14 +17,15 @@ from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
 from ..passes._fusion import transposed_source
-from ..symbolic import Dim, Index, Var, prod, upper
+from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
+from ._dynamic import emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._reduce_rows import emit_reduce_rows, rows_worthwhile
-from ._scalar import double_to_half, intrinsic
+from ._scalar import combine, double_to_half, intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
 from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
@@ -77,12 +78,18 @@ def scratch_bytes(kernel: Kernel) -> int:
 
 
 def _static_pads(node: Node) -> bool:
-    return all(isinstance(p, int) for p in node.attrs["padding"])
+    """Static pads and bounded sizes: the library conv1d (its im2col scratch is sized for the
+    bounds; a size over an unbounded var takes the direct loop, which needs none)."""
+    return all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(node.inputs[0].shape)
 
 
 def _fast_conv(node: Node) -> bool:
     """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
-    return node.dtype == float32 and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+    return (
+        node.dtype == float32
+        and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
+        and is_bounded(node.shape)  # im2col scratch is sized for the bounds
+    )
 
 
 class _Ctx:
@@ -90,7 +97,13 @@ class _Ctx:
 
     def __init__(self, module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> None:
         reads = list(kernel.reads)
-        fnty = ir.FunctionType(VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars))
+        # a kernel that sets a data-dependent size also takes a pointer where it stores the size
+        # it computed and returns the size clamped into its bound (what later kernels loop over)
+        self.sets_size = kernel.kind == "prefix"
+        extra = [PTR] if self.sets_size else []
+        fnty = ir.FunctionType(
+            I64 if self.sets_size else VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars) + extra
+        )
         self.fn = ir.Function(module, fnty, kernel.name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("noinline")
@@ -104,6 +117,8 @@ class _Ctx:
         env = {v.name: self.fn.args[len(reads) + 2 + i] for i, v in enumerate(vars)}
         self.buffers = buffers
         self.em = Emitter(self.b, env, buffers, mat)
+        self.status = self.fn.args[-1] if self.sets_size else None
+        self.result: ir.Value | None = None
 
     def loop(self, extent: Dim, body: Callable[[Index], None], count: ir.Value | None = None) -> None:
         """``for i in range(extent)`` with ``i`` bound as an index atom.
@@ -162,9 +177,13 @@ def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Se
         "topk": emit_topk,
         "scatter": _scatter,
         "nonzero": _nonzero,
+        "prefix": emit_prefix,
     }[kernel.kind]
     emit(ctx, kernel)
-    ctx.b.ret_void()
+    if ctx.result is not None:
+        ctx.b.ret(ctx.result)
+    else:
+        ctx.b.ret_void()
     return ctx.fn
 
 
@@ -415,6 +434,7 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
     node = kernel.node
     x, ind, src = node.inputs
     axis = node.attrs["axis"]
+    reduce = node.attrs.get("reduce", "none")
     em, b = ctx.em, ctx.b
     _store_all(ctx, node, lambda idx: em.value(x, idx))
     extent = x.shape[axis]
@@ -428,9 +448,15 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
             dims = [d for a, d in enumerate(node.shape) if a != axis]
 
             def put(rest: tuple[Dim, ...]) -> None:
-                dst = (*rest[:axis], ja, *rest[axis:])
-                srci = (*rest[:axis], i, *rest[axis:])
-                em.store(ctx.out, node, linearize(dst, node.shape), em.value(src, srci))
+                dst = linearize((*rest[:axis], ja, *rest[axis:]), node.shape)
+                value = em.value(src, (*rest[:axis], i, *rest[axis:]))
+                if reduce != "none":
+                    ty = storage_type(node.dtype)
+                    here = b.load(b.gep(ctx.out, [em.dim(dst)], inbounds=True, source_etype=ty), typ=ty)
+                    if node.dtype.is_bool:
+                        here = b.icmp_unsigned("!=", here, ir.Constant(ty, 0))
+                    value = combine(b, reduce, here, value, node.dtype)
+                em.store(ctx.out, node, dst, value)
 
             ctx.nest(dims, put)
             em._memo.pop()

@@ -738,7 +738,7 @@ def emit_matmul(
                 _store_f32(b, ir.Constant(F32, 0.0), cp, b.add(b.mul(i, c_rs), j))
             with nonzero_k, b.if_else(b.icmp_signed(">", parts, i64(1))) as (par, serial):
                 with par:
-                    for f, v in enumerate([*call_args, which]):
+                    for f, v in enumerate([*call_args, which, i64(0)]):  # next chunk: 0
                         slot = b.gep(job, [i64(f)], source_etype=I64)
                         b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
                     emit_parallel_for(b, part, job, parts)

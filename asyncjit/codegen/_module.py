@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from ..passes import FusionPlan, Kernel, MemoryPlan
 from ..symbolic import Var
-from ._index import i64
+from ._index import emit_dim, i64
 from ._kernels import emit_kernel
 from ._types import I8, I64, PTR, VOID
 
@@ -49,6 +49,12 @@ class ArgLayout:
     n_outputs: int
     n_consts: int
     n_vars: int
+    # data-dependent sizes: the last ``n_data`` of the ``n_vars`` value slots, set by the plan,
+    # then one status slot each (the size as computed, before clamping) after the value slots
+    n_data: int = 0
+    # one more slot after the status slots: the dynamic arena's address (buffers whose size
+    # depends on an unbounded var; ``MemoryPlan.dyn_bytes`` of them, grown per run)
+    dynamic: bool = False
 
     @property
     def const_slot(self) -> int:
@@ -63,8 +69,16 @@ class ArgLayout:
         return self.arena_slot + 1
 
     @property
-    def n_slots(self) -> int:
+    def status_slot(self) -> int:
         return self.var_slot + self.n_vars
+
+    @property
+    def dyn_slot(self) -> int:
+        return self.status_slot + self.n_data
+
+    @property
+    def n_slots(self) -> int:
+        return self.dyn_slot + int(self.dynamic)
 
 
 @attrs.frozen
@@ -185,10 +199,16 @@ def _emit_entry(
             pointers[key] = b.inttoptr(slot(base + index), PTR)
         return pointers[key]
 
+    dyn_arena = b.inttoptr(slot(layout.dyn_slot), PTR) if layout.dynamic else None
+    env = {v.name: var_values[i] for i, v in enumerate(vars)}
+
     def buffer(node_id: int) -> ir.Value:
         s = memory.slots[node_id]
         if s.kind == "arena":
             return b.gep(arena, [i64(s.offset)], inbounds=True, source_etype=I8)
+        if s.kind == "dyn":  # offsets over unbounded vars: the launcher sized the arena for them
+            assert dyn_arena is not None
+            return b.gep(dyn_arena, [emit_dim(b, s.expr, env)], inbounds=True, source_etype=I8)
         return pointer(s.kind, s.index)
 
     def out_ptr(k: Kernel) -> ir.Value:
@@ -201,6 +221,13 @@ def _emit_entry(
         if k.kind == "plugin":
             outs = [out_ptr(k), *(buffer(n.id) for n in k.extra)]
             b.call(fn, [*outs, *reads, var_block])
+        elif k.kind == "prefix":  # sets a data-dependent size: later kernels see its value
+            pos = list(vars).index(k.node.attrs["size_var"])
+            status = layout.status_slot + pos - (layout.n_vars - layout.n_data)
+            status_ptr = b.gep(args, [i64(status)], inbounds=True, source_etype=I64)
+            size = b.call(fn, [out_ptr(k), *reads, scratch, *var_values, status_ptr])
+            b.store(size, b.gep(args, [i64(layout.var_slot + pos)], inbounds=True, source_etype=I64))
+            var_values[pos] = size
         else:
             b.call(fn, [out_ptr(k), *reads, scratch, *var_values])
         stamp(i + 1)

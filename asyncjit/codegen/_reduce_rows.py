@@ -23,8 +23,11 @@ from ._target import for_range, smin
 
 __all__ = ["BLOCK", "emit_reduce_rows", "rows_worthwhile"]
 
-BLOCK = 512
-"""Output elements per accumulator block: 2 KiB of float32 accumulators stay in L1."""
+BLOCK = 4096
+"""Output elements per accumulator block. A 4096-column row (16 KiB of float32) is then one
+block: x is read front to back, one row after another, with the accumulators (32 KiB of
+float64 at most) in L1/L2. Blocks of 512 read each row in 2 KiB pieces 16 KiB apart, a TLB
+miss per piece (0.53 of the copy bandwidth at 4096 x 4096 against 0.95, same run)."""
 
 
 def rows_worthwhile(shape: Sequence[Dim], axes: Sequence[int]) -> bool:

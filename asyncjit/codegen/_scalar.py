@@ -183,6 +183,8 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Valu
         return intrinsic(b, f"llvm.{op}.{sfx}", x.type, [x, y])
     if op == "mod":
         return _float_mod(b, x, y)
+    if op == "idiv":
+        return _float_floordiv(b, x, y)
     if op in ("lt", "le", "gt", "ge", "eq"):
         sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}[op]
         return b.fcmp_ordered(sym, x, y)
@@ -199,6 +201,25 @@ def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     moved = b.select(b.and_(b.fcmp_unordered("!=", r, zero), differ), b.fadd(r, y), r)
     signed_zero = intrinsic(b, f"llvm.copysign.{_suffix(x.type)}", x.type, [zero, y])
     return b.select(b.fcmp_ordered("==", moved, zero), signed_zero, moved)
+
+
+def _float_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """numpy's (and Python's) float ``//``: the exact quotient ``(x - fmod(x, y)) / y``, one less
+    when the remainder moves to the divisor's sign, snapped to the nearest integer (``floor(x / y)``
+    is off by one where ``x / y`` rounds up to an integer: ``1 // 0.1`` is 9); ``x / y`` for y == 0."""
+    ty = x.type
+    sfx = _suffix(ty)
+    zero, one, half = (ir.Constant(ty, v) for v in (0.0, 1.0, 0.5))
+    quotient = b.fdiv(x, y)
+    r = b.frem(x, y)
+    div = b.fdiv(b.fsub(x, r), y)
+    differ = b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero))
+    div = b.select(b.and_(b.fcmp_unordered("!=", r, zero), differ), b.fsub(div, one), div)
+    fl = intrinsic(b, f"llvm.floor.{sfx}", ty, [div])
+    fl = b.select(b.fcmp_ordered(">", b.fsub(div, fl), half), b.fadd(fl, one), fl)
+    signed_zero = intrinsic(b, f"llvm.copysign.{sfx}", ty, [zero, quotient])
+    out = b.select(b.fcmp_ordered("==", div, zero), signed_zero, fl)
+    return b.select(b.fcmp_ordered("==", y, zero), quotient, out)
 
 
 def _int_divmod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = False) -> ir.Value:
@@ -235,11 +256,25 @@ def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bo
     raise CompileError(f"unsupported by codegen (an asyncjit bug): int binary op {op!r}")
 
 
+def combine(b: ir.IRBuilder, reduce: str, x: ir.Value, y: ir.Value, dtype: DType) -> ir.Value:
+    """``x (+ * max min) y`` for a scatter reduction, in ``dtype`` (float16 rounds once)."""
+    if dtype.is_bool:  # numpy's bool add/max is or, mul/min is and
+        return b.or_(x, y) if reduce in ("add", "max") else b.and_(x, y)
+    op = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}[reduce]
+    if not dtype.is_float:
+        return _int_binary(b, op, x, y, dtype.is_unsigned)
+    if x.type == F16:
+        return b.fptrunc(_float_binary(b, op, b.fpext(x, F32), b.fpext(y, F32)), F16)
+    return _float_binary(b, op, x, y)
+
+
 def emit_elementwise(b: ir.IRBuilder, node: Node, args: Sequence[ir.Value]) -> ir.Value:
     """The value of elementwise ``node`` given its inputs' values."""
     op = node.op
     if op == "cast":
         return cast_value(b, args[0], node.inputs[0].dtype, node.dtype)
+    if op == "bitcast":
+        return b.bitcast(args[0], compute_type(node.dtype))
     if op == "where":
         return b.select(args[0], args[1], args[2])
     src = node.inputs[0].dtype

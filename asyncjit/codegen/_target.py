@@ -21,6 +21,7 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..errors import CompileError
 from ._elf import validate_object
 
 __all__ = [
@@ -124,11 +125,12 @@ def parse_and_verify(ir_text: str) -> Any:
     return mod
 
 
-def optimize(module_ref: Any, level: int = 3) -> None:
+def optimize(module_ref: Any, level: int = 3, *, slp: bool = True) -> None:
     """Run LLVM's ``default<O{level}>`` pipeline (new pass manager) over ``module_ref`` in place.
 
     Loop and SLP vectorization are switched on explicitly: the tuning options only enable them
-    by default from ``speed_level >= 2``, and our elementwise loops rely on them.
+    by default from ``speed_level >= 2``, and our elementwise loops rely on them. ``slp=False``
+    leaves the SLP vectorizer out (``optimized_module``'s fallback).
     """
     if not 0 <= level <= 3:
         raise ValueError(f"optimisation level must be 0..3, got {level!r}")
@@ -137,7 +139,7 @@ def optimize(module_ref: Any, level: int = 3) -> None:
         pto = llvm.create_pipeline_tuning_options(speed_level=level)
         if level >= 2:
             pto.loop_vectorization = True
-            pto.slp_vectorization = True
+            pto.slp_vectorization = slp
             pto.loop_interleaving = True
             pto.loop_unrolling = True
         pb = llvm.create_pass_builder(tm, pto)
@@ -153,18 +155,40 @@ def pipeline_description(level: int = 3) -> str:
     return f"default<O{level}>{extra};tm-opt=3;reloc=pic"
 
 
-def compile_to_object(ir_text: str, level: int = 3) -> bytes:
-    """Parse, verify, optimise (``level``) and emit an ELF object for the host CPU."""
+def optimized_module(ir_text: str, level: int = 3) -> Any:
+    """``ir_text`` parsed, verified, optimised and verified again.
+
+    LLVM's SLP vectorizer can emit a use before its definition on fully unrolled static kernels
+    (a conv1d with N=4, L=5, k=3, stride 2, dilation 2 did); code generation then aborts the
+    process on an assertion. So the optimised module is verified, and a module that fails is
+    optimised again without the SLP vectorizer (a deterministic function of the IR, as the
+    cache key needs). Still invalid: ``CompileError``, never a crash.
+    """
     mod = parse_and_verify(ir_text)
     optimize(mod, level)
+    try:
+        mod.verify()
+        return mod
+    except RuntimeError:
+        mod = parse_and_verify(ir_text)
+        optimize(mod, level, slp=False)
+    try:
+        mod.verify()
+    except RuntimeError as exc:
+        raise CompileError(f"LLVM's optimiser produced invalid IR (an LLVM bug): {exc}") from None
+    return mod
+
+
+def compile_to_object(ir_text: str, level: int = 3) -> bytes:
+    """Parse, verify, optimise (``level``) and emit an ELF object for the host CPU."""
+    mod = optimized_module(ir_text, level)
     with _LOCK:
         return bytes(host_target_machine().emit_object(mod))
 
 
 def emit_assembly(ir_text: str, level: int = 3) -> str:
     """The host assembly of ``ir_text`` after optimisation; for inspecting what a kernel became."""
-    mod = parse_and_verify(ir_text)
-    optimize(mod, level)
+    mod = optimized_module(ir_text, level)
     with _LOCK:
         return str(host_target_machine().emit_assembly(mod))
 

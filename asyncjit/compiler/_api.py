@@ -13,6 +13,7 @@ from .._log import get_logger
 from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
+from ..passes._refine import canonical_sizes
 from ..symbolic import Var, upper
 from ._cache import (
     count_memory_hit,
@@ -206,7 +207,7 @@ def _compile(
     missing = [n.attrs["name"] for n in toposort(outs) if n.op == "placeholder" and n.id not in listed]
     if missing:
         raise InputBufferNotFoundError(f"outputs depend on placeholders not listed in inputs: {missing}")
-    graph = Graph.of(outs, ins, vars)
+    graph = canonical_sizes(Graph.of(outs, ins, vars))  # stable names: stable cache keys
     label = name or "plan"
     chosen = resolve_plugins(plugins)
     key = (*_plan_key(graph, label, fixed, chosen), opt_level)
@@ -243,6 +244,7 @@ def _compile(
         layout=lowered.layout,
         consts=[c.attrs["value"] for c in lowered.consts],
         arena_bytes=lowered.memory.arena_bytes,
+        dyn_bytes=lowered.memory.dyn_bytes,
         kernel_names=lowered.kernel_names,
         ir_text=ir_text,
         code_key=code_key,

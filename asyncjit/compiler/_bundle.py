@@ -26,7 +26,7 @@ import attrs
 import llvmlite.binding as llvm
 
 from .._log import get_logger
-from ..codegen._target import _initialize, host_target_key, optimize, parse_and_verify
+from ..codegen._target import _initialize, host_target_key, optimized_module
 from ..errors import CompileError
 from ._cache import load_code
 from ._cpu import CpuExecutable
@@ -101,8 +101,7 @@ def object_for_cpu(ir_text: str, cpu: str) -> tuple[bytes, str]:
     features = ",".join(f"+{f}" for f in PSABI.get(cpu, ()))
     target = llvm.Target.from_triple(llvm.get_process_triple())
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
-    mod = parse_and_verify(ir_text)
-    optimize(mod, 3)
+    mod = optimized_module(ir_text, 3)
     obj = bytes(tm.emit_object(mod))
     return obj, features
 

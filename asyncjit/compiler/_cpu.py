@@ -32,6 +32,7 @@ from ..errors import (
     VarBoundsError,
 )
 from ..profiler import _state as _trace
+from ..symbolic import Dim, compile_dims
 from ._cost import KernelInfo
 from ._dispatch import DispatchCall, Payload, SegmentedLauncher
 from ._executable import Executable, Launcher, Signature
@@ -77,6 +78,8 @@ class CpuLauncher:
         "_args",
         "_args_addr",
         "_consts",
+        "_dyn",
+        "_dyn_arena",
         "_fn",
         "_last_addrs",
         "_last_values",
@@ -103,8 +106,22 @@ class CpuLauncher:
         self._var_slot = layout.var_slot
         self._last_addrs: Sequence[int] = ()
         self._last_values: Sequence[int] = ()
+        # buffers sized by unbounded vars: one arena, grown on demand before a run, then reused
+        self._dyn = compile_dims([exe.dyn_bytes], exe.signature.vars) if layout.dynamic else None
+        self._dyn_arena = np.zeros(0, dtype=np.uint8)
+
+    def _size_dynamic(self, values: Sequence[int]) -> None:
+        """Make the dynamic arena hold this run's buffers (values are checked var values)."""
+        assert self._dyn is not None
+        need = int(self._dyn(values)[0]) + 64
+        if need > self._dyn_arena.size:
+            grown = max(need, self._dyn_arena.size + self._dyn_arena.size // 4)
+            self._dyn_arena = np.empty(grown, dtype=np.uint8)
+            self._args[self.exe.layout.dyn_slot] = (self._dyn_arena.ctypes.data + 63) // 64 * 64
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
+        if self._dyn is not None:
+            self._size_dynamic(values)
         if addrs != self._last_addrs:
             self._args[0 : self._n_addr] = addrs  # type: ignore[call-overload]
             self._last_addrs = addrs
@@ -113,11 +130,21 @@ class CpuLauncher:
             self._last_values = values
         self._fn(self._args_addr)
 
+    def data_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The data-dependent sizes of the last run: (as kernels used them, as computed)."""
+        layout = self.exe.layout
+        first = layout.var_slot + layout.n_vars - layout.n_data
+        used = tuple(self._args[first : first + layout.n_data])
+        raw = tuple(self._args[layout.status_slot : layout.status_slot + layout.n_data])
+        return used, raw
+
     def profile(self, addrs: Sequence[int], values: Sequence[int], ticks: np.ndarray) -> None:
         """One replay through the instrumented entry; ``ticks`` (int64, n_kernels + 1) receives
         the cycle counter before the first kernel and after each one."""
         if self._profiled is None:
             raise DeviceError("this executable was compiled without the profiled entry point")
+        if self._dyn is not None:
+            self._size_dynamic(values)
         self._args[0 : self._n_addr] = addrs  # type: ignore[call-overload]
         self._last_addrs = addrs
         self._args[self._var_slot : self._var_slot + len(values)] = values  # type: ignore[call-overload]
@@ -148,8 +175,10 @@ class CpuExecutable(Executable):
         dispatch: Sequence[DispatchCall] = (),
         payloads: Sequence[Payload] = (),
         plugins: Mapping[str, Any] | None = None,
+        dyn_bytes: Dim = 0,
     ) -> None:
         self.name = name
+        self.dyn_bytes = dyn_bytes  # the dynamic arena's size over the vars (0: none)
         self.signature = signature
         self.layout = layout
         self.consts = tuple(np.asarray(c, order="C") for c in consts)  # keeps 0-d consts 0-d
@@ -285,9 +314,15 @@ class CpuExecutable(Executable):
         ]
         return values, arrays, outs
 
-    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> BoundCall:
-        """A ``BoundCall`` replaying this plan on fixed arrays (validated now, once)."""
-        return BoundCall(self, inputs, outputs)
+    def bind(
+        self,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        var_values: Mapping[str, int] | None = None,
+    ) -> BoundCall:
+        """A ``BoundCall`` replaying this plan on fixed arrays (validated now, once), at
+        ``var_values`` (default: every var at its upper bound)."""
+        return BoundCall(self, inputs, outputs, var_values)
 
     def run(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
@@ -301,11 +336,32 @@ class CpuExecutable(Executable):
         """
         values, arrays, outs = self._checked_call(inputs, var_values)
         addrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outs]
+        launcher = self._thread_launcher()
         if _trace.active is None:
-            self._thread_launcher()(addrs, values)
+            launcher(addrs, values)
         else:
-            _trace.active.launch(self._thread_launcher(), addrs, values)
-        return outs
+            _trace.active.launch(launcher, addrs, values)
+        return self._actual(launcher, values, outs)
+
+    def _actual(
+        self, launcher: Launcher, values: tuple[int, ...], outs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """Outputs cut to their actual shapes when the plan computes sizes (they were allocated
+        at the bounds; kernels wrote the actual shape contiguously from the start).
+
+        Raises:
+            VarBoundsError: a computed size was out of bounds (naming the op).
+        """
+        sig = self.signature
+        if not sig.data_vars:
+            return outs
+        used, raw = launcher.data_sizes()  # type: ignore[attr-defined]
+        sig.check_data(used, raw)
+        shapes = sig.output_shapes((*values, *used))
+        return [
+            o.reshape(-1)[: int(np.prod(s, dtype=np.int64))].reshape(s)
+            for o, s in zip(outs, shapes, strict=True)
+        ]
 
     def profile(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None
@@ -328,8 +384,12 @@ class CpuExecutable(Executable):
         launcher = self._thread_launcher()
         assert isinstance(launcher, CpuLauncher | SegmentedLauncher)
         launcher.profile(addrs, values, ticks)
+        outs = self._actual(launcher, values, outs)
         bindings = dict(zip(self.signature.var_names, values, strict=True))
         bindings.update(self.fixed)
+        if self.signature.data_vars:
+            used = launcher.data_sizes()[0]
+            bindings.update(zip((v.name for v in self.signature.data_vars), used, strict=True))
         records = []
         for i, info in enumerate(self.kernels):
             nbytes, flops = info.cost(bindings)
@@ -347,10 +407,14 @@ class BoundCall:
     references, so they stay valid).
     """
 
-    __slots__ = ("_addrs", "_arrays", "_exe", "_no_vars", "_values")
+    __slots__ = ("_addrs", "_arrays", "_exe", "_last", "_no_vars", "_values")
 
     def __init__(
-        self, exe: CpuExecutable, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+        self,
+        exe: CpuExecutable,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        var_values: Mapping[str, int] | None = None,
     ) -> None:
         sig = exe.signature
         if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
@@ -358,7 +422,7 @@ class BoundCall:
                 f"{exe.name!r} binds {len(sig.inputs)} inputs and {len(sig.outputs)} outputs, "
                 f"got {len(inputs)} and {len(outputs)}"
             )
-        values = exe.check_vars(None)
+        values = exe.check_vars(var_values)
         for spec, arr in zip((*sig.inputs, *sig.outputs), (*inputs, *outputs), strict=True):
             if not isinstance(arr, np.ndarray) or arr.dtype != spec.dtype.np:
                 raise DTypeMismatchError(f"{spec.name!r}: expected a {spec.dtype.name} numpy array")
@@ -379,12 +443,29 @@ class BoundCall:
         self._addrs = [a.ctypes.data for a in self._arrays]
         self._values = values
         self._no_vars = not sig.vars
+        self._last = list(outputs)
+
+    def outputs(self) -> list[np.ndarray]:
+        """The bound outputs as the last call left them: views of their actual shapes when the
+        plan computes sizes (data-dependent dims), else the bound arrays themselves."""
+        return self._last
+
+    def _sized(self, values: tuple[int, ...]) -> None:
+        """After a run of a plan that computes sizes: check them, take the actual shapes.
+
+        Raises:
+            VarBoundsError: a computed size was out of bounds (naming the op).
+        """
+        launcher = self._exe._thread_launcher()
+        n_in = len(self._exe.signature.inputs)
+        self._last = self._exe._actual(launcher, values, list(self._arrays[n_in:]))
 
     def __call__(self, var_values: Mapping[str, int] | None = None) -> None:
         """One replay (blocking, on this thread).
 
         Raises:
-            VarBoundsError: a var out of bounds; with vars, shapes are re-checked for them.
+            VarBoundsError: a var out of bounds (with vars, shapes are re-checked for them), or
+                a size the plan computed is out of its bounds.
         """
         if var_values is None or self._no_vars:
             if var_values:
@@ -393,6 +474,8 @@ class BoundCall:
                 self._exe._thread_launcher()(self._addrs, self._values)
             else:
                 _trace.active.launch(self._exe._thread_launcher(), self._addrs, self._values)
+            if self._exe.signature.data_vars:
+                self._sized(self._values)
             return
         values = self._exe.check_vars(var_values)
         n_in = len(self._exe.signature.inputs)
@@ -408,3 +491,5 @@ class BoundCall:
             self._exe._thread_launcher()(self._addrs, values)
         else:
             _trace.active.launch(self._exe._thread_launcher(), self._addrs, values)
+        if self._exe.signature.data_vars:
+            self._sized(values)

@@ -173,6 +173,10 @@ class SegmentedLauncher:
         self._addrs: Sequence[int] | None = None
         self._values: Sequence[int] | None = None
 
+    def data_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The data-dependent sizes of the last run (see ``CpuLauncher.data_sizes``)."""
+        return self._base.data_sizes()
+
     def _rebind(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         """Write the argument block and rebuild every dispatch call's views (new addresses or
         var values); copies of both are kept, so a caller mutating its list is still seen."""
@@ -195,6 +199,8 @@ class SegmentedLauncher:
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         if addrs != self._addrs or values != self._values:
             self._rebind(addrs, values)
+        if self._base._dyn is not None:  # CPU segments' buffers sized by unbounded vars
+            self._base._size_dynamic(values)
         try:
             for call in self._calls:
                 call()
@@ -215,6 +221,8 @@ class SegmentedLauncher:
             self._rebind(addrs, values)
         if not self._exe._ticks_address:
             raise DeviceError("this executable was compiled without the profiled entry point")
+        if self._base._dyn is not None:
+            self._base._size_dynamic(values)
         counter = _TICKS_TYPE(self._exe._ticks_address)
         for kind, step in self._steps:
             if kind == "cpu":

@@ -23,7 +23,7 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
-from ..symbolic import Dim, Var, check_bindings, compile_dims, render, upper
+from ..symbolic import Dim, Var, check_bindings, compile_dims, is_bounded, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
 
@@ -40,6 +40,11 @@ class ArgSpec:
     def max_shape(self) -> tuple[int, ...]:
         """The shape at the upper bound of every var."""
         return tuple(upper(d) for d in self.shape)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the shape has a finite capacity (no unbounded var): else it is sized per run."""
+        return is_bounded(self.shape)
 
     @property
     def capacity(self) -> int:
@@ -62,19 +67,26 @@ class Signature:
     outputs: tuple[ArgSpec, ...]
     vars: tuple[Var, ...]
     fixed: Mapping[str, int] = attrs.field(factory=dict, kw_only=True)
+    # sizes the plan computes (``DataVar``): output shapes use them; callers never bind them
+    data_vars: tuple[Var, ...] = attrs.field(default=(), kw_only=True)
     _in_shapes: object = attrs.field(init=False, repr=False)
     _out_shapes: object = attrs.field(init=False, repr=False)
     _checks: tuple[tuple[str, int, int], ...] = attrs.field(init=False, repr=False)
     _all_in_shapes: object = attrs.field(init=False, repr=False)
     _in_dtypes: list[DType] = attrs.field(init=False, repr=False)
     _maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
+    _data_maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
+    _unbounded: bool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._in_shapes = [compile_dims(a.shape, self.vars) for a in self.inputs]
-        self._out_shapes = [compile_dims(a.shape, self.vars) for a in self.outputs]
+        every = (*self.vars, *self.data_vars)
+        self._out_shapes = [compile_dims(a.shape, every) for a in self.outputs]
+        self._data_maxes = tuple(v.max for v in self.data_vars)
         # hot-path helpers (replays run these before every native call; keep them allocation-light)
         self._checks = tuple((v.name, v.min, v.max) for v in self.vars)
         self._maxes = tuple(v.max for v in self.vars)
+        self._unbounded = any(v.unbounded for v in self.vars)
         self._all_in_shapes = _compile_shape_list([a.shape for a in self.inputs], self.vars)
         self._in_dtypes = [a.dtype for a in self.inputs]
 
@@ -95,9 +107,9 @@ class Signature:
         Raises:
             VarBoundsError: a value out of bounds, not an int, or a name the plan does not have.
         """
-        if not bindings:
+        if not bindings and not self._unbounded:
             return self._maxes
-        if len(bindings) == len(self._checks):
+        if bindings and len(bindings) == len(self._checks):
             try:
                 out = tuple([bindings[name] for name, _, _ in self._checks])
             except (KeyError, TypeError):
@@ -108,11 +120,11 @@ class Signature:
                         break
                 else:
                     return out
-        if not isinstance(bindings, Mapping):
+        if bindings is not None and not isinstance(bindings, Mapping):
             raise ArgumentTypeError(
                 f"var values must be a mapping of name to int, got {type(bindings).__name__}"
             )
-        bindings = dict(bindings)
+        bindings = dict(bindings or {})
         for name, value in self.fixed.items():
             if name in bindings and bindings.pop(name) != value:
                 raise VarBoundsError(
@@ -123,6 +135,12 @@ class Signature:
             raise VarBoundsError(
                 f"unknown var(s) {sorted(unknown)}; this plan has {list(self.var_names)}"
                 + (f" (and fixed {dict(self.fixed)})" if self.fixed else "")
+            )
+        missing = [v.name for v in self.vars if v.unbounded and v.name not in bindings]
+        if missing:
+            raise VarBoundsError(
+                f"unbounded var(s) {missing} need a value (there is no upper bound to default to); "
+                "pass them in vars or let an input's shape give them"
             )
         full = {v.name: bindings.get(v.name, v.max) for v in self.vars}
         check_bindings(self.vars, full)
@@ -155,7 +173,29 @@ class Signature:
         return [f(values) for f in self._in_shapes]  # type: ignore[attr-defined]
 
     def output_shapes(self, values: Sequence[int]) -> list[tuple[int, ...]]:
+        """Output shapes at ``values`` (vars, then data-dependent sizes; sizes left out take
+        their bound: the capacity to allocate before a run)."""
+        if self._data_maxes and len(values) == len(self.vars):
+            values = (*values, *self._data_maxes)
         return [f(values) for f in self._out_shapes]  # type: ignore[attr-defined]
+
+    def check_data(self, values: Sequence[int], raw: Sequence[int]) -> None:
+        """Check the data-dependent sizes a run computed (``raw``) against what its kernels used
+        (``values``, clamped into their bounds); they differ only when a size was out of bounds.
+
+        Raises:
+            VarBoundsError: naming the op that computed the size, the size and its bound.
+        """
+        for var, used, got in zip(self.data_vars, values, raw, strict=True):
+            if used != got:
+                op = getattr(var, "op", "") or "an op"
+                if got < 0:
+                    raise VarBoundsError(f"{op} computed a negative size {got} for {var.name!r}")
+                raise VarBoundsError(
+                    f"{op} computed size {got} for {var.name!r}, above {used} (its bound is "
+                    f"{var.max}, and it cannot exceed the axis it takes from); give a larger bound "
+                    "where the size is made"
+                )
 
     def validate(
         self,

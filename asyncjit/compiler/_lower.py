@@ -107,7 +107,12 @@ class Lowered:
             CompileError: LLVM rejects the generated IR (an asyncjit or plugin bug).
         """
         module = build_module(
-            "asyncjit_plan", self.fusion, self.memory, self.layout, self.graph.vars, self.linked
+            "asyncjit_plan",
+            self.fusion,
+            self.memory,
+            self.layout,
+            (*self.graph.vars, *self.graph.data_vars),
+            self.linked,
         )
         try:
             ref = parse_and_verify(str(module))
@@ -122,7 +127,7 @@ class Lowered:
 def signature_of(graph: Graph, fixed: Mapping[str, int] | None = None) -> Signature:
     ins = tuple(ArgSpec(str(n.attrs["name"]), n.shape, n.dtype) for n in graph.inputs)
     outs = tuple(ArgSpec(f"output{j}", n.shape, n.dtype) for j, n in enumerate(graph.outputs))
-    return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}))
+    return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}), data_vars=graph.data_vars)
 
 
 def lower(
@@ -139,7 +144,9 @@ def lower(
     """
     from ..passes._refine import fixed_values
 
-    fixed_map = fixed_values(graph, fixed)
+    # argument refinements to one value count as fixed: callers may still pass that value
+    fixed_map = {k: v for k, v in graph.pending.items() if isinstance(v, int)}
+    fixed_map.update(fixed_values(graph, fixed))
     graph = optimize_graph(graph, fixed)
     claims = partition(graph, plugins).partitions
     linked, dispatched = _compile_plugins(claims)
@@ -150,7 +157,15 @@ def lower(
     fusion = fuse(graph, claimed)
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
     memory = plan_memory(fusion, scratch)
-    layout = ArgLayout(len(graph.inputs), len(graph.outputs), len(memory.consts), len(graph.vars))
+    data = graph.data_vars
+    layout = ArgLayout(
+        len(graph.inputs),
+        len(graph.outputs),
+        len(memory.consts),
+        len(graph.vars) + len(data),
+        len(data),
+        memory.dyn_bytes != 0,
+    )
     return Lowered(
         name,
         graph,

@@ -22,10 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import CompileError
+from ..errors import ArgumentTypeError, CompileError
 from ..graph import Node
 from ..passes import Graph
-from ..symbolic import Var
+from ..symbolic import DataVar, Var, free_vars
 
 __all__ = [
     "CompiledResult",
@@ -130,7 +130,9 @@ def register_plugin(plugin: CompilerPlugin) -> None:
     if not isinstance(plugin, CompilerPlugin) or not (
         hasattr(plugin, "supports") or hasattr(plugin, "partition")
     ):
-        raise TypeError(f"{plugin!r} does not implement CompilerPlugin (name, supports/partition, compile)")
+        raise ArgumentTypeError(
+            f"{plugin!r} does not implement CompilerPlugin (name, supports/partition, compile)"
+        )
     _REGISTRY[plugin.name] = plugin
 
 
@@ -227,6 +229,11 @@ def _explicit(
             raise CompileError(f"plugin {plugin.name!r} claimed nodes another claim owns: {taken}")
         if any(groups.by_id[i].op in _SOURCES for i in claim):
             raise CompileError(f"plugin {plugin.name!r} may not claim placeholders or constants")
+        if any(_data_dependent(groups.by_id[i]) for i in claim):
+            raise CompileError(
+                f"plugin {plugin.name!r} may not claim ops with data-dependent or unbounded sizes "
+                "(the CPU compiler runs them: plugins see buffers sized for bounds the caller binds)"
+            )
         ids = sorted(claim)
         root = groups.find(ids[0])
         for i in ids[1:]:
@@ -244,7 +251,15 @@ def _explicit(
 
 def _supported(plugin: CompilerPlugin, node: Node) -> bool:
     supports = getattr(plugin, "supports", None)
-    return bool(supports(node)) if supports is not None else False
+    return bool(supports(node)) if supports is not None and not _data_dependent(node) else False
+
+
+def _data_dependent(node: Node) -> bool:
+    """Whether ``node`` sets or reads a data-dependent or unbounded size (those stay on the CPU
+    compiler: plugins' buffers are views sized from caller-bound vars with finite bounds)."""
+    return any(
+        isinstance(v, DataVar) or v.unbounded for n in (node, *node.inputs) for v in free_vars(n.shape)
+    )
 
 
 def _reason(plugins: Sequence[CompilerPlugin], node: Node) -> str:

@@ -36,6 +36,11 @@ def _view(addr: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray
 class _ReferenceLauncher:
     def __init__(self, exe: ReferenceExecutable) -> None:
         self._exe = exe
+        self._sizes: tuple[int, ...] = tuple(v.max for v in exe.signature.data_vars)
+
+    def data_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The data-dependent sizes of the last run (checked by the interpreter already)."""
+        return self._sizes, self._sizes
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         sig = self._exe.signature
@@ -48,9 +53,12 @@ class _ReferenceLauncher:
                 self._exe.graph.inputs, addrs[:n], in_shapes, sig.inputs, strict=True
             )
         }
-        results = run_nodes(self._exe.graph.outputs, feed, bindings)
+        sizes: dict[str, int] = {}
+        results = run_nodes(self._exe.graph.outputs, feed, bindings, sizes)
+        self._sizes = tuple(sizes.get(v.name, 0) for v in sig.data_vars)
         for addr, shape, spec, value in zip(addrs[n:], out_shapes, sig.outputs, results, strict=True):
-            _view(addr, shape, spec.dtype.np)[...] = value
+            # a computed size: the actual shape, written from the start of the bound's buffer
+            _view(addr, value.shape if sig.data_vars else shape, spec.dtype.np)[...] = value
 
 
 class ReferenceExecutable(Executable):

@@ -22,7 +22,7 @@ from ..codegen._module import ArgLayout
 from ..codegen._target import LoadedObject, host_target_key
 from ..dtypes import from_numpy
 from ..errors import CompileError
-from ..symbolic import Var, from_json, to_json
+from ..symbolic import DataVar, Var, from_json, to_json
 from ._cache import load_code
 from ._cost import KernelInfo
 from ._cpu import CpuExecutable
@@ -105,6 +105,13 @@ def _plugin_for(p: Payload, given: Mapping[str, CompilerPlugin]) -> CompilerPlug
     return plugin
 
 
+def _data_var(data: object) -> DataVar:
+    v = from_json(data)
+    if not isinstance(v, DataVar):
+        raise CompileError(f"serialized executable: {data!r} is not a data-dependent size")
+    return v
+
+
 def serialize_cpu(exe: CpuExecutable) -> bytes:
     meta, consts = plan_metadata(exe)
     mb = json.dumps(meta, sort_keys=True).encode()
@@ -124,7 +131,16 @@ def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]
         "inputs": [_spec(a) for a in sig.inputs],
         "outputs": [_spec(a) for a in sig.outputs],
         "vars": [[v.name, v.min, v.max] for v in sig.vars],
-        "layout": [exe.layout.n_inputs, exe.layout.n_outputs, exe.layout.n_consts, exe.layout.n_vars],
+        "layout": [
+            exe.layout.n_inputs,
+            exe.layout.n_outputs,
+            exe.layout.n_consts,
+            exe.layout.n_vars,
+            exe.layout.n_data,
+            exe.layout.dynamic,
+        ],
+        "dyn_bytes": to_json(exe.dyn_bytes),
+        "data_vars": [to_json(v) for v in sig.data_vars],
         "arena_bytes": exe.arena_bytes,
         "kernels": list(exe.kernel_names),
         "kernel_costs": [[k.kind, to_json(k.bytes_expr), to_json(k.flops_expr)] for k in exe.kernels],
@@ -211,10 +227,13 @@ def build_executable(
     sig = Signature(
         tuple(_unspec(a) for a in meta["inputs"]),
         tuple(_unspec(a) for a in meta["outputs"]),
-        tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),
+        tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),  # hi None: unbounded
         fixed={str(k): int(v) for k, v in meta["fixed"].items()},
+        data_vars=tuple(_data_var(d) for d in meta.get("data_vars", [])),
     )
     layout = ArgLayout(*meta["layout"])
+    if layout.n_data != len(sig.data_vars) or layout.n_vars != len(sig.vars) + layout.n_data:
+        raise CompileError("serialized executable: its argument layout does not match its signature")
     calls = [
         DispatchCall(
             int(c["kernel"]),
@@ -249,6 +268,7 @@ def build_executable(
         plugins=by_name,
         consts=consts,
         arena_bytes=int(meta["arena_bytes"]),
+        dyn_bytes=from_json(meta.get("dyn_bytes", 0)),
         kernel_names=meta["kernels"],
         ir_text=meta["ir_text"],
         code_key=meta["code_key"],

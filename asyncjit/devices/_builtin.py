@@ -13,6 +13,7 @@ from typing import Any
 from ..compiler import CpuExecutable, ReferenceExecutable, deserialize
 from ..compiler import compile as compile_graph
 from ..compiler._executable import Executable
+from ..errors import ArgumentTypeError
 from ._registry import register_compiler, register_deserializer
 
 __all__ = ["compile_for_cpu", "compile_for_reference", "install"]
@@ -22,7 +23,7 @@ def _split(program: Any) -> tuple[Sequence[Any], Sequence[Any]]:
     try:
         outputs, inputs = program
     except (TypeError, ValueError):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"a program to compile is a pair (outputs, inputs) of tensors, got {type(program).__qualname__}"
         ) from None
     return list(outputs), list(inputs)

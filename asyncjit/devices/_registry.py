@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ..compiler._executable import Executable
-from ..errors import DeviceError
+from ..errors import DeviceError, InvalidArgumentError
 from ._protocol import Compiler, Deserializer, DeviceKind
 
 __all__ = [
@@ -44,7 +44,7 @@ def register_device_kind(kind: DeviceKind, *, replace: bool = False) -> None:
     """
     with _lock:
         if kind.name in _kinds and not replace:
-            raise ValueError(f"device kind {kind.name!r} is already registered; pass replace=True")
+            raise InvalidArgumentError(f"device kind {kind.name!r} is already registered; pass replace=True")
         _kinds[kind.name] = kind
 
 
@@ -82,7 +82,7 @@ def executable_kind(executable: Executable) -> str:
 def register_deserializer(kind: str, deserializer: Deserializer, *, replace: bool = True) -> None:
     with _lock:
         if kind in _deserializers and not replace:
-            raise ValueError(f"a deserializer for {kind!r} is already registered")
+            raise InvalidArgumentError(f"a deserializer for {kind!r} is already registered")
         _deserializers[kind] = deserializer
 
 

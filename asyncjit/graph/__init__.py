@@ -1,5 +1,9 @@
 """The tensor graph: SSA nodes with symbolic shapes, and the op registry that defines them."""
 
+from . import _index as _index  # registers gather, scatter, nonzero
+from ._dynamic import check_size as check_size
+from ._dynamic import defined_var as defined_var
+from ._dynamic import new_data_var as new_data_var
 from ._nn import pool_out_len as pool_out_len
 from ._node import Node as Node
 from ._node import as_node as as_node
@@ -23,9 +27,12 @@ __all__ = [
     "as_node",
     "cast_array",
     "cast_scalar",
+    "check_size",
     "conv_out_len",
+    "defined_var",
     "graph_vars",
     "make_node",
+    "new_data_var",
     "pool_out_len",
     "reduce_identity",
     "shape_str",

@@ -7,8 +7,11 @@ runs the op's shape/dtype rule, so an ill-typed node never exists.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
+import threading
+import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -17,7 +20,7 @@ import numpy as np
 from attrs import define, field
 
 from ..dtypes import DType
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, TensorError, VarBoundsError
 from ..symbolic import Dim, Var, free_vars
 
 __all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
@@ -74,16 +77,48 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
     try:
         opdef = OPS[op]
     except KeyError:
-        raise ValueError(f"unknown op {op!r}") from None
+        raise TensorError(f"unknown op {op!r}") from None
     ins = tuple(inputs)
     shape, dtype = opdef.infer(ins, node_attrs)
     return Node(op, ins, dtype, tuple(shape), MappingProxyType(dict(node_attrs)))
 
 
+_DIGESTS: dict[int, tuple[weakref.ref[np.ndarray], str]] = {}
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
+    with _DIGESTS_LOCK:
+        if key in _DIGESTS and _DIGESTS[key][0] is ref:
+            del _DIGESTS[key]
+
+
+def _digest(value: np.ndarray) -> str:
+    """The array's content hash, memoised for frozen arrays that own their data (constants).
+
+    CSE, the plan key and the passes hash every node's attrs; a model's weights (100 MB for a
+    ResNet-50) would be hashed again on each of them. A read-only array that owns its memory
+    cannot change under us (``Tensor.const`` makes such a copy), so its digest is kept while it
+    lives; any other array is hashed each time.
+    """
+    frozen = not value.flags.writeable and value.base is None
+    if frozen:
+        with _DIGESTS_LOCK:
+            hit = _DIGESTS.get(id(value))
+        if hit is not None and hit[0]() is value:
+            return hit[1]
+    digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
+    if frozen:
+        key = id(value)
+        ref = weakref.ref(value, functools.partial(_forget, key))
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = (ref, digest)
+    return digest
+
+
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, np.ndarray):
-        digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
-        return ("ndarray", value.dtype.str, value.shape, digest)
+        return ("ndarray", value.dtype.str, value.shape, _digest(value))
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict | MappingProxyType):
@@ -118,7 +153,47 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
             seen.add(node.id)
             stack.append((node, True))
             stack.extend((i, False) for i in reversed(node.inputs) if i.id not in seen)
+    if any(n.op == "prefix" for n in order):
+        return _after_sizes(order)
     return order
+
+
+def _after_sizes(order: list[Node]) -> list[Node]:
+    """``order`` with every node that uses a data-dependent size after the node that sets it,
+    even without a data path between them (``expand`` of a constant to a masked tensor's shape):
+    evaluators bind the size when its op runs."""
+    import heapq
+
+    from ..symbolic import DataVar
+
+    setter = {n.attrs["size_var"].name: n for n in order if n.op == "prefix"}
+    pos = {n.id: k for k, n in enumerate(order)}
+    deps: dict[int, set[int]] = {}
+    users: dict[int, list[int]] = {}
+    for n in order:
+        found = set(free_vars(n.shape))
+        for v in n.attrs.values():
+            found |= _attr_vars(v)
+        ds = {i.id for i in n.inputs}
+        for v in found:
+            if isinstance(v, DataVar) and v.name in setter and setter[v.name] is not n:
+                ds.add(setter[v.name].id)
+        deps[n.id] = ds
+        for d in ds:
+            users.setdefault(d, []).append(n.id)
+    waiting = {k: len(v) for k, v in deps.items()}
+    ready = [pos[k] for k, c in waiting.items() if c == 0]
+    heapq.heapify(ready)
+    out: list[Node] = []
+    while ready:
+        node = order[heapq.heappop(ready)]
+        out.append(node)
+        for u in users.get(node.id, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, pos[u])
+    assert len(out) == len(order), "a data-dependent size is used before the op that sets it"
+    return out
 
 
 def graph_vars(nodes: Iterable[Node]) -> tuple[Var, ...]:
@@ -136,7 +211,7 @@ def graph_vars(nodes: Iterable[Node]) -> tuple[Var, ...]:
     for v in found:
         other = by_name.setdefault(v.name, v)
         if other != v:
-            raise ValueError(f"two different vars named {v.name!r}: {other!r} and {v!r}")
+            raise VarBoundsError(f"two different vars named {v.name!r}: {other!r} and {v!r}")
     return tuple(sorted(found, key=lambda v: v.name))
 
 

@@ -6,9 +6,15 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * Elementwise ops take operands of one shape and dtype (``Tensor`` inserts broadcasts and casts);
   float16 ops compute in float32 and round once per op; float64 ops compute in float64.
 * Integer ``idiv``/``mod`` floor like Python; division or modulo by zero gives 0 (no trap).
+  Float ``idiv``/``mod`` are Python's (numpy's) ``//`` and ``%``: the remainder is exact (IEEE
+  ``fmod`` moved by the divisor when the signs differ, so it takes the divisor's sign) and the
+  quotient is the floor of the exact one (``1.0 // 0.1`` is 9); by zero they give ``x / 0``
+  and NaN.
   Unsigned ints divide, compare, take max/min and widen as unsigned; ``neg`` wraps (``-1`` as
   uint8 is 255) and ``abs``/``relu`` are the identity.
 * ``pow(x, 0)`` and ``pow(1, y)`` are 1 for every x and y, NaNs (signalling ones too) included (C99).
+* ``bitcast`` reinterprets the bits of an element as another dtype of the same size (NaN
+  payloads and signalling NaNs pass unchanged; no float arithmetic touches them).
 * ``cast`` from float to int saturates (NaN -> 0, out-of-range -> the int's min/max), like
   LLVM's ``fptosi.sat``/``fptoui.sat`` (a negative float to an unsigned int is 0); int to
   narrower int, and between signed and unsigned, wraps; anything to bool is ``!= 0``.
@@ -33,7 +39,11 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
   float32 hides except at exact rounding ties and under catastrophic cancellation. A float32
   sum cannot overflow midway (``sum([3e38, 3e38, -3e38])`` is 3e38); a product can, in float64,
   only with more than eight factors of extreme magnitude, and then its value depends on the
-  order. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
+  order. A float64 sum is within ``n`` float64 units of ``sum(|x|)`` of the exact one for ``n``
+  terms, in any order; when ``sum(|x|)`` exceeds float64's range (terms near 1e308) a partial sum
+  may overflow in one order and not in another, so the result (finite, inf or NaN) depends on
+  the order: that is outside the domain, as for a float32 dot product whose partial sums
+  overflow. ``max``/``min`` are exact. Integer reductions wrap like integer ``add``/``mul``.
 * ``matmul`` and ``conv1d`` are *not* exactly rounded: the reference evaluates them in float64,
   compiled code accumulates in float32 with FMA in an unspecified order (that is what makes them
   fast and batch-invariant). They agree within the usual dot-product bound (about K float32
@@ -287,7 +297,6 @@ LOGICAL: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "xor": np.bitwise_xor,
 }
 _FLOAT_ONLY_BINARY = {"div", "pow"}
-_INT_ONLY_BINARY = {"idiv"}
 
 
 def _infer_binary(name: str) -> Infer:
@@ -307,8 +316,6 @@ def _infer_binary(name: str) -> Infer:
             raise _fail(f"{name} is not defined on bool tensors; cast first")
         if name in _FLOAT_ONLY_BINARY and not x.dtype.is_float:
             raise _fail(f"{name} needs float tensors, got {x.dtype.name}")
-        if name in _INT_ONLY_BINARY and not x.dtype.is_int:
-            raise _fail(f"{name} needs int tensors, got {x.dtype.name}")
         return x.shape, x.dtype
 
     return infer
@@ -365,6 +372,24 @@ def cast_array(x: np.ndarray, to: DType) -> np.ndarray:
 
 
 _register("cast", "elementwise", _infer_cast, lambda n, args, b: cast_array(args[0], n.dtype))
+
+
+def _infer_bitcast(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
+    (x,) = ins
+    to: DType = a["dtype"]
+    if x.dtype.is_bool or to.is_bool or x.dtype.itemsize != to.itemsize:
+        raise _fail(
+            f"bitcast: {x.dtype.name} -> {to.name} needs two non-bool dtypes of one size "
+            f"({x.dtype.itemsize} and {to.itemsize} bytes)"
+        )
+    return x.shape, to
+
+
+def _ref_bitcast(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
+    return np.array(args[0], order="C").view(node.dtype.np)
+
+
+_register("bitcast", "elementwise", _infer_bitcast, _ref_bitcast)
 
 
 def cast_scalar(value: bool | int | float, to: DType) -> bool | int | float:
@@ -689,90 +714,6 @@ def _ref_conv1d(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
 
 
 _register("conv1d", "conv", _infer_conv1d, _ref_conv1d)
-
-# ---------------------------------------------------------------------------------------------
-# gather / scatter along an axis with a 1-D index tensor
-
-
-def _check_index(idx: Node, op: str) -> None:
-    if idx.ndim != 1 or not idx.dtype.is_int:
-        raise _fail(f"{op}: index must be a 1-D int tensor, got {idx.dtype.name}{shape_str(idx.shape)}")
-
-
-def _infer_gather(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    x, idx = ins
-    axis = a["axis"]
-    _check_index(idx, "gather")
-    if not 0 <= axis < x.ndim:
-        raise _fail(f"gather axis {axis} out of range for {shape_str(x.shape)}")
-    if bounds(x.shape[axis])[0] < 1:
-        raise _fail(f"gather: axis {axis} of {shape_str(x.shape)} can be empty")
-    return (*x.shape[:axis], idx.shape[0], *x.shape[axis + 1 :]), x.dtype
-
-
-def _ref_gather(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, idx = args
-    axis = node.attrs["axis"]
-    safe = np.clip(idx.astype(np.int64), 0, x.shape[axis] - 1)
-    return np.take(x, safe, axis=axis)
-
-
-_register("gather", "index", _infer_gather, _ref_gather)
-
-
-def _infer_scatter(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    x, idx, src = ins
-    axis = a["axis"]
-    _check_index(idx, "scatter")
-    if not 0 <= axis < x.ndim:
-        raise _fail(f"scatter axis {axis} out of range for {shape_str(x.shape)}")
-    want = (*x.shape[:axis], idx.shape[0], *x.shape[axis + 1 :])
-    if src.shape != want:
-        raise _fail(f"scatter: src shape {shape_str(src.shape)} must be {shape_str(want)}")
-    if src.dtype != x.dtype:
-        raise _fail(f"scatter: src dtype {src.dtype.name} differs from {x.dtype.name}")
-    return x.shape, x.dtype
-
-
-def _ref_scatter(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    x, idx, src = args
-    axis = node.attrs["axis"]
-    out = x.copy()
-    n = x.shape[axis]
-    for i, j in enumerate(idx.astype(np.int64).tolist()):
-        if 0 <= j < n:
-            dst: list[Any] = [slice(None)] * x.ndim
-            dst[axis] = j
-            srcsl: list[Any] = [slice(None)] * x.ndim
-            srcsl[axis] = i
-            out[tuple(dst)] = src[tuple(srcsl)]
-    return out
-
-
-_register("scatter", "index", _infer_scatter, _ref_scatter)
-
-# ---------------------------------------------------------------------------------------------
-# nonzero with a declared maximum size: indices [size, ndim] int64, rows past the count = fill
-
-
-def _infer_nonzero(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
-    (x,) = ins
-    size = a["size"]
-    if not isinstance(size, int) or size < 0:
-        raise _fail(f"nonzero size must be an int >= 0, got {size!r}")
-    return (size, max(x.ndim, 1)), dt.int64
-
-
-def _ref_nonzero(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    (x,) = args
-    size = node.attrs["size"]
-    found = np.argwhere(np.atleast_1d(x) != 0)[:size]
-    out = np.full((size, found.shape[1] if found.ndim == 2 else 1), node.attrs.get("fill", 0), np.int64)
-    out[: len(found)] = found
-    return out
-
-
-_register("nonzero", "nonzero", _infer_nonzero, _ref_nonzero)
 
 
 def is_symbolic(value: object) -> bool:

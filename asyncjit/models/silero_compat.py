@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import AudioFormatError, ShapeMismatchError
+from ..errors import ArgumentTypeError, AudioFormatError, InvalidArgumentError, ShapeMismatchError
 from ._audio import check_chunk, check_sample_rate, read_audio
 from ._timestamps import speech_timestamps
 
@@ -147,7 +147,7 @@ def load_silero_vad(onnx: bool = False, opset_version: int = 16) -> SileroModel:
     """The Silero VAD model, compiled by asyncjit (``onnx``/``opset_version`` accepted for
     compatibility: the weights always come from the package's ONNX file)."""
     if opset_version not in (15, 16):
-        raise ValueError(f"opset_version must be 15 or 16 (as in silero_vad), got {opset_version}")
+        raise InvalidArgumentError(f"opset_version must be 15 or 16 (as in silero_vad), got {opset_version}")
     return SileroModel()
 
 
@@ -155,7 +155,7 @@ def _mono(audio: npt.ArrayLike) -> npt.NDArray[np.float32]:
     try:
         a = np.asarray(audio, dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise TypeError("Audio cannot be casted to an array. Cast it manually") from exc
+        raise ArgumentTypeError("Audio cannot be casted to an array. Cast it manually") from exc
     while a.ndim > 1 and a.shape[0] == 1:  # the package squeezes leading empty dimensions
         a = a[0]
     if a.ndim > 1:
@@ -300,7 +300,7 @@ def collect_chunks(
     audio = np.asarray(wav, dtype=np.float32)
     if seconds:
         if not sampling_rate:
-            raise ValueError("sampling_rate is needed when the timestamps are in seconds")
+            raise InvalidArgumentError("sampling_rate is needed when the timestamps are in seconds")
         tss = [
             {"start": round(t["start"] * sampling_rate), "end": round(t["end"] * sampling_rate)} for t in tss
         ]

@@ -25,6 +25,7 @@ from ..errors import JitError, OnnxImportError, UnsupportedOpError
 from ..graph import shape_str
 from ..symbolic import Dim, Expr, Var
 from ..tensor import Tensor
+from ._lowp import LowP, encode, is_lowp_dtype, run_with_lowp, storage_dtype
 from ._registry import NodeCtx, lookup
 from ._values import Sym, Value, as_tensor, np_dtype
 
@@ -48,7 +49,14 @@ class TensorInfo:
     @property
     def type(self) -> str:
         """ONNX Runtime's spelling of the type, e.g. ``tensor(float)``."""
-        names = {"float32": "float", "float64": "double", "bool": "bool"}
+        names = {
+            "float32": "float",
+            "float64": "double",
+            "bool": "bool",
+            **{f"float8_{k}": f"float8{k}" for k in ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz")},
+            "float8_e8m0fnu": "float8e8m0",
+            "float4_e2m1fn": "float4e2m1",
+        }
         return f"tensor({names.get(self.dtype.name, self.dtype.name)})"
 
     def __str__(self) -> str:
@@ -199,7 +207,7 @@ class Tracer:
             ) from None
         self._envs.append(env)
         try:
-            result = definition.fn(ctx, ins)
+            result = run_with_lowp(definition, ctx, ins)
             outs = list(result) if isinstance(result, list | tuple) else [result]
             outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outs]
             if (
@@ -207,7 +215,7 @@ class Tracer:
                 and ins
                 and all(isinstance(v, np.ndarray) or v is None for v in ins)
             ):
-                outs = [_fold(v) for v in outs]  # type: ignore[arg-type]
+                outs = [_fold(v) for v in outs]
         except OnnxImportError as exc:
             if self.label in str(exc):
                 raise
@@ -221,11 +229,14 @@ class Tracer:
             self._envs.pop()
         for name, value in zip(node.output, outs, strict=False):
             if name:
-                env[name] = value  # type: ignore[assignment]
+                env[name] = value
 
 
-def _fold(v: Value | None) -> Value | None:
+def _fold(v: Value | LowP | None) -> Value | None:
     """A tensor computed only from constants, evaluated now (numpy reference semantics)."""
+    if isinstance(v, LowP):
+        bits = _fold(v.bits)
+        return bits.view(v.dtype) if isinstance(bits, np.ndarray) else v  # type: ignore[return-value]
     if not isinstance(v, Tensor) or any(isinstance(d, Expr) for d in v.shape):
         return v
     size = 1
@@ -279,6 +290,11 @@ class OnnxModel:
         env: dict[str, Value | None] = {}
         env.update(self.fixed)
         env.update(feeds)
+        for info in self.inputs:  # a low-precision input: its bits, or values rounded to it
+            v = env.get(info.name)
+            if is_lowp_dtype(info.dtype) and isinstance(v, Tensor):
+                bits = v.dtype == storage_dtype(info.dtype)
+                env[info.name] = LowP(v, info.dtype) if bits else encode(v, info.dtype)  # type: ignore[assignment]
         Tracer(self.opsets, self.source).run(self.proto.graph, env)
         return {o.name: env[o.name] for o in self.proto.graph.output}  # type: ignore[misc]
 
@@ -383,7 +399,7 @@ def load(
                 bounds_out[chosen] = b
             shape.append(variables[chosen])
         try:
-            adt = dt.from_numpy(dtype)
+            adt = storage_dtype(dtype) if is_lowp_dtype(dtype) else dt.from_numpy(dtype)
         except TypeError as exc:
             raise UnsupportedOpError(
                 f"{label}: input {inp.name!r}: {exc}", ((inp.name, "input", str(exc)),)
@@ -401,6 +417,9 @@ def load(
     env: dict[str, Value | None] = {}
     env.update(fixed_values)
     env.update(placeholders)
+    for info in infos:  # low-precision inputs: the placeholder holds their bits
+        if is_lowp_dtype(info.dtype):
+            env[info.name] = LowP(placeholders[info.name], info.dtype)  # type: ignore[assignment]
     Tracer(opsets, label).run(model.graph, env)
     traced: dict[str, Value] = {}
     out_infos: list[TensorInfo] = []
@@ -409,6 +428,9 @@ def load(
         if v is None:
             raise OnnxImportError(f"{label}: output {o.name!r} is never produced")
         traced[o.name] = v
+        if isinstance(v, LowP) or (isinstance(v, np.ndarray) and is_lowp_dtype(v.dtype)):
+            out_infos.append(TensorInfo(o.name, tuple(v.shape), v.dtype))
+            continue
         t = as_tensor(v)
         out_infos.append(TensorInfo(o.name, t.shape, t.dtype.np))
     return OnnxModel(

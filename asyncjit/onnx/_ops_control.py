@@ -59,7 +59,9 @@ def _loop(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     carried = list(ins[2:])
     n_carried = len(carried)
     if trip is not None and not isinstance(trip, np.ndarray):
-        raise n.fail("the trip count must be known at load time (a Loop over a data-dependent count)")
+        raise n.fail(
+            "the trip count depends on data; it must be known at load time (fix it with values={...})"
+        )
     max_trip = int(trip.reshape(-1)[0]) if isinstance(trip, np.ndarray) else None
     if max_trip is None and _known_bool(cond) is None:
         raise n.fail("a Loop without a trip count needs a condition known at load time")
@@ -114,9 +116,55 @@ def _loop(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     return results
 
 
+def _scan_steps(
+    n: NodeCtx, state: list[Value | None], seqs: list[tuple[Tensor, int]], length: Any, n_out: int
+) -> tuple[list[Value | None], list[list[Tensor]]]:
+    """Run the body over ``length`` steps of each ``(sequence, axis)``: final state, scan outputs."""
+    if not isinstance(length, int):
+        raise n.fail(f"Scan over a symbolic length {length} is not supported (the steps are unrolled)")
+    if length > MAX_UNROLL:
+        raise n.fail(f"Scan of {length} steps is more than the {MAX_UNROLL} asyncjit unrolls")
+    collected: list[list[Tensor]] = [[] for _ in range(n_out)]
+    for t in range(length):
+        elems: list[Value | None] = []
+        for x, ax in seqs:
+            index: list[Any] = [slice(None)] * x.ndim
+            index[ax] = t
+            elems.append(x[tuple(index)])
+        outs = n.tracer.subgraph(n.attr("body"), [*state, *elems])
+        state = list(outs[: len(state)])
+        for k, y in enumerate(outs[len(state) :]):
+            collected[k].append(n.t(y))
+    return state, collected
+
+
+@op("Scan", since=8)
+def _scan_8(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
+    """Scan-8: a leading batch axis on every state and sequence, time on axis 1, per-batch runs."""
+    if ins and ins[0] is not None:
+        raise n.fail("Scan-8's sequence_lens is not supported (every sequence runs its full length)")
+    m = n.attr("num_scan_inputs")
+    states = [n.t(v) for v in ins[1 : len(ins) - m]]
+    xs = [n.t(v) for v in ins[len(ins) - m :]]
+    dirs = list(n.attr("directions") or [0] * m)
+    n_out = len(n.proto.output) - len(states)
+    batch = xs[0].shape[0]
+    if not isinstance(batch, int):
+        raise n.fail("Scan-8 runs each batch entry separately: the batch size must be static")
+    finals: list[list[Tensor]] = [[] for _ in states]
+    scans: list[list[Tensor]] = [[] for _ in range(n_out)]
+    for b in range(batch):
+        seqs = [(reverse_axis(x[b], 0) if d else x[b], 0) for x, d in zip(xs, dirs, strict=True)]
+        state, collected = _scan_steps(n, [s[b] for s in states], seqs, seqs[0][0].shape[0], n_out)
+        for k, v in enumerate(state):
+            finals[k].append(n.t(v))
+        for k, ys in enumerate(collected):
+            scans[k].append(Tensor.stack(ys, 0))
+    return [Tensor.stack(v, 0) for v in (*finals, *scans)]
+
+
 @op("Scan", since=9)
 def _scan(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
-    body = n.attr("body")
     m = n.attr("num_scan_inputs")
     state = list(ins[: len(ins) - m])
     xs = [n.t(v) for v in ins[len(ins) - m :]]
@@ -133,21 +181,7 @@ def _scan(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
             x = reverse_axis(x, ax)
         seqs.append((x, ax))
         length = x.shape[ax]
-    if not isinstance(length, int):
-        raise n.fail(f"Scan over a symbolic length {length} is not supported (the steps are unrolled)")
-    if length > MAX_UNROLL:
-        raise n.fail(f"Scan of {length} steps is more than the {MAX_UNROLL} asyncjit unrolls")
-    collected: list[list[Tensor]] = [[] for _ in range(n_out)]
-    for t in range(length):
-        elems: list[Value | None] = []
-        for x, ax in seqs:
-            index: list[Any] = [slice(None)] * x.ndim
-            index[ax] = t
-            elems.append(x[tuple(index)])
-        outs = n.tracer.subgraph(body, [*state, *elems])
-        state = list(outs[: len(state)])
-        for k, y in enumerate(outs[len(state) :]):
-            collected[k].append(n.t(y))
+    state, collected = _scan_steps(n, state, seqs, length, n_out)
     results: list[Value | None] = list(state)
     for k in range(n_out):
         stacked = Tensor.stack(collected[k], 0)

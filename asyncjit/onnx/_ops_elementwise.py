@@ -17,9 +17,9 @@ from .. import dtypes as dt
 from ..symbolic import Expr, bounds, smax, smin
 from ..tensor import Tensor
 from ._registry import NodeCtx, op
-from ._values import Sym, Value, make_int_array, np_dtype
+from ._values import Sym, Value, make_int_array
 
-__all__: list[str] = []
+__all__ = ["round_half_even"]
 
 
 def _sym_binary(fn: Callable[[Any, Any], Any], a: Value, b: Value) -> Value | None:
@@ -251,7 +251,11 @@ _unary("Acos", _keep(lambda x: math.pi / 2 - _atan(x / (1.0 - x * x).maximum(0.0
 
 @op("Round")
 def _round(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0])
+    return round_half_even(n.t(ins[0]))
+
+
+def round_half_even(x: Tensor) -> Tensor:
+    """numpy's ``rint``: halves round to the even neighbour."""
     f = x.floor()
     diff = x - f
     even = (f - (f / 2.0).floor() * 2.0) == 0.0
@@ -277,25 +281,6 @@ def _identity(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     if n.op_type == "Dropout" and len(n.proto.output) > 1:
         return [x, Tensor.ones(n.t(x).shape, dt.bool_)]
     return [x]
-
-
-@op("Cast")
-def _cast(n: NodeCtx, ins: list[Value | None]) -> Value:
-    target = np_dtype(n.attr("to"))
-    v = ins[0]
-    if isinstance(v, Sym) and target.kind in "iu":
-        return Sym(v.values, target)
-    if isinstance(v, np.ndarray) and target.kind in "iufb" and v.dtype.kind in "iufb":
-        with np.errstate(all="ignore"):
-            if v.dtype.kind == "f" and target.kind in "iu":
-                return np.trunc(np.nan_to_num(v)).astype(target)  # type: ignore[no-any-return]
-            return v.astype(target)
-    return n.t(v).cast(dt.from_numpy(target))
-
-
-@op("CastLike")
-def _cast_like(n: NodeCtx, ins: list[Value | None]) -> Value:
-    return n.t(ins[0]).cast(n.t(ins[1]).dtype)
 
 
 @op("Clip")
@@ -403,8 +388,42 @@ def _shrink(n: NodeCtx, ins: list[Value | None]) -> Value:
     )
 
 
+def _scalar(value: int, dtype: dt.DType) -> Tensor:
+    """``value`` modulo 2**bits, as a constant of the int ``dtype`` (two's complement)."""
+    bits = 8 * dtype.itemsize
+    unsigned = np.array(value % (1 << bits), dtype=f"u{dtype.itemsize}")
+    return Tensor.const(unsigned.view(dtype.np))
+
+
+def _pow2(y: Tensor) -> Tensor:
+    """``2**y`` modulo 2**bits for ``0 <= y < bits``: a product over the bits of ``y``."""
+    bits = 8 * y.dtype.itemsize
+    one = _scalar(1, y.dtype)
+    factor: Tensor | None = None
+    for k in range(bits.bit_length() - 1):
+        term = Tensor.select(
+            (y & _scalar(1 << k, y.dtype)) != _scalar(0, y.dtype), _scalar(1 << (1 << k), y.dtype), one
+        )
+        factor = term if factor is None else factor * term
+    assert factor is not None
+    return factor
+
+
 @op("BitShift")
 def _bitshift(n: NodeCtx, ins: list[Value | None]) -> Value:
     x, y = _promote(n, ins[0], ins[1])
-    factor = ((y.cast(dt.float32) * math.log(2.0)).exp() + 0.5).floor().cast(x.dtype)
-    return x * factor if n.attr("direction") == "LEFT" else x // factor
+    if not x.dtype.is_int:
+        raise n.fail(f"BitShift needs integer operands, got {x.dtype.name}")
+    bits = 8 * x.dtype.itemsize
+    zero = _scalar(0, x.dtype)
+    signed = not x.dtype.is_unsigned
+    # shifting by a negative amount or by the width or more: every bit is shifted out
+    valid = ((y >= zero) & (y < _scalar(bits, x.dtype))) if signed else y < _scalar(bits, x.dtype)
+    factor = _pow2(Tensor.select(valid, y, zero))
+    if n.attr("direction") in ("LEFT", b"LEFT"):
+        return Tensor.select(valid, x * factor, zero)  # wraps modulo 2**bits, as a shift does
+    if not signed:
+        return Tensor.select(valid, x // factor, zero)
+    # an arithmetic shift is a floor division; by bits - 1 or more only the sign is left
+    spread = Tensor.select(x < zero, _scalar(-1, x.dtype), zero)
+    return Tensor.select(valid & (y < _scalar(bits - 1, x.dtype)), x // factor, spread)

@@ -18,7 +18,7 @@ from ._ops_shape import axis_of
 from ._registry import NodeCtx, op
 from ._values import Value, const_tensor
 
-__all__ = ["window_geometry"]
+__all__ = ["conv_node", "window_geometry"]
 
 
 @op("MatMul")
@@ -91,8 +91,12 @@ def window_geometry(
 
 @op("Conv")
 def _conv(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x, w = n.t(ins[0]), n.t(ins[1])
     bias = n.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return conv_node(n, n.t(ins[0]), n.t(ins[1]), bias)
+
+
+def conv_node(n: NodeCtx, x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    """``x`` convolved with ``w`` (plus ``bias``) by the node's window attributes, in x's dtype."""
     w = w.cast(x.dtype)
     kernel = [int(d) for d in w.shape[2:]]
     group = n.attr("group", 1)
@@ -156,10 +160,47 @@ def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
 
 
 @op("MaxPool")
-def _max_pool(n: NodeCtx, ins: list[Value | None]) -> Value:
+def _max_pool(n: NodeCtx, ins: list[Value | None]) -> Value | list[Value | None]:
     if len(n.proto.output) > 1 and n.proto.output[1]:
-        raise n.fail("MaxPool's Indices output is not supported")
+        return _max_pool_with_indices(n, n.t(ins[0]))
     return _pool(n, n.t(ins[0]), "max")
+
+
+def _max_pool_with_indices(n: NodeCtx, x: Tensor) -> list[Value | None]:
+    """MaxPool's values and flat input indices: every window tap is gathered (padding reads
+    -inf), the first largest tap wins, and a table made at load time maps it to its index."""
+    kernel = [int(v) for v in n.attr("kernel_shape")]
+    spatial = x.shape[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise n.fail("MaxPool's Indices output needs static spatial dims")
+    dims = [int(d) for d in spatial]
+    strides, dil, pads, outs = window_geometry(n, dims, kernel, bool(n.attr("ceil_mode", 0)))
+    out = [int(o) for o in outs]
+    taps = np.array(list(np.ndindex(*kernel)))  # [K, r]
+    cells = np.array(list(np.ndindex(*out)))  # [Q, r]
+    pos = cells[None] * np.array(strides) + taps[:, None] * np.array(dil) - np.array([lo for lo, _ in pads])
+    inside = ((pos >= 0) & (pos < np.array(dims))).all(-1)  # [K, Q]
+    clipped = np.clip(pos, 0, np.array(dims) - 1)
+    source = np.ravel_multi_index(tuple(clipped.transpose(2, 0, 1)), dims)
+    nb, ch = x.shape[0], x.shape[1]
+    flat = x.reshape(nb, ch, -1)
+    index = Tensor.const(source.reshape(1, 1, -1)).expand(nb, ch, source.size)
+    lowest = float("-inf") if x.dtype.is_float else float(np.iinfo(x.dtype.np).min)  # type: ignore[type-var]
+    values = Tensor.select(Tensor.const(inside.reshape(1, 1, -1)), flat.take_along_axis(index, 2), lowest)
+    values = values.reshape(nb, ch, len(taps), len(cells))
+    best = values.argmax(2, keepdims=True)  # [N, C, 1, Q]
+    y = values.take_along_axis(best, 2).reshape(nb, ch, *out).cast(x.dtype)
+    # the winning tap's input position, row-major (or column-major with storage_order 1)
+    order = list(reversed(range(len(dims)))) if n.attr("storage_order", 0) else list(range(len(dims)))
+    strides_in = np.ones(len(dims), np.int64)
+    for i in range(len(order) - 2, -1, -1):
+        strides_in[order[i]] = strides_in[order[i + 1]] * dims[order[i + 1]]
+    where = (clipped * strides_in).sum(-1)  # [K, Q]
+    table = Tensor.const(where.reshape(1, 1, len(taps), len(cells)).astype(np.int64))
+    at = table.expand(nb, ch, len(taps), len(cells)).take_along_axis(best, 2).reshape(nb, ch, -1)
+    plane = int(np.prod(dims))
+    base = Tensor.arange(nb * ch, dt.int64).reshape(nb, ch, 1) * plane
+    return [y, (at + base).reshape(nb, ch, *out)]
 
 
 @op("AveragePool")
@@ -273,9 +314,10 @@ def _mvn(n: NodeCtx, ins: list[Value | None]) -> Value:
 def _lp_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     axis = n.attr("axis", -1)
-    if n.attr("p", 2) == 1:
-        return x / x.abs().sum(axis, keepdims=True)
-    return x / (x * x).sum(axis, keepdims=True).sqrt()
+    norm = (
+        x.abs().sum(axis, keepdims=True) if n.attr("p", 2) == 1 else (x * x).sum(axis, keepdims=True).sqrt()
+    )
+    return x / Tensor.select(norm == 0.0, 1.0, norm)  # an all-zero slice stays zero, not 0/0
 
 
 @op("LRN")
@@ -318,23 +360,47 @@ op("LogSoftmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "log_softmax"))
 op("Hardmax")(lambda n, ins: _softmax_like(n, n.t(ins[0]), "hardmax"))
 
 
+def _expand_ellipsis(
+    n: NodeCtx, eq: str, terms: list[str], rhs: str | None, operands: list[Tensor]
+) -> tuple[list[str], str]:
+    """Spell each ``...`` as letters the equation does not use, aligned from the right as numpy
+    broadcasts them; an implicit output puts them first."""
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    ranks = [
+        t.ndim - len(term.replace("...", "")) if "..." in term else 0
+        for term, t in zip(terms, operands, strict=True)
+    ]
+    width = max(ranks, default=0)
+    if min(ranks, default=0) < 0 or width > len(free):
+        raise n.fail(f"the equation {eq!r} does not fit the operands' ranks")
+    batch = "".join(free[:width])
+    spelled = [term.replace("...", batch[width - r :]) for term, r in zip(terms, ranks, strict=True)]
+    if rhs is None:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for c in t.replace("...", ""):
+                counts[c] = counts.get(c, 0) + 1
+        return spelled, batch + "".join(sorted(c for c, k in counts.items() if k == 1))
+    return spelled, rhs.replace("...", batch)
+
+
 @op("Einsum")
 def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     eq = n.attr("equation").replace(" ", "")
     eq = eq.decode() if isinstance(eq, bytes) else eq
-    lhs, _, rhs = eq.partition("->")
+    lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     ops_ = [n.t(v) for v in ins if v is not None]
-    if any("." in t for t in terms):
-        raise n.fail("Einsum with an ellipsis is not supported")
-    if not _:
+    if "..." in eq:
+        terms, rhs = _expand_ellipsis(n, eq, terms, rhs if arrow else None, ops_)
+        arrow = "->"
+    if not arrow:
         counts: dict[str, int] = {}
         for t in terms:
             for c in t:
                 counts[c] = counts.get(c, 0) + 1
         rhs = "".join(sorted(c for c, k in counts.items() if k == 1))
     letters = sorted({c for t in terms for c in t}, key=lambda c: (c not in rhs, rhs.find(c), c))
-    sizes: dict[str, Dim] = {}
     aligned = []
     for term, t in zip(terms, ops_, strict=True):
         # a repeated letter in one term is a diagonal
@@ -347,13 +413,10 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
             shape[i], shape[j] = int(d), int(d)
             t = (t * eye.reshape(*shape)).sum(j)
             term = term[:j] + term[j + 1 :]
-        for c, d in zip(term, t.shape, strict=True):
-            sizes[c] = d
         order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
         t = t.permute(*order)
-        sorted_term = [term[i] for i in order]
-        shape = [sizes[c] if c in sorted_term else 1 for c in letters]  # type: ignore[misc]
-        aligned.append(t.reshape(*shape))
+        own: dict[str, Dim] = {term[i]: t.shape[k] for k, i in enumerate(order)}
+        aligned.append(t.reshape(*[own.get(c, 1) for c in letters]))  # size-1 dims broadcast
     out = aligned[0]
     for t in aligned[1:]:
         out = out * t
@@ -364,49 +427,11 @@ def _einsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     return out.permute(*[kept.index(c) for c in rhs]) if kept else out
 
 
-@op("QuantizeLinear")
-def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0]).cast(dt.float32)
-    scale = _per_axis(n, n.t(ins[1]).cast(dt.float32), x.ndim)
-    zp = ins[2] if len(ins) > 2 else None
-    if isinstance(zp, np.ndarray):
-        target = dt.from_numpy(zp.dtype)
-    elif zp is not None:
-        target = n.t(zp).dtype
-    else:
-        from ._values import np_dtype
-
-        out_dt = n.attr("output_dtype", 0)
-        target = dt.from_numpy(np_dtype(out_dt) if out_dt else np.uint8)
-    q = _round_even(x / scale)
-    if zp is not None:
-        q = q + _per_axis(n, n.t(zp).cast(dt.float32), x.ndim)
-    info = np.iinfo(target.np)  # type: ignore[type-var]
-    return q.clip(float(info.min), float(info.max)).cast(target)
-
-
 def _round_even(x: Tensor) -> Tensor:
-    f = x.floor()
-    diff = x - f
-    even = (f - (f / 2.0).floor() * 2.0) == 0.0
-    return Tensor.select((diff > 0.5) | ((diff == 0.5) & ~even), f + 1.0, f)
+    """numpy's ``rint`` (``_ops_lowp.rint``: one fused loop, bit for bit)."""
+    from ._ops_lowp import rint
 
-
-def _per_axis(n: NodeCtx, v: Tensor, ndim: int) -> Tensor:
-    if v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1 and ndim != 1):
-        return v.reshape(*([1] * 0)) if v.ndim == 0 else v.reshape(())
-    axis = n.attr("axis", 1) % ndim
-    return v.reshape(*([1] * axis), v.shape[0], *([1] * (ndim - axis - 1)))
-
-
-@op("DequantizeLinear")
-def _dequantize(n: NodeCtx, ins: list[Value | None]) -> Value:
-    x = n.t(ins[0])
-    scale = n.t(ins[1])
-    out = x.cast(dt.float32)
-    if len(ins) > 2 and ins[2] is not None:
-        out = out - _per_axis(n, n.t(ins[2]).cast(dt.float32), x.ndim)
-    return (out * _per_axis(n, scale.cast(dt.float32), x.ndim)).cast(scale.dtype)
+    return rint(x)
 
 
 @op("RMSNormalization", since=23)

@@ -61,10 +61,10 @@ def _f32(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
 _reduction("ReduceSum", lambda x, a, k: x.sum(a, k), since=13)
 _reduction("ReduceMean", _mean)
 _reduction(
-    "ReduceMax", lambda x, a, k: x.cast(dt.int32).max(a, k).cast(dt.bool_) if x.dtype.is_bool else x.max(a, k)
+    "ReduceMax", lambda x, a, k: x.cast(dt.uint8).max(a, k).cast(dt.bool_) if x.dtype.is_bool else x.max(a, k)
 )
 _reduction(
-    "ReduceMin", lambda x, a, k: x.cast(dt.int32).min(a, k).cast(dt.bool_) if x.dtype.is_bool else x.min(a, k)
+    "ReduceMin", lambda x, a, k: x.cast(dt.uint8).min(a, k).cast(dt.bool_) if x.dtype.is_bool else x.min(a, k)
 )
 _reduction("ReduceProd", lambda x, a, k: x.prod(a, k))
 _reduction("ReduceSumSquare", lambda x, a, k: (x * x).sum(a, k))
@@ -139,17 +139,25 @@ def _gather_elements_op(n: NodeCtx, ins: list[Value | None]) -> Value:
     return _gather_elements(x, n.t(ins[1]), axis_of(n.attr("axis", 0), x.ndim, n))
 
 
+def _reduction_of(n: NodeCtx) -> str:
+    """A scatter's ``reduction`` attribute: none (replace), add, mul, max or min."""
+    reduce = n.attr("reduction", "none")
+    reduce = reduce.decode() if isinstance(reduce, bytes) else str(reduce)
+    if reduce not in ("none", "add", "mul", "max", "min"):
+        raise n.fail(f"reduction {reduce!r} is not one of none, add, mul, max, min")
+    return reduce
+
+
 @op("ScatterElements", "Scatter")
 def _scatter_elements(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    if n.attr("reduction", "none") not in ("none", b"none"):
-        raise n.fail(f"reduction {n.attr('reduction')!r} is not supported")
+    reduce = _reduction_of(n)
     axis = axis_of(n.attr("axis", 0), x.ndim, n)
     index = n.t(ins[1]).cast(dt.int64)
     index = Tensor.select(index < 0, index + x.shape[axis], index)
     flat = _linear_index(x.shape, index, axis).reshape(-1)
     upd = n.t(ins[2]).cast(x.dtype).reshape(-1)
-    return x.reshape(-1).scatter(0, flat, upd).reshape(*x.shape)
+    return x.reshape(-1).scatter(0, flat, upd, reduce).reshape(*x.shape)
 
 
 @op("GatherND")
@@ -186,8 +194,7 @@ def _gather_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 @op("ScatterND")
 def _scatter_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
-    if n.attr("reduction", "none") not in ("none", b"none"):
-        raise n.fail(f"reduction {n.attr('reduction')!r} is not supported")
+    reduce = _reduction_of(n)
     x, index = n.t(ins[0]), n.t(ins[1]).cast(dt.int64)
     k = index.shape[-1]
     if not isinstance(k, int):
@@ -204,7 +211,7 @@ def _scatter_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
         stride = stride * x.shape[j]
     assert lin is not None
     upd = n.t(ins[2]).cast(x.dtype).reshape(lin.shape[0], rows.shape[1])
-    return rows.scatter(0, lin, upd).reshape(*x.shape)
+    return rows.scatter(0, lin, upd, reduce).reshape(*x.shape)
 
 
 @op("CumSum")

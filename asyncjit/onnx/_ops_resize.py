@@ -17,7 +17,7 @@ from .. import dtypes as dt
 from ..tensor import Tensor
 from ._ops_shape import axis_of
 from ._registry import NodeCtx, op
-from ._values import Value, const_tensor
+from ._values import Value, const_tensor, np_dtype
 
 __all__: list[str] = []
 
@@ -246,7 +246,6 @@ def _attention(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     scale = 1.0 / math.sqrt(int(d)) if scale is None else float(scale)
     qf, kf, vf = q.cast(dt.float32), k.cast(dt.float32), v.cast(dt.float32)
     scores = (qf * math.sqrt(scale)) @ (kf * math.sqrt(scale)).transpose(-1, -2)
-    qk = scores
     sq, sk = scores.shape[-2], scores.shape[-1]
     bias: Tensor | None = None
     nonpad = n.t(ins[6]).cast(dt.int64) if len(ins) > 6 and ins[6] is not None else None
@@ -281,19 +280,26 @@ def _attention(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     if nonpad is not None:
         padding = Tensor.select(cols.reshape(1, 1, 1, sk) < nonpad.reshape(-1, 1, 1, 1), 0.0, float("-inf"))
         bias = padding if bias is None else bias + padding
-    cap = float(n.attr("softcap", 0.0))
-    if cap > 0:
-        scores = (scores / cap).tanh() * cap
-    after_cap = scores
+    cap = n.attr("softcap")
+    if cap is not None and float(cap) > 0:
+        scores = (scores / float(cap)).tanh() * float(cap)
+    qk_out = scores  # modes 0 and 1: the (soft-capped) product
     if bias is not None:
         scores = scores + bias
-    after_mask = scores
+    mode = n.attr("qk_matmul_output_mode", 0)
+    if mode == 2:
+        qk_out = scores
+    precision = n.attr("softmax_precision")
+    if precision is not None:
+        scores = scores.cast(np_dtype(precision))
     probs = scores.softmax(-1)
-    y = probs @ vf
+    if bias is not None:
+        # a row that the mask hides entirely attends to nothing: its weights are 0, not NaN
+        hidden = bias.max(-1, keepdims=True) == float("-inf")
+        probs = Tensor.select(hidden, 0.0, probs)
+    if mode == 3:
+        qk_out = probs
+    y = probs.cast(dt.float32) @ vf
     if three_d:
         y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
-    mode = n.attr("qk_matmul_output_mode", 0)
-    qk_out = (
-        [after_cap if cap > 0 else qk, after_mask, after_cap, probs][mode] if mode in (0, 1, 2, 3) else qk
-    )
     return [y.cast(q.dtype), present_k, present_v, qk_out.cast(q.dtype)]

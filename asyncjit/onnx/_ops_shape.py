@@ -348,6 +348,7 @@ def _pad(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     mode = n.attr("mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
+    run_time_value: Tensor | None = None
     if n.opset < 11:
         pads: list[Dim] = list(n.attr("pads", n.attr("paddings")))
         value: Any = n.attr("value", 0.0)
@@ -355,8 +356,11 @@ def _pad(n: NodeCtx, ins: list[Value | None]) -> Value:
     else:
         pads = n.ints(ins[1], "pads")
         value = 0
-        if len(ins) > 2 and ins[2] is not None:
-            cv = n.const(ins[2], "constant_value")
+        cv_in = ins[2] if len(ins) > 2 else None
+        if isinstance(cv_in, Tensor):
+            run_time_value = cv_in  # computed in the graph (an expanded function's Where, say)
+        elif cv_in is not None:
+            cv = n.const(cv_in, "constant_value")
             value = cv.reshape(-1)[0].item() if cv.size else 0
         axes = list(range(x.ndim))
         if len(ins) > 3 and ins[3] is not None:
@@ -393,6 +397,14 @@ def _pad(n: NodeCtx, ins: list[Value | None]) -> Value:
         return x
     if mode not in ("constant", "reflect", "edge"):
         raise n.fail(f"pad mode {mode!r} is not supported")
+    if run_time_value is not None and mode == "constant":
+        # pad with zeros, then put the run-time value wherever a pad marker says so
+        inside = Tensor.ones(list(x.shape), dt.bool_).cast(dt.int32).pad(full, mode, 0).cast(dt.bool_)
+        fill = run_time_value.reshape(-1)[0] if run_time_value.ndim else run_time_value
+        padded = (
+            x.cast(dt.int32).pad(full, mode, 0).cast(dt.bool_) if x.dtype.is_bool else x.pad(full, mode, 0)
+        )
+        return Tensor.select(inside, padded, fill.cast(x.dtype))
     if x.dtype.is_bool and mode == "constant":
         return x.cast(dt.int32).pad(full, mode, int(value)).cast(dt.bool_)
     return x.pad(full, mode, value)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import dtypes
 from ..compiler import compile as compile_plan
-from ..errors import DTypeMismatchError, OnnxImportError, ShapeMismatchError
+from ..errors import DTypeMismatchError, InvalidArgumentError, OnnxImportError, ShapeMismatchError
 from ..runtime import Client, Device, default_client
 from ..scheduler import PooledStep
 from ..symbolic import Dim, Var, prod
@@ -68,7 +68,9 @@ class OnnxRecurrentStep(PooledStep):
         src = model.source
         max_batch = max_streams if max_batch_size is None else max_batch_size
         if max_streams < 1 or max_batch < 1:
-            raise ValueError(f"max_streams and max_batch_size must be >= 1, got {max_streams}, {max_batch}")
+            raise InvalidArgumentError(
+                f"max_streams and max_batch_size must be >= 1, got {max_streams}, {max_batch}"
+            )
         infos = {i.name: i for i in model.inputs}
         outs = {o.name: o for o in model.outputs}
         for s_in, s_out in state.items():

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from .._log import get_logger
 from ..compiler import compile as compile_plan
+from ..compiler._cpu import CpuExecutable
 from ..errors import (
     DTypeMismatchError,
     InputBufferNotFoundError,
@@ -36,6 +37,7 @@ from ..symbolic import Expr, Var
 from ..symbolic import evaluate as eval_dim
 from ..tensor import Tensor
 from ._importer import OnnxModel, TensorInfo, load
+from ._lowp import LowP, bits_array, is_lowp_dtype
 from ._values import Sym
 
 __all__ = ["InferenceSession"]
@@ -73,10 +75,14 @@ class InferenceSession:
         self._inputs = {i.name: i for i in m.inputs}
         self._order = [i.name for i in m.inputs]
         self._output_names = [o.name for o in m.outputs]
+        self._out_dtypes = {o.name: o.dtype for o in m.outputs}
+        self._lowp_inputs = frozenset(i.name for i in m.inputs if is_lowp_dtype(i.dtype))
         # outputs computed by the plan, and the rest (constants, symbolic ints, inputs passed through)
         self._plan_outputs: list[str] = []
         tensors: list[Tensor] = []
         for name, value in m.outputs_traced.items():
+            if isinstance(value, LowP):  # a low-precision output: the plan computes its bits
+                value = value.bits
             if isinstance(value, Tensor) and value.node.op != "placeholder":
                 self._plan_outputs.append(name)
                 tensors.append(value)
@@ -97,6 +103,9 @@ class InferenceSession:
             else self.client.device(0 if not isinstance(device, int) else device)
         )
         self._run_lock = threading.Lock()
+        self._fixed_names = frozenset(m.fixed)
+        self._feed_memo: dict[tuple[Any, ...], dict[str, int]] = {}
+        self._bound: dict[tuple[Any, ...], tuple[Any, list[np.ndarray], list[np.ndarray]]] = {}
         self._run_inputs: dict[tuple[Any, ...], tuple[list[Buffer], list[np.ndarray]]] = {}
         self.prepare_seconds = time.perf_counter() - started
         _log.info(
@@ -127,6 +136,29 @@ class InferenceSession:
             ShapeMismatchError: a wrong rank, a fixed size that differs, one var two sizes.
             VarBoundsError: a size outside its dim's bounds, naming the input and axis.
         """
+        # A feed of plain arrays with the names, shapes and dtypes of one already checked gives
+        # the same verdict: the var values are remembered per such signature.
+        key: tuple[Any, ...] | None = None
+        if type(feed) is dict and not self._fixed_names.intersection(feed):
+            key = tuple([(k, v.shape, v.dtype) if type(v) is np.ndarray else None for k, v in feed.items()])
+            if None in key:
+                key = None
+            else:
+                hit = self._feed_memo.get(key)
+                if hit is not None:
+                    if self._lowp_inputs:  # their bits go to the plan
+                        return [
+                            bits_array(feed[n]) if n in self._lowp_inputs else feed[n] for n in self._order
+                        ], dict(hit)
+                    return [feed[n] for n in self._order], dict(hit)
+        arrays, values = self._check_feed(feed)
+        if key is not None:
+            if len(self._feed_memo) >= 64:
+                self._feed_memo.clear()
+            self._feed_memo[key] = values
+        return arrays, values
+
+    def _check_feed(self, feed: Mapping[str, Any]) -> tuple[list[np.ndarray], dict[str, int]]:
         unknown = [k for k in feed if k not in self._inputs and k not in self.model.fixed]
         if unknown:
             raise InputBufferNotFoundError(
@@ -177,13 +209,15 @@ class InferenceSession:
                     bound[d.name] = (int(size), where)
                 elif isinstance(d, int) and d != size:
                     raise ShapeMismatchError(f"{self.model.source}: {where} must be {d}, got {size}")
-            arrays.append(arr)
+            arrays.append(bits_array(arr) if is_lowp_dtype(arr.dtype) else arr)
         return arrays, {k: v for k, (v, _) in bound.items()}
 
     def _host_output(
         self, name: str, arrays: Sequence[np.ndarray], var_values: Mapping[str, int]
     ) -> np.ndarray:
         value = self.model.outputs_traced[name]
+        if isinstance(value, LowP):
+            value = value.bits
         if isinstance(value, Tensor):  # an input passed straight through
             return np.array(arrays[self._order.index(value.node.attrs["name"])])
         if isinstance(value, Sym):
@@ -191,7 +225,7 @@ class InferenceSession:
                 eval_dim(e, var_values) if isinstance(e, Expr) else int(e) for e in value.values.reshape(-1)
             ]
             return np.array(flat, dtype=value.dtype).reshape(value.shape)
-        return np.array(value)
+        return bits_array(value) if is_lowp_dtype(value.dtype) else np.array(value)
 
     # -- running ------------------------------------------------------------------------------------
     def _names(self, output_names: Sequence[str] | None) -> list[str]:
@@ -206,6 +240,9 @@ class InferenceSession:
 
     def execute(self, feed: Mapping[str, Any]) -> dict[str, Buffer]:
         """Enqueue one run and return every output's ``Buffer`` before it is computed.
+
+        A low-precision output (bfloat16, float8, int4 ...) is a Buffer of its storage bits
+        (uint16 or uint8): ``.view(ml_dtypes.<type>)`` its array.
 
         Blocks only while the device queue is full (``run_async`` never blocks).
         """
@@ -248,6 +285,14 @@ class InferenceSession:
             if self._run_lock.acquire(blocking=False):
                 try:
                     values = {k: v for k, v in var_values.items() if k in self._plan_vars}
+                    direct = self._run_bound(arrays, values)
+                    if direct is not None:
+                        return [
+                            self._typed(
+                                n, direct[n] if n in direct else self._host_output(n, arrays, var_values)
+                            )
+                            for n in names
+                        ]
                     outs = self.plan.execute_blocking(self._reused_inputs(arrays), values)
                     for out in outs:
                         out.block_until_ready()
@@ -256,7 +301,42 @@ class InferenceSession:
             else:
                 outs = self._launch(arrays, var_values, blocking=True)
         buffers = self._collect(arrays, var_values, outs)
-        return [buffers[n].to_numpy_blocking() for n in names]
+        return [self._typed(n, buffers[n].to_numpy_blocking()) for n in names]
+
+    def _typed(self, name: str, arr: np.ndarray) -> np.ndarray:
+        """A low-precision output's bits viewed as its ``ml_dtypes`` type."""
+        want = self._out_dtypes[name]
+        return arr.view(want) if is_lowp_dtype(want) and arr.dtype != want else arr
+
+    def _run_bound(self, arrays: list[np.ndarray], values: dict[str, int]) -> dict[str, np.ndarray] | None:
+        """The plan replayed on this thread, bound once per feed shape to session-owned arrays
+        (the path ``SileroVad`` takes): no device-thread hop and no buffer bookkeeping, which
+        cost more than a small model's kernels. None where the plan cannot be bound this way (a
+        device other than the CPU compiler's, plugin partitions that dispatch on the device
+        thread); the caller then goes through the device queue. Called holding ``_run_lock``.
+        """
+        assert self.plan is not None
+        exe = self.plan.executable
+        if not isinstance(exe, CpuExecutable) or exe.dispatch:
+            return None
+        self.device.check_open()
+        key = (tuple(a.shape for a in arrays), tuple(values.items()))
+        entry = self._bound.get(key)
+        if entry is None:
+            ins = [np.empty(a.shape, a.dtype) for a in arrays]
+            shapes = exe.signature.output_shapes(exe.check_vars(values))
+            outs = [
+                np.empty(shape, spec.dtype.np)
+                for spec, shape in zip(exe.signature.outputs, shapes, strict=True)
+            ]
+            if len(self._bound) >= 8:
+                self._bound.clear()
+            entry = self._bound[key] = (exe.bind(ins, outs, values), ins, outs)
+        call, ins, _ = entry
+        for dst, src in zip(ins, arrays, strict=True):
+            np.copyto(dst, src)
+        call()  # outputs(): actual shapes where the plan computes sizes
+        return {name: out.copy() for name, out in zip(self._plan_outputs, call.outputs(), strict=True)}
 
     def _reused_inputs(self, arrays: list[np.ndarray]) -> list[Buffer]:
         key = tuple((a.shape, a.dtype.str) for a in arrays)
@@ -284,4 +364,4 @@ class InferenceSession:
             values = {k: v for k, v in var_values.items() if k in self._plan_vars}
             outs = await self.plan.execute(bufs, values)
         buffers = self._collect(arrays, var_values, outs)
-        return [await buffers[n].to_numpy() for n in names]
+        return [self._typed(n, await buffers[n].to_numpy()) for n in names]

@@ -18,6 +18,7 @@ from onnx.backend.base import Backend, BackendRep
 from ..errors import OnnxImportError
 from ..symbolic import Var
 from ._importer import OnnxModel, load, read_model, unsupported_nodes
+from ._lowp import LowP, bits_array, is_lowp_dtype
 from ._session import InferenceSession
 from ._values import Sym, as_tensor
 
@@ -108,7 +109,11 @@ def _interpret(model: OnnxModel, feed: Mapping[str, np.ndarray]) -> list[np.ndar
     from ..reference import evaluate
 
     sess_inputs = {i.name for i in model.inputs}
-    arrays = {model.placeholders[k]: v for k, v in feed.items() if k in sess_inputs}
+    arrays = {
+        model.placeholders[k]: bits_array(v) if is_lowp_dtype(v.dtype) else v
+        for k, v in feed.items()
+        if k in sess_inputs
+    }
     var_values: dict[str, int] = {}
     for info in model.inputs:
         for d, size in zip(info.shape, feed[info.name].shape, strict=False):
@@ -127,16 +132,17 @@ def _interpret(model: OnnxModel, feed: Mapping[str, np.ndarray]) -> list[np.ndar
             flat = [eval_dim(e, var_values) if not isinstance(e, int) else e for e in v.values.reshape(-1)]
             out.append(np.array(flat, v.dtype).reshape(v.shape))
             continue
-        t = as_tensor(v)
+        view = v.dtype if isinstance(v, LowP) else None
+        t = v.bits if isinstance(v, LowP) else as_tensor(v)
         out.append(None)  # type: ignore[arg-type]
-        tensors.append((len(out) - 1, t))
+        tensors.append((len(out) - 1, t, view))
     if tensors:
         used = {n.name for n in model.vars}
         results = evaluate(
-            [t for _, t in tensors], arrays, {k: v for k, v in var_values.items() if k in used}
+            [t for _, t, _ in tensors], arrays, {k: v for k, v in var_values.items() if k in used}
         )
-        for (i, _), r in zip(tensors, results, strict=True):
-            out[i] = r
+        for (i, _, view), r in zip(tensors, results, strict=True):
+            out[i] = r if view is None else r.view(view)
     return out
 
 

@@ -16,7 +16,11 @@ from ._memory import MemoryPlan as MemoryPlan
 from ._memory import Slot as Slot
 from ._memory import plan_memory as plan_memory
 from ._pipeline import optimize_graph as optimize_graph
+from ._refine import canonicalize_dynamism as canonicalize_dynamism
 from ._refine import refine as refine
+from ._refine import refine_arguments as refine_arguments
+from ._refine import refine_shapes as refine_shapes
+from ._shard import split_axes as split_axes
 from ._simplify import simplify as simplify
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "Kernel",
     "MemoryPlan",
     "Slot",
+    "canonicalize_dynamism",
     "cse",
     "dce",
     "fold_constants",
@@ -36,6 +41,9 @@ __all__ = [
     "plan_memory",
     "rebuild",
     "refine",
+    "refine_arguments",
+    "refine_shapes",
     "remake",
     "simplify",
+    "split_axes",
 ]

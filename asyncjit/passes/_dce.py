@@ -19,4 +19,4 @@ def dce(graph: Graph) -> Graph:
     Nodes are immutable and only reachable through outputs, so dropping dead code means not
     walking to it; this pass exists so pipelines say where that happens.
     """
-    return Graph(graph.inputs, graph.outputs, graph.vars)
+    return Graph(graph.inputs, graph.outputs, graph.vars, graph.pending)

@@ -24,7 +24,7 @@ from ._graph import Graph
 __all__ = ["Claimed", "FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
 
 OWN_LOOP_OPS = frozenset(
-    {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero"}
+    {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero", "prefix"}
 )
 _DENSE_OPERANDS = frozenset({"matmul", "conv1d", "conv", "pool", "topk"})
 

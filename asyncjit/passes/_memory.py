@@ -4,6 +4,11 @@ Inputs, outputs and constants live in caller-owned memory (their own argument sl
 materialized value gets an offset in a single arena, sized for the upper bound of every var and
 reused by liveness: a buffer can take the place of one no kernel reads any more. Offsets are
 64-byte aligned (a cache line, and the widest vector load on AVX-512).
+
+A value whose size depends on an *unbounded* var has no upper bound to size for: it goes to the
+dynamic arena at a symbolic offset (``Slot.expr``), and the plan's ``dyn_bytes`` (an expression
+over the vars) is evaluated before each run; the launcher grows that arena on demand and reuses
+it. Dead dynamic buffers are reused by a later one that provably fits (same or smaller size).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import attrs
 import numpy as np
 
 from ..graph import Node
-from ..symbolic import upper
+from ..symbolic import DataVar, Dim, Var, bounds, free_vars, is_bounded, prod, substitute, upper
 from ._fusion import FusionPlan
 
 __all__ = ["ALIGN", "MemoryPlan", "Slot", "capacity_bytes", "plan_memory"]
@@ -32,6 +37,7 @@ class Slot:
     kind: str
     index: int = 0
     offset: int = 0
+    expr: Dim = 0  # kind "dyn": the offset in the dynamic arena, over the vars
 
 
 @attrs.frozen
@@ -43,6 +49,7 @@ class MemoryPlan:
     arena_bytes: int
     scratch_offset: int
     scratch_bytes: int
+    dyn_bytes: Dim = 0  # bytes of the dynamic arena, over the vars (0: no dynamic buffers)
 
 
 def capacity_bytes(node: Node) -> int:
@@ -53,6 +60,15 @@ def capacity_bytes(node: Node) -> int:
 
 def _round(n: int) -> int:
     return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)
+
+
+def _round_expr(n: Dim) -> Dim:
+    return (n + ALIGN - 1) // ALIGN * ALIGN + ALIGN  # never 0, so offsets stay distinct
+
+
+def _fits(size: Dim, room: Dim) -> bool:
+    """``size <= room`` for every binding (provably)."""
+    return bounds(room - size)[0] >= 0
 
 
 def plan_memory(plan: FusionPlan, scratch_bytes: int = 0) -> MemoryPlan:
@@ -76,13 +92,32 @@ def plan_memory(plan: FusionPlan, scratch_bytes: int = 0) -> MemoryPlan:
         for n in k.reads:
             last_use[n.id] = t
     live: list[tuple[int, int, int]] = []  # (offset, size, last use)
+    dyn_live: list[tuple[Dim, Dim, int]] = []  # (offset, size, last use) in the dynamic arena
+    dyn_free: list[tuple[Dim, Dim]] = []
+    dyn_total: Dim = 0
     arena = 0
     for t, k in enumerate(plan.kernels):
         if k.kind == "copy":
             continue
         live = [iv for iv in live if iv[2] >= t]
+        dyn_free += [(o, sz) for o, sz, last in dyn_live if last < t]
+        dyn_live = [iv for iv in dyn_live if iv[2] >= t]
         for n in k.outputs:  # a plugin kernel writes several; none may overlap what it reads
             if n.id in slots:
+                continue
+            if not is_bounded(n.shape):
+                # a data-dependent size takes its bound: the arena is sized before the run
+                nbytes = prod(n.shape) * n.dtype.itemsize
+                data: dict[Var | str, Dim] = {v: v.max for v in free_vars(nbytes) if isinstance(v, DataVar)}
+                need = _round_expr(substitute(nbytes, data) if data else nbytes)
+                spot = next((f for f in dyn_free if _fits(need, f[1])), None)
+                if spot is not None:
+                    dyn_free.remove(spot)
+                else:
+                    spot = (dyn_total, need)
+                    dyn_total = dyn_total + need
+                dyn_live.append((spot[0], spot[1], last_use.get(n.id, t)))
+                slots[n.id] = Slot("dyn", expr=spot[0])
                 continue
             size = _round(capacity_bytes(n))
             offset = 0
@@ -95,4 +130,4 @@ def plan_memory(plan: FusionPlan, scratch_bytes: int = 0) -> MemoryPlan:
             arena = max(arena, offset + size)
     scratch_offset = _round(arena) if scratch_bytes else arena
     total = scratch_offset + (_round(scratch_bytes) if scratch_bytes else 0)
-    return MemoryPlan(slots, tuple(consts), total, scratch_offset, scratch_bytes)
+    return MemoryPlan(slots, tuple(consts), total, scratch_offset, scratch_bytes, dyn_total)

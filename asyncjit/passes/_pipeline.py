@@ -1,4 +1,5 @@
-"""The standard pass order: refine, then simplify/fold/CSE to a fixed point, then DCE."""
+"""The standard pass order: refine (fixed vars and pending argument refinements, through
+``refine_shapes``), then simplify/fold/CSE/canonicalize-dynamism to a fixed point, then DCE."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ._cse import cse
 from ._dce import dce
 from ._fold import fold_constants
 from ._graph import Graph
-from ._refine import refine
+from ._refine import canonicalize_dynamism, refine
 from ._simplify import simplify
 
 __all__ = ["optimize_graph"]
@@ -19,7 +20,7 @@ def optimize_graph(graph: Graph, fixed: Mapping[str, int] | None = None, rounds:
     graph = refine(graph, fixed)
     for _ in range(rounds):
         before = [n.id for n in graph.nodes]
-        graph = cse(fold_constants(simplify(graph)))
+        graph = canonicalize_dynamism(cse(fold_constants(simplify(graph))))
         if [n.id for n in graph.nodes] == before:
             break
     return dce(graph)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..compiler._partition import CompiledResult, PluginKernel, Subgraph
-from ..errors import CompileError
+from ..errors import ArgumentTypeError, CompileError
 from ..graph import Node
 
 __all__ = ["Plugin", "env_options"]
@@ -60,7 +60,7 @@ class Plugin:
         given = {**(options or {}), **kwargs}
         unknown = set(given) - set(self.default_options) - {"force", "soc"}
         if unknown:
-            raise TypeError(f"plugin {self.name!r} has no option(s) {sorted(unknown)}")
+            raise ArgumentTypeError(f"plugin {self.name!r} has no option(s) {sorted(unknown)}")
         merged = env_options(self.name, {**self.default_options, "soc": given.get("soc", "")})
         merged.update({k: v for k, v in given.items() if k != "force"})
         self.options: dict[str, Any] = merged

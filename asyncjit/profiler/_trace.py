@@ -6,7 +6,8 @@ format (``{"traceEvents": [...]}``), which ui.perfetto.dev and chrome://tracing 
 
 * one track per thread: a device queue's worker, or the thread a command ran on inline (the
   caller's, for ``SileroVad`` and small ``jit`` calls);
-* a complete span (``ph: "X"``) per command (``execute``, ``h2d``, ``d2h``, ``d2d``), and inside
+* a complete span (``ph: "X"``) per command (``execute``, ``h2d``, ``d2h``, ``d2d``) and per
+  wait of a device queue for another device's output (``wait for cpu:0``), and inside
   each ``execute`` one span per kernel of the plan, timed by the plan's instrumented entry point
   (the cycle counter read between kernels), with the kernel's bytes and flops estimates;
 * instants (``ph: "i"``) for each ``StreamMux`` batch formed (its size) and each event-loop
@@ -30,6 +31,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from . import _state
 
 __all__ = ["KernelStats", "Trace", "trace"]
@@ -113,6 +115,20 @@ class Trace:
         self.span(f"{cmd.label} {plan}".rstrip(), "device", start, self.now_us(), **args)
         return error
 
+    def device_wait(self, device: Any, buffer: Any, event: Any) -> None:
+        """A device queue waiting for another device's output: a ``wait`` span on its track."""
+        start = self.now_us()
+        event.wait_blocking()
+        src = buffer.memory_space.device
+        self.span(
+            f"wait for {src.kind}:{src.id}",
+            "device",
+            start,
+            self.now_us(),
+            device=str(device.id),
+            buffer=buffer.id,
+        )
+
     def execute_inline(self, device: Any, launcher: Any, addrs: Sequence[int], values: Sequence[int]) -> None:
         """An execution the runtime ran on the calling thread (the device was idle)."""
         start = self.now_us()
@@ -170,7 +186,7 @@ class Trace:
     def save(self, path: str | os.PathLike[str] | None = None) -> None:
         target = path if path is not None else self.path
         if target is None:
-            raise ValueError("no path to write the trace to")
+            raise InvalidArgumentError("no path to write the trace to")
         with open(target, "w") as f:
             json.dump(self.to_json(), f)
 

@@ -18,9 +18,17 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ArgumentTypeError, BufferDeletedError, DeviceError, InvalidArgumentError, WouldBlock
-from ._commands import CopyCommand, ToHostCommand
+from ..errors import (
+    ArgumentTypeError,
+    BufferDeletedError,
+    DeviceError,
+    InvalidArgumentError,
+    LayoutError,
+    WouldBlock,
+)
+from ._commands import CopyCommand, RelayoutCommand, ToHostCommand
 from ._events import Event
+from ._layout import ROW_MAJOR, Layout, as_layout
 from ._memory import Block, MemorySpace
 from ._uses import _uses_lock
 from ._wakeup import wait_event
@@ -77,6 +85,7 @@ class Buffer:
         "_event",
         "_host",
         "_host_copy",
+        "_layout",
         "_uses",
         "dtype",
         "id",
@@ -97,6 +106,7 @@ class Buffer:
         host: npt.NDArray[Any] | None = None,
         donatable: bool = True,
         nbytes: int = -1,
+        layout: Layout = ROW_MAJOR,
     ) -> None:
         self.id = next(_ids)
         self.shape = shape
@@ -111,6 +121,7 @@ class Buffer:
         self._host = host  # the aliased host array of a zero-copy buffer
         self._donatable = donatable
         self._host_copy: ToHostCommand | None = None
+        self._layout = layout
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -130,6 +141,11 @@ class Buffer:
         return self.nbytes // self.dtype.itemsize
 
     @property
+    def layout(self) -> Layout:
+        """The order of the elements in memory (``row_major`` unless made otherwise)."""
+        return self._layout
+
+    @property
     def aliases_host(self) -> bool:
         """True for a zero-copy buffer over a host array."""
         return self._host is not None
@@ -143,8 +159,9 @@ class Buffer:
         else:
             state = "failed" if ev._error is not None else "ready"
         dev = self.memory_space.device
+        layout = "" if self._layout is ROW_MAJOR else f" {self._layout}"
         return (
-            f"<Buffer {self.dtype.name}{list(self.shape)} on {dev.kind}:{dev.id}/"
+            f"<Buffer {self.dtype.name}{list(self.shape)}{layout} on {dev.kind}:{dev.id}/"
             f"{self.memory_space.kind.value} {state}>"
         )
 
@@ -264,8 +281,13 @@ class Buffer:
         else:
             block = self._block
             assert block is not None
+            if self._layout.tile is not None:
+                raise LayoutError(
+                    f"{self!r} is tiled: no strided view shows it; use to_numpy() or "
+                    "copy_to_device(device, layout='row_major')"
+                )
             block.exported = True
-            view = block.array[: self.nbytes].view(self.dtype.np).reshape(self.shape)
+            view = self._layout.from_physical(block.array[: self.nbytes].view(self.dtype.np), self.shape)
         view.flags.writeable = writable
         return view
 
@@ -276,12 +298,15 @@ class Buffer:
         ``numpy_view`` instead. In async code use ``await buf.to_numpy()``.
 
         Raises:
-            The buffer's error if its command failed; ValueError: ``copy=False`` with a dtype change.
+            The buffer's error if its command failed; InvalidArgumentError: ``copy=False`` with
+            a dtype change.
         """
         if copy is False:
             view = self.block_until_ready().numpy_view()
             if dtype is not None and np.dtype(dtype) != view.dtype:
-                raise ValueError(f"{self!r} is {view.dtype}; {np.dtype(dtype)} needs a copy (copy=False)")
+                raise InvalidArgumentError(
+                    f"{self!r} is {view.dtype}; {np.dtype(dtype)} needs a copy (copy=False)"
+                )
             return view
         out = self.to_numpy_blocking()
         return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)
@@ -309,20 +334,33 @@ class Buffer:
         try:
             block = self._block
             assert block is not None
-            return block.array[: self.nbytes].view(self.dtype.np).reshape(self.shape).copy()
+            return self._layout.from_physical(
+                block.array[: self.nbytes].view(self.dtype.np), self.shape
+            ).copy()
         finally:
             self._release_use()
 
     # -- copies -----------------------------------------------------------------------------------
-    def copy_to_device(self, device: Device) -> Buffer:
-        """A copy on ``device``'s default memory space, returned at once; no host sync."""
+    def copy_to_device(self, device: Device, *, layout: Layout | str | None = None) -> Buffer:
+        """A copy on ``device``'s default memory space, returned at once; no host sync.
+
+        Args:
+            layout: the copy's layout (default: this buffer's); a different one is a relayout,
+                run on the target device's queue.
+        """
         space = getattr(device, "default_memory_space", None)
         if space is None:
             raise ArgumentTypeError(f"copy_to_device takes a Device, got {type(device).__name__} {device!r}")
-        return self.copy_to_memory_space(space)
+        return self.copy_to_memory_space(space, layout=layout)
 
-    def copy_to_memory_space(self, memory_space: MemorySpace) -> Buffer:
-        """A copy in ``memory_space`` (run by its device's queue after this buffer is ready)."""
+    def copy_to_memory_space(
+        self, memory_space: MemorySpace, *, layout: Layout | str | None = None
+    ) -> Buffer:
+        """A copy in ``memory_space`` (run by its device's queue after this buffer is ready).
+
+        Raises:
+            LayoutError: ``layout`` is unknown or does not fit the shape.
+        """
         if not isinstance(memory_space, MemorySpace):
             raise ArgumentTypeError(
                 f"copy_to_memory_space takes a MemorySpace, got {type(memory_space).__name__} "
@@ -330,12 +368,17 @@ class Buffer:
             )
         if memory_space.device.client is not self.device.client:
             raise DeviceError(f"{memory_space!r} belongs to another client than {self!r}")
+        target = self._layout if layout is None else as_layout(layout)
+        target.check(self.shape)
         device = memory_space.device
         device.check_open()
         self._acquire_use()
         try:
             block = memory_space.allocate(self.nbytes)
-            out = Buffer(self.shape, self.dtype, memory_space, block, Event(), uses=1)
+            out = Buffer(self.shape, self.dtype, memory_space, block, Event(), uses=1, layout=target)
+            if target != self._layout:
+                device.submit(RelayoutCommand(out._event, self, out), inline=False)
+                return out
             # Small copies of ready data run inline when the device is idle: a memcpy of a few
             # KiB is cheaper than the thread hop.
             inline = self._event._done and self.nbytes <= 1 << 20

@@ -11,7 +11,7 @@ import atexit
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -37,7 +37,10 @@ from ._commands import HostToDeviceCommand
 from ._device import Device, DeviceStatistics, InlinePolicy
 from ._events import READY, Event
 from ._executable import LoadedExecutable, unpack_executable
-from ._memory import ALIGNMENT, MemorySpace
+from ._layout import ROW_MAJOR, Layout, as_layout
+from ._memory import ALIGNMENT, MemoryKind, MemorySpace
+from ._sharding import ShardedBuffer, Sharding
+from ._sharding import device_put as _device_put
 
 __all__ = ["Client", "ClientStatistics", "default_client", "parse_devices"]
 
@@ -106,8 +109,13 @@ class Client:
         intra_op_threads: int | None = None,
     ) -> None:
         kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
-        if intra_op_threads is not None and intra_op_threads < 1:
-            raise ValueError(f"intra_op_threads must be >= 1 or None, got {intra_op_threads}")
+        if intra_op_threads is not None and (
+            isinstance(intra_op_threads, bool)
+            or not isinstance(intra_op_threads, int)
+            or intra_op_threads < 1
+        ):
+            got = repr(intra_op_threads)
+            raise InvalidArgumentError(f"intra_op_threads must be an int >= 1 or None, got {got}")
         self._closed = False
         self._devices: list[Device] = []
         try:
@@ -131,8 +139,16 @@ class Client:
         return f"<Client [{devs}]{' closed' if self._closed else ''}>"
 
     # -- topology -------------------------------------------------------------------------------
+    process_index = 0
+    """This process's index among the processes whose devices the client knows."""
+
     def devices(self) -> tuple[Device, ...]:
+        """Every device the client knows, addressable from this process or not."""
         return tuple(self._devices)
+
+    def addressable_devices(self) -> tuple[Device, ...]:
+        """The devices this process can run on and read: ``devices()`` of this process."""
+        return tuple(d for d in self._devices if d.process_index == self.process_index)
 
     def device(self, index: int = 0) -> Device:
         """The device at ``index`` (``DeviceNotFoundError``, an ``IndexError``, if there is none)."""
@@ -167,9 +183,21 @@ class Client:
 
     # -- plans ----------------------------------------------------------------------------------
     def load(
-        self, executable: Executable, device: Device | int | Sequence[Device] | None = None
+        self,
+        executable: Executable,
+        device: Device | int | Sequence[Device] | None = None,
+        *,
+        output_memory_kinds: Mapping[int, MemoryKind | str] | None = None,
     ) -> LoadedExecutable:
-        """Bind a compiled plan to one device (default the first) or several."""
+        """Bind a compiled plan to one device (default the first) or several.
+
+        Args:
+            output_memory_kinds: place chosen outputs in a host memory space of the executing
+                device, e.g. ``{1: "pinned_host"}`` (host offload); the others go to ``device``.
+
+        Raises:
+            InvalidArgumentError: an unknown memory kind or output index.
+        """
         if self._closed:
             raise ClosedError(f"{self!r} is closed")
         if not isinstance(executable, Executable):
@@ -180,7 +208,7 @@ class Client:
             devs = [self._device_arg(d) for d in device]
         else:
             devs = [self._device_arg(device)]
-        loaded = LoadedExecutable(self, executable, devs)
+        loaded = LoadedExecutable(self, executable, devs, output_memory_kinds)
         _log.info("executable.load", plan=loaded.plan, devices=[d.id for d in devs])
         return loaded
 
@@ -234,6 +262,7 @@ class Client:
         dtype: DType | npt.DTypeLike | None = None,
         semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
         on_done_with_host_buffer: Callable[[], None] | None = None,
+        layout: Layout | str | None = None,
     ) -> Buffer:
         """A device buffer holding ``array``; see ``HostBufferSemantics`` for who may touch what when.
 
@@ -242,11 +271,14 @@ class Client:
             on_done_with_host_buffer: called (on some thread) once the runtime no longer reads
                 ``array``: at once for copies made during the call, after the transfer for
                 ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``, when the buffer is freed for zero-copy.
+            layout: the buffer's memory layout (``"row_major"`` default, ``"col_major"``,
+                ``Layout.tiled(r, c)``); any but row-major is a copy in that order.
 
         Raises:
             DTypeMismatchError: a dtype asyncjit does not compute with (complex, strings...).
             ArgumentTypeError: ``semantics`` is not a ``HostBufferSemantics``.
             ClosedError: the device is closed.
+            LayoutError: an unknown layout, or a tile that does not divide the shape.
         """
         if not isinstance(semantics, HostBufferSemantics):
             raise ArgumentTypeError(f"semantics must be a HostBufferSemantics member, got {semantics!r}")
@@ -265,6 +297,12 @@ class Client:
         dt = from_numpy(arr.dtype)
         shape = tuple(int(d) for d in arr.shape)
         S = HostBufferSemantics
+        in_layout = as_layout(layout)
+        if in_layout is not ROW_MAJOR:
+            in_layout.check(shape)
+            return self._buffer_in_layout(
+                arr, shape, dt, space, semantics, on_done_with_host_buffer, in_layout
+            )
         if semantics in (S.IMMUTABLE_ZERO_COPY, S.MUTABLE_ZERO_COPY) and _can_alias(
             arr, semantics is S.MUTABLE_ZERO_COPY
         ):
@@ -293,6 +331,42 @@ class Client:
         if on_done_with_host_buffer is not None:
             on_done_with_host_buffer()
         return Buffer(shape, dt, space, block, READY)
+
+    def _buffer_in_layout(
+        self,
+        arr: npt.NDArray[Any],
+        shape: tuple[int, ...],
+        dt: DType,
+        space: MemorySpace,
+        semantics: HostBufferSemantics,
+        on_done: Callable[[], None] | None,
+        layout: Layout,
+    ) -> Buffer:
+        """``buffer_from_host`` into a layout other than row-major: always a copy, made now."""
+        if semantics in (HostBufferSemantics.IMMUTABLE_ZERO_COPY, HostBufferSemantics.MUTABLE_ZERO_COPY):
+            _log.info("buffer.copied", semantics=semantics.value, reason=f"layout {layout} is a relayout")
+        phys = layout.to_physical(arr)
+        block = space.allocate(phys.nbytes)
+        ctypes.memmove(block.addr, phys.ctypes.data, phys.nbytes)
+        if on_done is not None:
+            on_done()
+        return Buffer(shape, dt, space, block, READY, layout=layout)
+
+    def device_put(
+        self, x: npt.ArrayLike | Buffer | ShardedBuffer, where: Sharding | Device | int | None = None
+    ) -> Buffer | ShardedBuffer:
+        """Place ``x`` (an array, a ``Buffer`` or a ``ShardedBuffer``) on a device or a sharding.
+
+        With a ``Sharding``: a ``ShardedBuffer`` (an array is sliced on the host and each slice
+        copied to its device; buffers move device to device on the target queues, no host wait).
+        With a device (or index, default the first): a ``Buffer`` there.
+
+        Raises:
+            ShardingError: the split axis is out of range, does not divide (without ``ragged``)
+                or leaves a device empty.
+            DeviceMismatchError: the sharding or buffer belongs to another client.
+        """
+        return _device_put(self, x, where)
 
     # -- closing --------------------------------------------------------------------------------
     def close(self, *, cancel_pending: bool = False) -> None:

@@ -9,6 +9,7 @@ the command's event, which poisons its outputs (invariant 6).
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from ._events import Event
 from ._uses import release_uses
 
 if TYPE_CHECKING:
-    from ..compiler._executable import Launcher
+    from ..compiler._executable import Launcher, Signature
     from ._buffer import Buffer
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "CopyCommand",
     "ExecuteCommand",
     "HostToDeviceCommand",
+    "RelayoutCommand",
     "ToHostCommand",
     "launch_error",
 ]
@@ -162,7 +164,7 @@ class Noop(Command):
 
 
 class ExecuteCommand(Command):
-    __slots__ = ("addrs", "launcher", "timing", "values")
+    __slots__ = ("addrs", "launcher", "signature", "timing", "values")
     label = "execute"
 
     def __init__(
@@ -182,6 +184,7 @@ class ExecuteCommand(Command):
         self.addrs = addrs
         self.values = values
         self.timing = timing
+        self.signature: Signature | None = None  # set for plans that compute sizes
 
     def cheap(self, limit_ns: float) -> bool:
         return 0 <= self.timing.ema_ns < limit_ns
@@ -196,9 +199,25 @@ class ExecuteCommand(Command):
                 t0 = _perf_ns()
                 self.launcher(self.addrs, self.values)
                 timing.observe(_perf_ns() - t0)
+            if self.signature is not None:
+                shapes = actual_shapes(self.signature, self.launcher, self.values)
+                for buf, shape in zip(self.outputs, shapes, strict=True):
+                    buf.shape, buf.nbytes = shape, math.prod(shape) * buf.dtype.itemsize
         except BaseException as exc:  # errors are values: poison the outputs
             return launch_error(exc, timing.plan)
         return None
+
+
+def actual_shapes(signature: Signature, launcher: Launcher, values: Sequence[int]) -> list[tuple[int, ...]]:
+    """Output shapes after a run of a plan that computes sizes (outputs are allocated at their
+    bounds; kernels write the actual shape from the start of each buffer).
+
+    Raises:
+        VarBoundsError: a computed size was out of bounds, naming the op.
+    """
+    used, raw = launcher.data_sizes()  # type: ignore[attr-defined]
+    signature.check_data(used, raw)
+    return signature.output_shapes((*values, *used))
 
 
 class CopyCommand(Command):
@@ -271,7 +290,34 @@ class ToHostCommand(Command):
         src = self.inputs[0]
         block = src._block
         assert block is not None
+        if src._layout.kind != "row_major":
+            self.result = src._layout.from_physical(
+                block.array[: src.nbytes].view(src.dtype.np), src.shape
+            ).copy()
+            return None
         out = np.empty(src.shape, src.dtype.np)
         ctypes.memmove(out.ctypes.data, block.addr, src.nbytes)
         self.result = out
+        return None
+
+
+class RelayoutCommand(Command):
+    """Copy into another layout (row-major, column-major, tiled) on the target's queue."""
+
+    __slots__ = ()
+    label = "relayout"
+
+    def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
+        super().__init__(event, (src,), (dst,))
+
+    def cheap(self, limit_ns: float) -> bool:
+        return self.inputs[0].nbytes <= _CHEAP_BYTES // 4
+
+    def run(self) -> BaseException | None:
+        src, dst = self.inputs[0], self.outputs[0]
+        s_block, d_block = src._block, dst._block
+        assert s_block is not None and d_block is not None  # both hold a use
+        logical = src._layout.from_physical(s_block.array[: src.nbytes].view(src.dtype.np), src.shape)
+        phys = d_block.array[: dst.nbytes].view(dst.dtype.np).reshape(dst._layout.physical_shape(dst.shape))
+        phys[...] = dst._layout.to_physical(logical)
         return None

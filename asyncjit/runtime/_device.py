@@ -31,6 +31,7 @@ import queue
 import statistics as _stats
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -40,6 +41,7 @@ from .._log import get_logger
 from ..errors import ClosedError, InvalidArgumentError
 from ..profiler import _state as _trace
 from ._commands import Command, ExecuteCommand, Noop
+from ._description import Attribute, DeviceDescription, host_attributes
 from ._events import READY, Event
 from ._memory import MemoryKind, MemorySpace, MemoryStats
 from ._uses import release_uses
@@ -139,6 +141,23 @@ class Device:
         _log.info("device.start", device=id, kind=self.kind, hop_us=round(self.hop_ns / 1e3, 1))
 
     # -- identity and memory --------------------------------------------------------------------
+    process_index = 0
+    """The process that owns this device: every device a ``Client`` starts is its own (0)."""
+
+    @property
+    def description(self) -> DeviceDescription:
+        """id, kind, process index and attributes (CPU model, cores, NUMA node, vector flags)."""
+        return DeviceDescription(self.id, self.kind, self.process_index, host_attributes())
+
+    @property
+    def attributes(self) -> Mapping[str, Attribute]:
+        return host_attributes()
+
+    @property
+    def is_addressable(self) -> bool:
+        """True when this process can read and write the device's memory (its client's process)."""
+        return self.process_index == self.client.process_index
+
     def __repr__(self) -> str:
         s = self.statistics()
         state = "closed" if s.closed else "open"
@@ -155,7 +174,7 @@ class Device:
         return self._spaces[MemoryKind(kind)]
 
     def memory_stats(self) -> MemoryStats:
-        """Statistics of the ``device`` memory space (``memory_space('pinned_host')`` for the other)."""
+        """Statistics of the ``device`` memory space (``memory_space('pinned_host')`` for the others)."""
         return self.default_memory_space.memory_stats()
 
     def statistics(self) -> DeviceStatistics:
@@ -335,7 +354,12 @@ class Device:
                     if done:  # it may be ours, finished but unpublished
                         self._publish(done)
                         done = []
-                    ev.wait_blocking()  # only another device's output can still be pending
+                    # only another device's output can still be pending: this queue waits for
+                    # its event (a device-side wait, as a GPU stream waits; the host never does)
+                    if _trace.active is None:
+                        ev.wait_blocking()
+                    elif not ev._done:
+                        _trace.active.device_wait(self, b, ev)
                 if bad is None and ev._error is not None:
                     bad = ev
             error = None

@@ -31,13 +31,18 @@ from ..errors import (
     ArgumentTypeError,
     DeviceError,
     DonateIndexError,
+    InvalidArgumentError,
+    LayoutError,
+    ShapeMismatchError,
     WouldBlock,
 )
 from ..profiler import _state as _trace
 from ._buffer import Buffer
-from ._commands import ExecuteCommand, PlanTiming, launch_error
+from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
-from ._memory import Block, size_class
+from ._layout import ROW_MAJOR, Layout
+from ._memory import Block, MemoryKind, size_class
+from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
 from ._uses import acquire_uses, release_uses
 
 if TYPE_CHECKING:
@@ -47,6 +52,14 @@ if TYPE_CHECKING:
     from ._device import Device
 
 __all__ = ["ExecutableStatistics", "LoadedExecutable", "pack_executable", "unpack_executable"]
+
+
+class PendingShape(tuple[int, ...]):
+    """The shape of an output with data-dependent dims before its run finished: the bound's.
+    The run replaces it with the actual shape; another plan refuses it until then."""
+
+    __slots__ = ()
+
 
 _ids = itertools.count(1)
 _MAGIC = b"ASYNCJIT-EXE\x00"
@@ -89,7 +102,13 @@ class ExecutableStatistics:
 class LoadedExecutable:
     """A plan loaded on one or more devices of a client (the first is where ``execute`` runs)."""
 
-    def __init__(self, client: Client, executable: Executable, devices: Sequence[Device]) -> None:
+    def __init__(
+        self,
+        client: Client,
+        executable: Executable,
+        devices: Sequence[Device],
+        output_memory_kinds: Mapping[int, MemoryKind | str] | None = None,
+    ) -> None:
         if not devices:
             raise DeviceError("a LoadedExecutable needs at least one device")
         self.client = client
@@ -106,9 +125,14 @@ class LoadedExecutable:
         self._n_in = len(sig.inputs)
         self._in_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.inputs)
         self._out_dtypes: tuple[DType, ...] = tuple(a.dtype for a in sig.outputs)
-        self._out_classes = tuple(size_class(c) for c in sig.output_capacity)
+        # an output sized by an unbounded var has no capacity: -1, allocated per run by its size
+        self._out_classes = tuple(size_class(a.capacity) if a.bounded else -1 for a in sig.outputs)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
+        # a plan that computes sizes: outputs get their actual shapes after the run
+        self._sized = bool(sig.data_vars)
+        # None: every output in the device space (the fast path); else a kind per output
+        self._out_kinds: tuple[MemoryKind, ...] | None = _output_kinds(self, output_memory_kinds)
 
     @property
     def plan(self) -> str:
@@ -120,6 +144,21 @@ class LoadedExecutable:
 
     def devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    @property
+    def input_layouts(self) -> tuple[Layout, ...]:
+        """The layouts the plan takes: compiled kernels read row-major inputs."""
+        return (ROW_MAJOR,) * self._n_in
+
+    @property
+    def output_layouts(self) -> tuple[Layout, ...]:
+        """The layouts of the outputs: row-major."""
+        return (ROW_MAJOR,) * len(self._out_dtypes)
+
+    @property
+    def output_memory_kinds(self) -> tuple[MemoryKind, ...]:
+        """The memory space kind each output is placed in (``device`` unless chosen at load)."""
+        return self._out_kinds or (MemoryKind.DEVICE,) * len(self._out_dtypes)
 
     def serialize(self) -> bytes:
         """Bytes ``Client.deserialize_executable`` turns back into this plan."""
@@ -214,15 +253,100 @@ class LoadedExecutable:
 
     async def execute_sharded(
         self,
-        args: Sequence[Buffer],
-        device: Device,
-        vars: Mapping[str, int] | None = None,
+        args: Sequence[Buffer | ShardedBuffer],
+        device: Device | None = None,
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
         *,
         donate: Iterable[int] = (),
         inline: bool | None = None,
-    ) -> list[Buffer]:
-        """Execute on ``device``, which must be one this executable was loaded on (PJRT)."""
-        return await self.execute(args, vars, device=device, donate=donate, inline=inline)
+        out_shardings: Sharding | Sequence[Sharding | None] | None = None,
+    ) -> list[Buffer] | list[ShardedBuffer]:
+        """PJRT's ``ExecuteSharded``, two ways.
+
+        * ``device`` given, ``args`` plain Buffers: execute on that device, which must be one
+          this executable was loaded on; returns its output Buffers.
+        * ``args`` holding ``ShardedBuffer``s (sharded over exactly ``devices()``, in order),
+          ``device`` None: run every device on its own shard (SPMD data parallelism; a plain
+          Buffer argument is read by every device) and return one ``ShardedBuffer`` per
+          output. ``out_shardings`` says how the devices' outputs form each global output
+          (default: the first split argument's sharding); ``vars`` may be one mapping per device
+          (shards of a ragged split differ in size).
+
+        Raises:
+            DeviceMismatchError: sharded arguments on other devices than the executable's.
+            ShardingError: outputs whose shard shapes do not fit ``out_shardings``.
+        """
+        if device is None and any(isinstance(a, ShardedBuffer) for a in args):
+            if donate != ():
+                raise DonateIndexError(
+                    f"{self!r}: donation is per device; use execute_replicated(donate=...)"
+                )
+            default, per, per_vars = spmd_arguments(self, args, vars)
+            outs = await self.execute_replicated(per, per_vars, inline=inline)
+            return assemble_outputs(outs, out_shardings, default)
+        if device is None:
+            raise ArgumentTypeError(
+                f"{self!r}.execute_sharded needs a device, or ShardedBuffer arguments (device_put)"
+            )
+        if vars is not None and not isinstance(vars, Mapping):
+            raise ArgumentTypeError(f"{self!r}: vars for one device is one mapping, got {vars!r}")
+        plain = [a for a in args if isinstance(a, Buffer)]
+        if len(plain) != len(args):
+            raise ArgumentTypeError(f"{self!r}: with a device, execute_sharded takes Buffers")
+        return await self.execute(plain, vars, device=device, donate=donate, inline=inline)
+
+    async def execute_replicated(
+        self,
+        args: Sequence[Sequence[Buffer]],
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+        *,
+        donate: Iterable[int] = (),
+        inline: bool | None = None,
+    ) -> list[list[Buffer]]:
+        """PJRT's list-of-lists ``Execute``: ``args[i]`` runs on ``devices()[i]``; one output list
+        per device, returned before they are computed (the devices run in parallel).
+
+        Every argument list is validated before anything is enqueued.
+
+        Args:
+            args: one list of input Buffers per device; each Buffer must live on that device.
+            vars: one mapping for every device, or one per device.
+            donate: input indices donated on every device.
+
+        Raises:
+            DeviceMismatchError: not one list per device, or a buffer on the wrong device
+                (the message names both devices).
+        """
+        plan = check_replicated(self, args, vars)
+        validated = [self._validate(a, v) for _, a, v in plan]
+        if donate != ():
+            for _, a, _ in plan:
+                self._check_donation(a, donate)
+        results = []
+        for (dev, dev_args, _), val in zip(plan, validated, strict=True):
+            if dev._in_flight >= dev.max_in_flight:
+                await dev.wait_for_slot()
+            results.append(self._launch(dev_args, val, dev, donate, False if inline is None else inline))
+        return results
+
+    def execute_replicated_blocking(
+        self,
+        args: Sequence[Sequence[Buffer]],
+        vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+        *,
+        donate: Iterable[int] = (),
+    ) -> list[list[Buffer]]:
+        """``execute_replicated`` for scripts: blocks only while a device queue is full."""
+        plan = check_replicated(self, args, vars)
+        validated = [self._validate(a, v) for _, a, v in plan]
+        if donate != ():
+            for _, a, _ in plan:
+                self._check_donation(a, donate)
+        results = []
+        for (dev, dev_args, _), val in zip(plan, validated, strict=True):
+            dev.wait_for_slot_blocking()
+            results.append(self._launch(dev_args, val, dev, donate, False))
+        return results
 
     async def execute_portable(
         self,
@@ -279,8 +403,18 @@ class LoadedExecutable:
                 )
             if a.memory_space.client is not client:
                 raise DeviceError(f"{self!r}: input {a!r} belongs to another client")
+            if a._layout is not ROW_MAJOR:
+                raise LayoutError(
+                    f"{self!r} takes row_major inputs; {a!r} is {a._layout}: relayout it with "
+                    "copy_to_device(device, layout='row_major')"
+                )
             if a.dtype is not dt:
                 dtypes_ok = False
+            if type(a.shape) is not tuple and not a._event._done:
+                raise ShapeMismatchError(
+                    f"{self!r}: input {a!r} has a data-dependent shape that is known only once it is "
+                    "ready; await its ready() before passing it to another plan"
+                )
             shapes.append(a.shape)
         if vars:
             if type(vars) is not dict and not isinstance(vars, Mapping):
@@ -300,6 +434,9 @@ class LoadedExecutable:
             if hit is not None:
                 return hit
         sig = self.signature
+        if sig._unbounded and (vars is None or len(vars) < len(sig.vars)):
+            # unbounded vars have no upper bound to default to: read them from the input shapes
+            vars = {**sig.infer_vars(key[0]), **(vars or {})}
         values = sig.var_values(vars)
         sig.validate(key[0], [a.dtype for a in args], values)
         out_shapes = tuple(sig.output_shapes(values))
@@ -366,8 +503,10 @@ class LoadedExecutable:
                 if not ev._done or ev._error is not None:
                     return None
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # the use keeps the block
-            for cls in self._out_classes:
-                block = space.allocate_class(cls)
+            kinds = self._out_kinds
+            for i, cls in enumerate(self._out_classes):
+                where = space if kinds is None else dev._spaces[kinds[i]]
+                block = where.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 blocks.append(block)
                 addrs.append(block.addr)
             launcher = self._launchers[dev.id]
@@ -382,6 +521,12 @@ class LoadedExecutable:
                     t0 = _perf_ns()
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
+                if self._sized:
+                    shapes = actual_shapes(self.signature, launcher, values)
+                    out_shapes = tuple(shapes)
+                    out_nbytes = tuple(
+                        math.prod(s) * d.itemsize for s, d in zip(shapes, self._out_dtypes, strict=True)
+                    )
             except BaseException as exc:  # errors are values: poison the outputs
                 error = launch_error(exc, timing.plan)
         finally:
@@ -389,7 +534,7 @@ class LoadedExecutable:
             release_uses(args)
             if not ran:
                 for b in blocks:
-                    space.release(b)
+                    (b.space or space).release(b)
         if error is None:
             done = READY
         else:
@@ -399,6 +544,11 @@ class LoadedExecutable:
                 "command.failed", device=dev.id, command="execute", plan=self.plan, error=repr(error)
             )
         dtypes = self._out_dtypes
+        if self._out_kinds is not None:
+            return [
+                Buffer(out_shapes[i], dtypes[i], block.space or space, block, done, nbytes=out_nbytes[i])
+                for i, block in enumerate(blocks)
+            ]
         if len(blocks) == 1:  # no zip, no comprehension: they cost as much as the buffer here
             return [Buffer(out_shapes[0], dtypes[0], space, blocks[0], done, nbytes=out_nbytes[0])]
         outs = []
@@ -419,12 +569,19 @@ class LoadedExecutable:
                 addrs.append(a._block.addr)  # type: ignore[union-attr]  # uses keep the blocks
             ev = Event()
             space = dev._device_space
-            classes, dtypes = self._out_classes, self._out_dtypes
+            classes, dtypes, kinds = self._out_classes, self._out_dtypes, self._out_kinds
             for i in range(len(classes)):
-                block = space.allocate_class(classes[i])
+                if kinds is not None:
+                    space = dev._spaces[kinds[i]]
+                cls = classes[i]
+                block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
                 addrs.append(block.addr)
-                outs.append(Buffer(out_shapes[i], dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
-            dev.enqueue(ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing))
+                shape = PendingShape(out_shapes[i]) if self._sized else out_shapes[i]
+                outs.append(Buffer(shape, dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
+            cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
+            if self._sized:
+                cmd.signature = self.signature
+            dev.enqueue(cmd)
         except BaseException:
             release_uses(args)
             for o in outs:
@@ -464,3 +621,30 @@ class LoadedExecutable:
             if sum(1 for a in args if a is buf) > 1:
                 raise DeviceError(f"{self!r}: input {i} is donated but also passed as another input")
         return idx
+
+
+def _output_kinds(
+    loaded: LoadedExecutable, kinds: Mapping[int, MemoryKind | str] | None
+) -> tuple[MemoryKind, ...] | None:
+    """Validate ``output_memory_kinds`` (output index -> kind); None when every output is ``device``.
+
+    Raises:
+        InvalidArgumentError: an unknown kind or an output index out of range.
+    """
+    if not kinds:
+        return None
+    n = len(loaded.signature.outputs)
+    out = [MemoryKind.DEVICE] * n
+    for i, kind in kinds.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise InvalidArgumentError(
+                f"{loaded!r}: output_memory_kinds names output {i!r}; it has {n} outputs"
+            )
+        try:
+            out[i] = MemoryKind(kind)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{loaded!r}: output {i}: unknown memory kind {kind!r}; "
+                f"one of {[k.value for k in MemoryKind]}"
+            ) from None
+    return None if all(k is MemoryKind.DEVICE for k in out) else tuple(out)

@@ -1,7 +1,12 @@
 """``MemorySpace``: 64-byte aligned host memory with size-class free lists and byte accounting.
 
-On CPU devices both kinds (``device`` and ``pinned_host``) are host RAM; they are separate spaces
-so that placement, statistics and future accelerator plugins keep PJRT's vocabulary. Every block
+Three kinds per device, as in PJRT: ``device`` (where plans compute), ``pinned_host`` (page-locked
+host memory: its own pages, ``mmap``-ed and ``mlock``-ed so they are never swapped out; when the
+``RLIMIT_MEMLOCK`` limit forbids locking, the space logs ``memory.pin_failed`` once with the
+reason and the limit and keeps serving ordinary pages, ``memory_stats().bytes_pinned`` says how
+much is really locked) and ``unpinned_host`` (pageable host memory). On CPU devices all three are
+host RAM that kernels can read; they are separate spaces so that placement (a plan's outputs may
+go to a host space), statistics and accelerator plugins keep PJRT's vocabulary. Every block
 records its address as a Python int at allocation time (invariant 4), so a replay never asks
 numpy or ctypes for a pointer.
 
@@ -12,7 +17,11 @@ the memory alive, and reusing it would alias someone else's data.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import enum
+import mmap
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -20,8 +29,12 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from .._log import get_logger
+
 if TYPE_CHECKING:
     from ._device import Device
+
+_log = get_logger("asyncjit.runtime")
 
 __all__ = ["ALIGNMENT", "Block", "MemoryKind", "MemorySpace", "MemoryStats", "host_array", "size_class"]
 
@@ -32,6 +45,7 @@ ALIGNMENT = 64
 class MemoryKind(enum.Enum):
     DEVICE = "device"
     PINNED_HOST = "pinned_host"
+    UNPINNED_HOST = "unpinned_host"
 
 
 @attrs.frozen
@@ -48,6 +62,42 @@ class MemoryStats:
     num_reuses: int
     blocks_in_use: int
     largest_alloc_size: int
+    bytes_pinned: int = 0
+    """Bytes page-locked (``mlock``) in this space, cached free blocks included."""
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _mlock(addr: int, size: int) -> str | None:
+    """Lock ``size`` bytes at ``addr`` in RAM; None on success, else why not (errno, limit)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0:
+        return None
+    err = ctypes.get_errno()
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft} bytes"
+    except (ImportError, OSError):  # pragma: no cover - not POSIX
+        limit = "unknown"
+    return f"mlock of {size} bytes failed: {os.strerror(err)} (RLIMIT_MEMLOCK {limit})"
+
+
+def _pinned_block(cls: int, space: MemorySpace) -> tuple[Block, bool]:
+    """A block of its own pages (``mmap``), locked unless the limit forbids: (block, locked)."""
+    mm = mmap.mmap(-1, max(cls, 1))
+    arr = np.frombuffer(mm, np.uint8, count=cls)  # keeps the mapping alive; unmapped with it
+    addr = arr.ctypes.data if cls else 0
+    why = _mlock(addr, cls) if cls else None
+    if why is not None:
+        space._pin_failed(why)
+    block = Block(addr, cls, arr, space, external=False)
+    block.pinned = why is None
+    return block, block.pinned
 
 
 def size_class(nbytes: int) -> int:
@@ -72,7 +122,7 @@ def host_array(shape: tuple[int, ...] | int, dtype: npt.DTypeLike) -> npt.NDArra
 class Block:
     """``size`` bytes at ``addr``; ``array`` (uint8) owns or borrows the memory."""
 
-    __slots__ = ("addr", "array", "exported", "external", "size", "space")
+    __slots__ = ("addr", "array", "exported", "external", "pinned", "size", "space")
 
     def __init__(
         self, addr: int, size: int, array: npt.NDArray[np.uint8], space: MemorySpace | None, external: bool
@@ -83,6 +133,7 @@ class Block:
         self.space = space
         self.external = external
         self.exported = False
+        self.pinned = False  # page-locked: counted in its space's bytes_pinned while cached or in use
 
     def __repr__(self) -> str:
         return f"<Block 0x{self.addr:x} {self.size}B{' external' if self.external else ''}>"
@@ -107,6 +158,9 @@ class MemorySpace:
         self._reuses = 0
         self._wraps = 0
         self._largest = 0
+        self._pinned = 0
+        self._pin_error: str | None = None
+        self._pin = kind is MemoryKind.PINNED_HOST
 
     @property
     def id(self) -> str:
@@ -137,9 +191,29 @@ class MemorySpace:
                 self._cached -= cls
                 self._reuses += 1
                 return free.pop()
+        if self._pin:
+            block, locked = _pinned_block(cls, self)
+            if locked:
+                with self._lock:
+                    self._pinned += cls
+            return block
         raw = np.empty(cls + ALIGNMENT, np.uint8)
         off = (-raw.ctypes.data) % ALIGNMENT
         return Block(raw.ctypes.data + off, cls, raw[off : off + cls], self, external=False)
+
+    def _pin_failed(self, why: str) -> None:
+        """Log the first refusal to lock (then every block is plain pageable memory)."""
+        with self._lock:
+            first = self._pin_error is None
+            self._pin_error = why
+            self._pin = False  # do not ask again for every block: the limit will not change
+        if first:
+            _log.warning("memory.pin_failed", space=self.id, reason=why, fallback="unpinned pages")
+
+    @property
+    def pin_error(self) -> str | None:
+        """Why this ``pinned_host`` space could not lock its memory (None: it could, or other kind)."""
+        return self._pin_error
 
     def wrap(self, array: npt.NDArray[np.generic]) -> Block:
         """Alias a host array (zero-copy). The caller checked contiguity and alignment."""
@@ -159,6 +233,8 @@ class MemorySpace:
                 return
             self._in_use -= size
             if block.exported:
+                if block.pinned:
+                    self._pinned -= size  # no longer ours: freed (and unlocked) with its last view
                 return
             free = self._free.get(size)
             if free is None:
@@ -171,6 +247,7 @@ class MemorySpace:
         """Drop every cached free block; returns the bytes given back."""
         with self._lock:
             freed, self._cached = self._cached, 0
+            self._pinned -= sum(b.size for blocks in self._free.values() for b in blocks if b.pinned)
             self._free.clear()
         return freed
 
@@ -187,4 +264,5 @@ class MemorySpace:
                 num_reuses=self._reuses,
                 blocks_in_use=self._allocs + self._wraps - self._frees,
                 largest_alloc_size=self._largest,
+                bytes_pinned=self._pinned,
             )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DTypeMismatchError, InvalidArgumentError
+from ..errors import DTypeMismatchError, InvalidArgumentError, SlotIndexError
 from ..runtime import Buffer, Client, Device, LoadedExecutable
 
 __all__ = [
@@ -110,17 +110,17 @@ class DevicePool:
         """Enqueue one step now (the inputs are copied); ``complete`` it in launch order.
 
         Raises:
-            IndexError: a slot outside ``0..num_slots-1``, or beyond the rows a growing pool
-                holds while steps are in flight (``reset_slot`` it between runs first; between
-                runs the pool grows here).
+            SlotIndexError: (an ``IndexError``) a slot outside ``0..num_slots-1``, or beyond the
+                rows a growing pool holds while steps are in flight (``reset_slot`` it between
+                runs first; between runs the pool grows here).
         """
         if len(slots):
             lo, hi = int(slots.min()), int(slots.max())
             if lo < 0 or hi >= self.num_slots:
-                raise IndexError(f"{self.plan!r}: slots must be in 0..{self.num_slots - 1}, got {slots}")
+                raise SlotIndexError(f"{self.plan!r}: slots must be in 0..{self.num_slots - 1}, got {slots}")
             if hi >= self.rows:
                 if self.in_flight:
-                    raise IndexError(
+                    raise SlotIndexError(
                         f"{self.plan!r}: slot {hi} is beyond the pool's {self.rows} rows while steps "
                         "are in flight; reset_slot() it between runs first"
                     )
@@ -176,7 +176,7 @@ class DevicePool:
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
-            raise IndexError(f"{self.plan!r}: slot {slot} is outside 0..{self.num_slots - 1}")
+            raise SlotIndexError(f"{self.plan!r}: slot {slot} is outside 0..{self.num_slots - 1}")
 
     def _grow(self, rows: int) -> None:
         """A pool of at least ``rows`` rows (at least double, at most ``num_slots``), new rows zero;

@@ -193,6 +193,24 @@ class Rechunker:
         self._count = rest.size
         return chunks
 
+    def push_rows(self, samples: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Add samples the caller hands over (a fresh 1-D float32 array it will not touch again);
+        return the chunks now complete as rows ``[k, chunk_samples]``, views of ``samples`` when
+        nothing was pending (no copy: for a consumer that copies rows anyway, like the mux).
+        Same chunks as ``push``."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if not samples.size and not self._count:
+            return samples.reshape(0, self.chunk_samples)
+        n = self.chunk_samples
+        if self._pending:
+            self._pending.append(samples)
+            samples = np.concatenate(self._pending)
+        whole = (samples.size // n) * n
+        rest = samples[whole:]
+        self._pending = [rest] if rest.size else []  # a view of an array nobody else holds
+        self._count = rest.size
+        return samples[:whole].reshape(-1, n)
+
     def flush(self, pad: bool = True) -> list[Chunk]:
         """The last partial chunk, zero-padded (``pad``) or dropped."""
         if not self._count or not pad:

@@ -3,8 +3,10 @@
 Each stage is one task running ``await stage.fn(item)`` for every item, in order; a result of
 ``None`` drops the item (a gate), anything else goes to the next stage. Items are usually lists
 of ``Buffer``: a stage returns the buffers ``execute`` gave it *before they are computed*, and
-the next stage's ``execute`` on another device waits for them through the runtime's events, on
-that device's thread (invariant 5), so the host never synchronises between stages.
+the next stage (``execute_stage``) on another device enqueues a copy of them on its own queue (a
+receive, run once the producer's event fires) and its execution after it (invariant 5), so the
+host never synchronises between stages: ``asyncjit.testing.host_waits`` and a profiler trace
+show the only waits are on device queues.
 
 Structured concurrency: the stages live in one task group. When a stage raises, the others are
 cancelled, no task is left running, and ``run`` raises that stage's original exception (with a
@@ -60,15 +62,25 @@ def execute_stage(
     device: Device | None = None,
     vars: Mapping[str, int] | None = None,
     buffer: int = 2,
+    transfer: bool = True,
 ) -> Stage:
     """A stage that executes ``executable`` on its item (a ``Buffer`` or a sequence of them).
 
     Returns the output buffers at once (one ``Buffer`` for a one-output plan), not computed yet.
+
+    Args:
+        transfer: an input produced on another device is first copied to this stage's device
+            (``copy_to_device``: a receive on this device's queue, run once the producer's event
+            fires), so the plan reads local memory and the producer's buffer is released as
+            soon as the copy ran. False: the plan reads the other device's buffer in place.
     """
     single = len(executable.signature.outputs) == 1
+    target = device if device is not None else executable.devices()[0]
 
     async def run(item: Buffer | Sequence[Buffer]) -> Buffer | list[Buffer]:
         args = [item] if isinstance(item, Buffer) else list(item)
+        if transfer:
+            args = [a.copy_to_device(target) if a.memory_space.device is not target else a for a in args]
         outs = await executable.execute(args, vars, device=device)
         return outs[0] if single else outs
 

@@ -22,11 +22,12 @@ import anyio.abc
 import attrs
 
 from .._log import get_logger
+from ..errors import InvalidArgumentError
 from ..scheduler import StreamMux
 from ._errors import ConnectionRefused
 from ._metrics import CONTENT_TYPE, ServeMetrics
 from ._model import ServedModel
-from ._session import Connection
+from ._session import QUEUE_DEPTH, Connection
 from ._websocket import MetricsConnection, WebSocketConnection
 from ._wyoming import WyomingConnection
 
@@ -37,15 +38,16 @@ def parse_address(text: str, default_scheme: str) -> tuple[str, int]:
     """``tcp://host:port``, ``ws://host:port``, ``host:port`` or ``:port`` to ``(host, port)``.
 
     Raises:
-        ValueError: no port, or a scheme other than ``default_scheme`` (or none).
+        InvalidArgumentError: (a ``ValueError``) no port, or a scheme other than
+            ``default_scheme`` (or none).
     """
     if "://" not in text:
         text = f"{default_scheme}://{text}"
     parts = urlsplit(text)
     if parts.scheme != default_scheme:
-        raise ValueError(f"expected a {default_scheme}:// address, got {text!r}")
+        raise InvalidArgumentError(f"expected a {default_scheme}:// address, got {text!r}")
     if parts.port is None:
-        raise ValueError(f"the address {text!r} has no port")
+        raise InvalidArgumentError(f"the address {text!r} has no port")
     return parts.hostname or "127.0.0.1", parts.port
 
 
@@ -65,10 +67,17 @@ class ServeConfig:
 
     def __attrs_post_init__(self) -> None:
         if self.max_streams < 1:
-            raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+            raise InvalidArgumentError(f"max_streams must be >= 1, got {self.max_streams}")
         for name in ("idle_timeout", "write_timeout", "grace"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+                raise InvalidArgumentError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        for name, scheme in (("wyoming", "tcp"), ("websocket", "ws"), ("metrics", "http")):
+            text = getattr(self, name)
+            if text is not None:  # checked here, before a model loads or a listener binds
+                try:
+                    parse_address(text, scheme)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"--{name}: {exc}") from None
 
 
 class VadServer:
@@ -115,6 +124,7 @@ class VadServer:
             max_queue_delay=cfg.max_queue_delay,
             idle_timeout=None,  # the server closes idle connections itself, with a reason
             admission_timeout=10.0,
+            queue_depth=QUEUE_DEPTH,  # one read of a fast client queues without waiting
             metrics_interval=None,
             name="serve",
             **({} if cfg.max_batch_size is None else {"max_batch_size": cfg.max_batch_size}),

@@ -1,12 +1,16 @@
 """One connection: a reader task that turns audio into steps, a responder that answers in order.
 
 The **reader** (the protocol's ``read_loop``) parses messages, converts audio to the model's
-rate (``PcmConverter``), cuts it into chunks (``Rechunker``), submits each chunk to the
-connection's ``MuxStream`` and puts the futures in the **outbox**, a bounded channel. Pings and
-control replies go through the same outbox, so they are answered after every chunk sent before.
+rate (``PcmConverter``), cuts it into rows of chunks (``Rechunker.push_rows``, no copy), submits
+them to the connection's ``MuxStream`` in one ``submit_many_nowait`` and queues the futures as
+ops; pings and control replies are ops too, queued after the audio sent before them. ``commit``
+sends the ops queued so far as one item of the **outbox**, a bounded channel: a protocol that
+reads many messages at once (Wyoming) commits once per socket read, not once per message.
 
-The **responder** awaits the futures in order, feeds the probabilities to a ``SpeechTracker``,
-encodes the edges it reports and writes them out, one socket write for everything ready.
+The **responder** waits for all the futures of an item at once (``StreamMux.wait_all``, one
+wake-up), then runs its ops in order: probabilities to a ``SpeechTracker``, edges and pongs
+encoded into the write buffer, one socket write for everything ready. Counters and the latency
+histogram are updated once per item, not per chunk.
 
 Backpressure: a slow client stalls the responder's writes, the outbox fills, the reader stops
 reading, and TCP pushes back; a connection holds at most ``OUTBOX_ITEMS`` messages and
@@ -35,7 +39,11 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "Utterance"]
 
 OUTBOX_ITEMS = 16
-"""Messages (each up to one client message's chunks) a connection holds between reader and responder."""
+"""Items (each the ops of one socket read or one message) a connection holds between reader and
+responder."""
+QUEUE_DEPTH = 64
+"""Steps a connection's stream may have queued (the mux's ``queue_depth``): one read of a fast
+client submits without waiting."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
@@ -49,18 +57,6 @@ SHUTDOWN_LINGER = 1.0
 """The linger once the server is draining (the whole shutdown must stay within a few seconds)."""
 
 AUDIO, PING, STOP, RAW, CLOSE = range(5)
-
-
-async def _submit(stream: MuxStream, chunks: list[Any]) -> list[StepFuture]:
-    """Queue the chunks; wait for room only when ``queue_depth`` steps are queued (one coroutine
-    per chunk only then)."""
-    futures = []
-    for chunk in chunks:
-        try:
-            futures.append(stream.submit_nowait(chunk))
-        except WouldBlock:
-            futures.append(await stream.submit(chunk))
-    return futures
 
 
 class Utterance:
@@ -97,7 +93,8 @@ class Connection(abc.ABC):
         self.reason: tuple[str, str] | None = None  # set by whoever decides the connection ends
         self.read_scope = anyio.CancelScope()
         self.scope = anyio.CancelScope()
-        self._send, self._recv = anyio.create_memory_object_stream[tuple[Any, ...]](OUTBOX_ITEMS)
+        self._send, self._recv = anyio.create_memory_object_stream[list[tuple[Any, ...]]](OUTBOX_ITEMS)
+        self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
         self._wbuf = bytearray()
         self._streams: set[MuxStream] = set()
         self._t0 = time.monotonic()
@@ -143,11 +140,24 @@ class Connection(abc.ABC):
             self.reason = (code, message)
         self.read_scope.cancel()
 
+    def queue(self, item: tuple[Any, ...]) -> None:
+        """An op for the responder, sent with the others at the next ``commit``."""
+        self._ops.append(item)
+
+    async def commit(self) -> None:
+        """Send the queued ops as one outbox item (waits while the outbox is full: backpressure)."""
+        ops = self._ops
+        if ops:
+            self._ops = []
+            try:
+                self._send.send_nowait(ops)
+            except anyio.WouldBlock:
+                await self._send.send(ops)
+
     async def put(self, item: tuple[Any, ...]) -> None:
-        try:
-            self._send.send_nowait(item)
-        except anyio.WouldBlock:
-            await self._send.send(item)
+        """Queue one op and commit."""
+        self._ops.append(item)
+        await self.commit()
 
     async def begin(self, fmt: PcmFormat, *, probabilities: bool = False) -> None:
         """Start an utterance (ending the current one): open a mux stream for it."""
@@ -164,7 +174,8 @@ class Connection(abc.ABC):
         self.log.debug("audio.start", rate=fmt.rate, channels=fmt.channels, encoding=fmt.encoding)
 
     async def audio(self, data: bytes) -> None:
-        """Convert and submit one message of PCM."""
+        """Convert and submit PCM (one message, or several a protocol read at once); queues the
+        futures (commit to send them)."""
         utt = self.utt
         if utt is None:
             raise ClientError("no_audio_start", "audio arrived before audio-start; send audio-start first")
@@ -173,9 +184,21 @@ class Connection(abc.ABC):
         except AudioFormatError as exc:
             raise ClientError("bad_audio", str(exc)) from None
         utt.samples += samples.size
-        chunks = utt.rechunker.push(samples)
-        if chunks:
-            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
+        await self._submit(utt, utt.rechunker.push_rows(samples))
+
+    async def _submit(self, utt: Utterance, rows: Any) -> None:
+        """Queue the rows' steps in one call; wait for room (committing first, so the responder
+        can answer what is queued) only when the stream's queue is full."""
+        if not len(rows):
+            return
+        mux = self.server.mux
+        streams = [utt.stream] * len(rows)
+        try:
+            futures = mux.submit_many_nowait(streams, rows)
+        except WouldBlock:
+            await self.commit()
+            futures = await mux.submit_many(streams, rows)
+        self._ops.append((AUDIO, utt, futures, time.perf_counter()))
 
     async def finish(self) -> None:
         """End the utterance: the converter's and chunker's last samples (zero-padded), then STOP."""
@@ -185,9 +208,8 @@ class Connection(abc.ABC):
         self.utt = None
         tail = utt.converter.flush()
         utt.samples += tail.size
-        chunks = utt.rechunker.push(tail) + utt.rechunker.flush(pad=True)
-        if chunks:
-            await self.put((AUDIO, utt, await _submit(utt.stream, chunks), time.perf_counter()))
+        await self._submit(utt, utt.rechunker.push_rows(tail))
+        await self._submit(utt, utt.rechunker.flush(pad=True))
         await self.put((STOP, utt))
 
     # -- the responder's side --------------------------------------------------------------
@@ -201,64 +223,71 @@ class Connection(abc.ABC):
             self.scope.cancel()
 
     async def _respond_loop(self) -> None:
-        recv, model, metrics = self._recv, self.server.model, self.server.metrics
-        latency, chunks = metrics.step_latency, metrics.chunks
+        recv, metrics = self._recv, self.server.metrics
         while True:
             try:
-                item = recv.receive_nowait()
+                ops = recv.receive_nowait()
             except anyio.WouldBlock:
                 if self._wbuf:
                     await self.flush()
                 try:
-                    item = await recv.receive()
+                    ops = await recv.receive()
                 except anyio.EndOfStream:
                     return
             except anyio.EndOfStream:
                 return
-            kind = item[0]
-            if kind == AUDIO:
-                utt = item[1]
-                tracker = utt.tracker
-                for fut in item[2]:
-                    try:
-                        if not fut.done():
-                            if self._wbuf:  # write what is ready before waiting (under load the
-                                await self.flush()  # outbox never empties: never hold answers back)
-                            await fut
-                        p = model.probability(fut.result())
-                    except JitError as exc:
-                        code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
-                        self.log.warning("step.failed", error=str(exc))
-                        self.end(code, str(exc))
-                        p = 0.0
-                        continue
-                    utt.chunks += 1
-                    if utt.probabilities:
-                        self.on_probability(utt, p)
-                    edges = tracker.push(p)
-                    if edges:
-                        for edge in edges:
-                            self.on_edge(utt, edge)
-                latency.observe(time.perf_counter() - item[3])
-                chunks.inc(len(item[2]))
-            elif kind == PING:
-                self.on_pong(item[1])
-            elif kind == STOP:
-                utt = item[1]
-                for edge in utt.tracker.finish(utt.samples):
-                    self.on_edge(utt, edge)
-                self._close_stream(utt.stream)
-                self.on_stopped(utt)
-            elif kind == RAW:
-                self._wbuf += item[1]
-            else:  # CLOSE
-                self._closing = True
-                self.on_close(item[1], item[2])
-                await self.flush()
-                self._close_sent = True
-                return
+            waiting = [fut for op in ops if op[0] == AUDIO for fut in op[2] if not fut.done()]
+            if waiting:
+                if self._wbuf:  # write what is ready before waiting (under load the outbox
+                    await self.flush()  # never empties: never hold answers back)
+                await self.server.mux.wait_all(waiting)
+            stepped, started = 0, 0.0
+            for op in ops:
+                kind = op[0]
+                if kind == AUDIO:
+                    stepped += self._answer(op[1], op[2])
+                    started = started or op[3]
+                elif kind == PING:
+                    self.on_pong(op[1])
+                elif kind == STOP:
+                    utt = op[1]
+                    for edge in utt.tracker.finish(utt.samples):
+                        self.on_edge(utt, edge)
+                    self._close_stream(utt.stream)
+                    self.on_stopped(utt)
+                elif kind == RAW:
+                    self._wbuf += op[1]
+                else:  # CLOSE
+                    self._closing = True
+                    self.on_close(op[1], op[2])
+                    await self.flush()
+                    self._close_sent = True
+                    return
+            if stepped:  # once per item: the first submit's latency, and the count
+                metrics.step_latency.observe(time.perf_counter() - started)
+                metrics.chunks.inc(stepped)
             if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
+
+    def _answer(self, utt: Utterance, futures: list[StepFuture]) -> int:
+        """Feed finished steps' probabilities to the tracker, in order; the steps answered."""
+        probability, tracker = self.server.model.probability, utt.tracker
+        for fut in futures:
+            try:
+                p = probability(fut.result())
+            except JitError as exc:
+                code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
+                self.log.warning("step.failed", error=str(exc))
+                self.end(code, str(exc))
+                continue
+            utt.chunks += 1
+            if utt.probabilities:
+                self.on_probability(utt, p)
+            edges = tracker.push(p)
+            if edges:
+                for edge in edges:
+                    self.on_edge(utt, edge)
+        return len(futures)
 
     async def flush(self) -> None:
         data = bytes(self._wbuf)

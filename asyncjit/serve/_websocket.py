@@ -160,9 +160,11 @@ class WebSocketConnection(Connection):
                 raise ClientError("bad_frame", f"not a WebSocket frame ({exc})")
 
     async def _send_pending(self) -> None:
+        """Queue the protocol's own frames (pongs, close) and commit the read's ops."""
         pending = self.proto.data_to_send()
         if pending:
-            await self.put((RAW, b"".join(pending)))
+            self.queue((RAW, b"".join(pending)))
+        await self.commit()
 
     async def control(self, text: bytes) -> None:
         """A JSON message from the client: ``start``, ``stop`` or ``ping``."""
@@ -174,7 +176,7 @@ class WebSocketConnection(Connection):
             raise ClientError("bad_frame", "a text message must be a JSON object with a 'type'")
         kind = message.get("type")
         if kind == "ping":
-            await self.put((PING, message.get("id")))
+            self.queue((PING, message.get("id")))
         elif kind == "start":
             fmt = PcmFormat(
                 message.get("sample_rate", self.default_format.rate),

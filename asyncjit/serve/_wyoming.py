@@ -19,7 +19,6 @@ import warnings
 from typing import Any
 
 import anyio
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 with (
     warnings.catch_warnings()
@@ -88,6 +87,96 @@ def _length(header: dict[str, Any], key: str) -> int:
     return value
 
 
+Frame = tuple[str, dict[str, Any], int, int]
+"""A parsed frame: type, data (shared with the cache: read only), payload start and end in the buffer."""
+
+_CACHE_ITEMS = 256
+_CACHE_KEY_BYTES = 512
+_HEADERS: dict[bytes, tuple[str, dict[str, Any], int, int]] = {}
+_DATA: dict[tuple[bytes, bytes], dict[str, Any]] = {}
+
+
+def _header(line: bytes) -> tuple[str, dict[str, Any], int, int]:
+    """A header line checked: its type, data and section lengths."""
+    try:
+        header = json.loads(line)
+    except ValueError:
+        raise ClientError("bad_frame", f"a header is not JSON: {line[:40]!r}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ClientError("bad_frame", "a header must be a JSON object with a string 'type'")
+    data = header.get("data") or {}
+    if not isinstance(data, dict):
+        raise ClientError("bad_frame", "a header's 'data' must be a JSON object")
+    return header["type"], data, _length(header, "data_length"), _length(header, "payload_length")
+
+
+def _merge(data: dict[str, Any], section: bytes) -> dict[str, Any]:
+    """The header's data updated with the data section's."""
+    try:
+        extra = json.loads(section)
+    except ValueError:
+        raise ClientError("bad_frame", "an event's data is not JSON") from None
+    if not isinstance(extra, dict):
+        raise ClientError("bad_frame", "an event's data must be a JSON object")
+    return {**data, **extra}
+
+
+def parse_frames(
+    buf: bytearray, *, end_of_stream: bool = False
+) -> tuple[list[Frame], int, ClientError | None]:
+    """The complete frames in ``buf``, where the first incomplete one starts, and the error that
+    stopped parsing (the frames before a broken one are still served).
+
+    Headers and data sections seen before come from a small cache (a client repeats the same few:
+    ``audio-chunk`` of one length and format, ``ping``), so a steady stream of chunks costs no JSON
+    decoding. Payloads are ``(start, end)`` offsets into ``buf``.
+    """
+    frames: list[Frame] = []
+    pos = 0
+    size = len(buf)
+    try:
+        while pos < size:
+            nl = buf.find(b"\n", pos, pos + MAX_MESSAGE_BYTES + 1)
+            if nl < 0:
+                if size - pos > MAX_MESSAGE_BYTES:
+                    raise ClientError("too_large", f"a header line is over {MAX_MESSAGE_BYTES} bytes")
+                break
+            line = bytes(buf[pos:nl])
+            head = _HEADERS.get(line)
+            if head is None:
+                head = _header(line)
+                _remember(_HEADERS, line, head, len(line))
+            kind, data, data_length, payload_length = head
+            stop = nl + 1 + data_length + payload_length
+            if stop > size:
+                break
+            if data_length:
+                section = bytes(buf[nl + 1 : nl + 1 + data_length])
+                key = (line, section)
+                merged = _DATA.get(key)
+                if merged is None:
+                    merged = _merge(data, section)
+                    _remember(_DATA, key, merged, len(line) + data_length)
+                data = merged
+            start = stop - payload_length if payload_length else stop
+            frames.append((kind, data, start, stop))
+            pos = stop
+    except ClientError as exc:
+        return frames, pos, exc
+    if end_of_stream and pos < size:
+        return frames, pos, ClientError("bad_frame", "the connection ended in the middle of an event")
+    return frames, pos, None
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    """Cache a parsed header or data section: short ones only, at most ``_CACHE_ITEMS`` (then
+    start over, so a client sending ever-new headers cannot keep the cache full of them)."""
+    if size <= _CACHE_KEY_BYTES:
+        if len(cache) >= _CACHE_ITEMS:
+            cache.clear()
+        cache[key] = value
+
+
 class WyomingConnection(Connection):
     """A Wyoming client: ``describe``, ``audio-start``/``-chunk``/``-stop``, ``ping``."""
 
@@ -96,91 +185,99 @@ class WyomingConnection(Connection):
     async def opening(self) -> None:
         self.server.admit(self)
 
-    async def read_event(self, reader: BufferedByteReceiveStream) -> Event | None:
-        """The next event, or None at a clean end of the stream."""
-        try:
-            line = await reader.receive_until(b"\n", MAX_MESSAGE_BYTES)
-        except anyio.DelimiterNotFound:
-            raise ClientError("too_large", f"a header line is over {MAX_MESSAGE_BYTES} bytes") from None
-        except anyio.IncompleteRead:
-            if reader.buffer:
-                raise ClientError("bad_frame", "the connection ended in the middle of a header") from None
-            return None
-        if len(line) > MAX_MESSAGE_BYTES:  # found in the read that crossed the limit
-            raise ClientError("too_large", f"a header line is over {MAX_MESSAGE_BYTES} bytes")
-        try:
-            header = json.loads(line)
-        except ValueError:
-            raise ClientError("bad_frame", f"a header is not JSON: {bytes(line[:40])!r}") from None
-        if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-            raise ClientError("bad_frame", "a header must be a JSON object with a string 'type'")
-        data = header.get("data") or {}
-        if not isinstance(data, dict):
-            raise ClientError("bad_frame", "a header's 'data' must be a JSON object")
-        data_length = _length(header, "data_length")
-        payload_length = _length(header, "payload_length")
-        try:
-            if data_length:
-                extra = json.loads(await reader.receive_exactly(data_length))
-                if not isinstance(extra, dict):
-                    raise ClientError("bad_frame", "an event's data must be a JSON object")
-                data.update(extra)
-            payload = await reader.receive_exactly(payload_length) if payload_length else None
-        except anyio.IncompleteRead:
-            raise ClientError("bad_frame", "the connection ended in the middle of an event") from None
-        except ValueError:
-            raise ClientError("bad_frame", "an event's data is not JSON") from None
-        return Event(type=header["type"], data=data, payload=payload)
-
     async def read_loop(self) -> None:
-        reader = BufferedByteReceiveStream(self.stream)
-        server = self.server
-        fmt: PcmFormat | None = None
+        buf = bytearray()
+        pos = 0
+        receive = self.stream.receive
+        self._fmt: PcmFormat | None = None
         self._wire: tuple[Any, ...] = ()
         while True:
-            event = await self.read_event(reader)
-            if event is None:
+            try:
+                data = await receive()
+            except anyio.EndOfStream:
+                data = b""
+            if pos:
+                del buf[:pos]
+            buf += data
+            frames, pos, error = parse_frames(buf, end_of_stream=not data)
+            if frames:
+                await self.handle(frames, buf)
+                await self.commit()
+            if error is not None:
+                raise error
+            if not data:
                 return
-            self.received += 1
-            kind = event.type
-            if AudioChunk.is_type(kind):
-                if fmt is None:
-                    raise ClientError(
-                        "no_audio_start", "audio-chunk before audio-start; send audio-start first"
-                    )
-                data = event.data
-                if (data.get("rate"), data.get("width"), data.get("channels")) != self._wire:
-                    raise ClientError(
-                        "bad_audio",
-                        f"an audio-chunk's rate/width/channels {data.get('rate')}/{data.get('width')}/"
-                        f"{data.get('channels')} differ from audio-start's {self._wire}",
-                    )
-                await self.audio(event.payload or b"")
-            elif Ping.is_type(kind):
-                await self.put((PING, Ping.from_event(event).text))
-            elif AudioStart.is_type(kind):
-                try:
-                    start = AudioStart.from_event(event)
-                except (KeyError, TypeError, ValueError):
-                    raise ClientError("bad_frame", "audio-start needs rate, width and channels") from None
-                try:
-                    fmt = PcmFormat.from_width(start.rate, start.width, start.channels)
-                except AudioFormatError as exc:
-                    raise ClientError("bad_audio", str(exc)) from None
-                self._wire = (start.rate, start.width, start.channels)
-                await self.begin(fmt)
-            elif AudioStop.is_type(kind):
-                if fmt is None:
-                    raise ClientError("no_audio_start", "audio-stop before audio-start")
-                await self.finish()
-                fmt = None
-            elif Describe.is_type(kind):
-                info = info_event(
-                    server.model.name, server.model.description, server.model.languages, server.version
-                )
-                await self.put((RAW, encode_event(info)))
-            else:
-                self.log.debug("event.ignored", type=kind)
+
+    async def handle(self, frames: list[Frame], buf: bytearray) -> None:
+        """Act on one read's frames in order; consecutive audio goes to the converter at once
+        (a broken frame still lets the audio before it through)."""
+        audio: list[tuple[int, int]] = []  # payload spans of audio not converted yet
+        slot = 0  # where its AUDIO op goes among the ops (pings queued after it stay after it)
+        try:
+            for kind, data, start, stop in frames:
+                self.received += 1
+                if AudioChunk.is_type(kind):
+                    self._check_chunk(data)
+                    if not audio:
+                        slot = len(self._ops)
+                    audio.append((start, stop))
+                elif Ping.is_type(kind):
+                    self.queue((PING, Ping.from_event(Event(kind, data)).text))
+                else:
+                    if audio:
+                        await self._audio_spans(buf, audio, slot)
+                        audio = []
+                    await self.control(Event(type=kind, data=data, payload=bytes(buf[start:stop]) or None))
+        finally:
+            if audio:
+                await self._audio_spans(buf, audio, slot)
+
+    def _check_chunk(self, data: dict[str, Any]) -> None:
+        if self._fmt is None:
+            raise ClientError("no_audio_start", "audio-chunk before audio-start; send audio-start first")
+        if (data.get("rate"), data.get("width"), data.get("channels")) != self._wire:
+            raise ClientError(
+                "bad_audio",
+                f"an audio-chunk's rate/width/channels {data.get('rate')}/{data.get('width')}/"
+                f"{data.get('channels')} differ from audio-start's {self._wire}",
+            )
+
+    async def _audio_spans(self, buf: bytearray, spans: list[tuple[int, int]], slot: int) -> None:
+        """Convert and submit the audio of several frames, its op placed at ``slot``."""
+        with memoryview(buf) as view:
+            pcm = b"".join([view[a:b] for a, b in spans])
+        later = self._ops[slot:]  # pings read after the first of these frames
+        del self._ops[slot:]
+        await self.audio(pcm)
+        self._ops += later
+
+    async def control(self, event: Event) -> None:
+        """Every event but ``audio-chunk`` and ``ping``."""
+        server = self.server
+        if AudioStart.is_type(event.type):
+            try:
+                start = AudioStart.from_event(event)
+            except (KeyError, TypeError, ValueError):
+                raise ClientError("bad_frame", "audio-start needs rate, width and channels") from None
+            try:
+                fmt = PcmFormat.from_width(start.rate, start.width, start.channels)
+            except AudioFormatError as exc:
+                raise ClientError("bad_audio", str(exc)) from None
+            self._wire = (start.rate, start.width, start.channels)
+            self._fmt = fmt
+            await self.begin(fmt)
+        elif AudioStop.is_type(event.type):
+            if self._fmt is None:
+                raise ClientError("no_audio_start", "audio-stop before audio-start")
+            await self.finish()
+            self._fmt = None
+        elif Describe.is_type(event.type):
+            info = info_event(
+                server.model.name, server.model.description, server.model.languages, server.version
+            )
+            self.queue((RAW, encode_event(info)))
+        else:
+            self.log.debug("event.ignored", type=event.type)
 
     def on_edge(self, utt: Utterance, edge: SpeechEdge) -> None:
         cls = VoiceStarted if edge.kind == "start" else VoiceStopped

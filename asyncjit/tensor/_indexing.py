@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from ..errors import TensorError
+from .. import dtypes as dt
+from ..errors import ArgumentTypeError, TensorError
 from ..graph import make_node
 from ..symbolic import Dim, as_dim, bounds, is_dim, smax, smin
+from . import _dynamic
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -15,6 +17,8 @@ __all__ = ["getitem"]
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
+    if isinstance(index, type(x)) and index.dtype == dt.bool_:
+        return _dynamic.masked(x, index)  # a boolean mask: data-dependent row count
     items = list(index) if isinstance(index, tuple) else [index]
     if sum(1 for i in items if i is Ellipsis) > 1:
         raise TensorError("an index can only have a single ellipsis")
@@ -34,6 +38,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
 
     slices: list[tuple[Dim, Dim, int]] = []
     gathers: list[tuple[int, Tensor]] = []
+    stops: list[tuple[int, Dim, Dim, Tensor]] = []  # computed slice stops: axis, start, size, stop
     # the output, in order: ("new",) for None, ("keep", axis) for a kept axis; ints drop theirs
     layout: list[tuple[str, int]] = []
     axis = 0
@@ -42,7 +47,16 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             layout.append(("new", -1))
             continue
         d = x.shape[axis]
-        if isinstance(it, type(x)):
+        if isinstance(it, type(x)) and it.dtype == dt.bool_:
+            raise TensorError("a boolean mask index must be the only index (x[mask])")
+        if isinstance(it, slice) and isinstance(it.stop, type(x)):
+            if it.step not in (None, 1) or isinstance(it.start, type(x)):
+                raise TensorError("a computed slice stop needs a static start and step 1 (x[a:count])")
+            start = _slice_bounds(slice(it.start, None), d)[0]
+            slices.append((start, d, 1))
+            stops.append((axis, start, d, it.stop))
+            layout.append(("keep", axis))
+        elif isinstance(it, type(x)):
             slices.append((0, d, 1))
             gathers.append((axis, it))
             layout.append(("keep", axis))
@@ -55,12 +69,14 @@ def getitem(x: Tensor, index: Any) -> Tensor:
                 raise TensorError(f"index {it} is out of range for axis {axis} of size {d}")
             slices.append((i, i + 1, 1))
         else:
-            raise TypeError(f"unsupported index {it!r} (type {type(it).__name__})")
+            raise ArgumentTypeError(f"unsupported index {it!r} (type {type(it).__name__})")
         axis += 1
 
     y = x
     if any(s != (0, d, 1) for s, d in zip(slices, x.shape, strict=True)):
         y = type(x)(make_node("shrink", (y.node,), slices=tuple(slices)))
+    for ax, start, size, stop in stops:
+        y = _dynamic.slice_stop(y, start, size, stop, ax)
     for ax, idx in gathers:
         y = y.gather(ax, idx)
     out = [1 if kind == "new" else y.shape[ax] for kind, ax in layout]

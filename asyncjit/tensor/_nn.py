@@ -5,13 +5,14 @@ class). Each records graph nodes only: the semantics are the ops' in ``asyncjit.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import TensorError
+from ..errors import ArgumentTypeError, TensorError
 from ..graph import Node, make_node
 from ..symbolic import Dim, as_dim
 
@@ -36,14 +37,37 @@ Ints = int | Sequence[int]
 Pads = int | Sequence[int] | Sequence[tuple[Dim, Dim]]
 
 
-def _axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise TensorError(f"axis {axis} is out of range for a tensor of rank {ndim}")
-    return axis % ndim if ndim else 0
+def int_arg(value: object, what: str) -> int:
+    """``value`` as an int (numpy ints too), or ``ArgumentTypeError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+        raise ArgumentTypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
+    return operator.index(value)
+
+
+def norm_axis(axis: object, ndim: int) -> int:
+    """``axis`` (an int, negative from the end) of a rank-``ndim`` tensor, checked."""
+    ax = int_arg(axis, "axis")
+    if not -ndim <= ax < max(ndim, 1):
+        raise TensorError(f"axis {ax} is out of range for a tensor of rank {ndim}")
+    return ax % ndim if ndim else 0
+
+
+_axis = norm_axis
+
+
+def tensor_arg(x: Tensor, value: object, what: str) -> Tensor:
+    """``value`` if it is a Tensor (the class of ``x``), else ``ArgumentTypeError`` naming ``what``."""
+    if not isinstance(value, type(x)):
+        raise ArgumentTypeError(f"{what} must be a Tensor, got {type(value).__name__}")
+    return value
 
 
 def _per_axis(value: Ints, r: int, label: str) -> tuple[int, ...]:
-    vals = (value,) * r if isinstance(value, int) else tuple(value)
+    if isinstance(value, SupportsIndex) and not isinstance(value, bool):
+        return (operator.index(value),) * r
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ArgumentTypeError(f"{label} must be an int or a sequence of ints, got {type(value).__name__}")
+    vals = tuple(int_arg(v, label) for v in value)
     if len(vals) != r:
         raise TensorError(f"{label} needs {r} values (one per spatial axis), got {vals}")
     return vals
@@ -79,6 +103,8 @@ def layer_norm(
     x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, axis: int | Sequence[int]
 ) -> Tensor:
     x = x._float()
+    weight = None if weight is None else tensor_arg(x, weight, "layer_norm weight")
+    bias = None if bias is None else tensor_arg(x, bias, "layer_norm bias")
     mean = x.mean(axis, keepdims=True)
     centered = x - mean
     var = (centered * centered).mean(axis, keepdims=True)
@@ -99,7 +125,8 @@ def conv1d(
     dilation: int,
     groups: int,
 ) -> Tensor:
-    x, w = x._float(), weight._float()
+    x, w = x._float(), tensor_arg(x, weight, "conv1d weight")._float()
+    bias = None if bias is None else tensor_arg(x, bias, "conv1d bias")
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
     pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
@@ -120,7 +147,8 @@ def conv(
     dilations: Ints,
     groups: int,
 ) -> Tensor:
-    x, w = x._float(), weight._float()
+    x, w = x._float(), tensor_arg(x, weight, "conv weight")._float()
+    bias = None if bias is None else tensor_arg(x, bias, "conv bias")
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
     r = x.ndim - 2
@@ -152,7 +180,8 @@ def conv_transpose(
 ) -> Tensor:
     """Lowered to ``conv``: zeros inserted between input elements (the stride), the weight flipped
     and transposed per group, pads ``dilation*(k-1) - pad`` (a negative one crops)."""
-    x, w = x._float(), weight._float()
+    x, w = x._float(), tensor_arg(x, weight, "conv_transpose weight")._float()
+    bias = None if bias is None else tensor_arg(x, bias, "conv_transpose bias")
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
     r = x.ndim - 2

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import ShapeMismatchError, TensorError
+from ..errors import ArgumentTypeError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
-from . import _indexing, _nn, _resize
+from . import _dynamic, _indexing, _nn, _resize
 
 __all__ = ["Tensor"]
 
@@ -49,13 +49,19 @@ def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(reversed(out))
 
 
-def _axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise TensorError(f"axis {axis} is out of range for a tensor of rank {ndim}")
-    return axis % ndim if ndim else 0
+_axis = _nn.norm_axis
 
 
-class Tensor:
+def _check_tensors(tensors: object, what: str) -> None:
+    """``tensors`` must be a list or tuple of Tensors (a Tensor itself is not a sequence of them)."""
+    if not isinstance(tensors, list | tuple):
+        raise ArgumentTypeError(f"{what} takes a list or tuple of Tensors, got {type(tensors).__name__}")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{what} takes Tensors, got a {type(t).__name__} among them")
+
+
+class Tensor(_dynamic.DynamicShapes):
     """A lazy tensor: a graph node with a numpy-like API."""
 
     __slots__ = ("node",)
@@ -63,7 +69,7 @@ class Tensor:
 
     def __init__(self, node: Node) -> None:
         if not isinstance(node, Node):
-            raise TypeError("Tensor wraps a graph Node; use Tensor.placeholder or Tensor.const")
+            raise ArgumentTypeError("Tensor wraps a graph Node; use Tensor.placeholder or Tensor.const")
         self.node = node
 
     # ------------------------------------------------------------------ construction
@@ -73,6 +79,12 @@ class Tensor:
         dtype = dt.from_numpy(dtype)
         if name is None:
             name = f"input{next(_placeholder_names)}"
+        elif not isinstance(name, str):
+            raise ArgumentTypeError(f"placeholder name must be a str, got {type(name).__name__}")
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise ArgumentTypeError(
+                f"placeholder shape must be a sequence of dims, got {type(shape).__name__}"
+            )
         dims = tuple(as_dim(d) for d in shape)
         return Tensor(make_node("placeholder", (), name=name, shape=dims, dtype=dtype))
 
@@ -94,6 +106,12 @@ class Tensor:
     @staticmethod
     def full(shape: Sequence[Dim], value: Scalar, dtype: DType | Any | None = None) -> Tensor:
         """A tensor filled with ``value`` (a broadcast scalar: no memory for the full shape)."""
+        if isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating):
+            pass
+        else:
+            raise ArgumentTypeError(f"full needs a number as its value, got {type(value).__name__}")
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise ArgumentTypeError(f"full needs a sequence of dims as its shape, got {type(shape).__name__}")
         if dtype is None:
             is_float = isinstance(value, float)
             dtype = dt.bool_ if isinstance(value, bool) else dt.float32 if is_float else dt.int32
@@ -116,7 +134,8 @@ class Tensor:
     @staticmethod
     def from_dim(expr: Dim, dtype: DType | Any = dt.int32) -> Tensor:
         """A scalar tensor whose value is a symbolic dim, known at execution time."""
-        return Tensor(make_node("dim", (), expr=as_dim(expr), dtype=dt.from_numpy(dtype)))
+        e = as_dim(expr)  # a data-dependent size is read after the op that sets it
+        return Tensor(make_node("dim", _dynamic.definers(e), expr=e, dtype=dt.from_numpy(dtype)))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -146,21 +165,21 @@ class Tensor:
         return id(self)
 
     def __bool__(self) -> bool:
-        raise TypeError(
+        raise ArgumentTypeError(
             "a Tensor has no value while the graph is built; branching on it would bake one "
             "branch into the compiled plan. Use Tensor.where(cond, a, b) instead."
         )
 
     def __len__(self) -> int:
         if not self.ndim:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len() of a 0-d tensor")
         d = self.shape[0]
         if isinstance(d, Expr):
-            raise TypeError(f"len() of a tensor whose first dim {d} is symbolic")
+            raise ArgumentTypeError(f"len() of a tensor whose first dim {d} is symbolic")
         return d
 
     def __iter__(self) -> Any:
-        raise TypeError("iterating a Tensor is not supported; index or slice it instead")
+        raise ArgumentTypeError("iterating a Tensor is not supported; index or slice it instead")
 
     # ------------------------------------------------------------------ helpers
     def _wrap(self, value: Any) -> Tensor:
@@ -177,7 +196,7 @@ class Tensor:
             if self.dtype.is_int:
                 return as_int
             return as_int.cast(self.dtype if self.dtype.is_float else dt.float32)
-        raise TypeError(f"cannot combine a Tensor with {type(value).__name__}")
+        raise ArgumentTypeError(f"cannot combine a Tensor with {type(value).__name__} {value!r:.40}")
 
     def _broadcast_to(self, shape: tuple[Dim, ...]) -> Tensor:
         if self.shape == shape:
@@ -240,18 +259,24 @@ class Tensor:
         return self._float()._binary("div", o, True)
 
     def __floordiv__(self, o: Any) -> Tensor:
+        """Python's ``//``: for floats the floor of the exact quotient (``1.0 // 0.1`` is 9, where
+        ``floor(1.0 / 0.1)`` is 10); bools divide as float32."""
         x, y = self._operands(o)
-        return x._binary("idiv", y) if x.dtype.is_int else (x / y).floor()
+        if x.dtype.is_bool:
+            x, y = x._float(), y._float()
+        return x._binary("idiv", y)
 
     def __rfloordiv__(self, o: Any) -> Tensor:
         left, right = self._operands(o, True)
         return left.__floordiv__(right)
 
     def __mod__(self, o: Any) -> Tensor:
+        """Python's ``%``: the result takes the divisor's sign; for floats it is exact (IEEE
+        ``fmod``, moved by the divisor when the signs differ), never ``x - floor(x / y) * y``."""
         x, y = self._operands(o)
-        if x.dtype.is_int:
-            return x._binary("mod", y)
-        return x - (x / y).floor() * y
+        if x.dtype.is_bool:
+            x, y = x._float(), y._float()
+        return x._binary("mod", y)
 
     def __rmod__(self, o: Any) -> Tensor:
         left, right = self._operands(o, True)
@@ -384,6 +409,12 @@ class Tensor:
 
     astype = cast
 
+    def bitcast(self, dtype: DType | Any) -> Tensor:
+        """The same bits read as ``dtype`` of the same size (``float32 <-> int32/uint32``,
+        ``float16 <-> int16/uint16``...), as numpy's ``view``; NaN payloads are kept."""
+        dtype = dt.from_numpy(dtype)
+        return self if dtype == self.dtype else self._unary("bitcast", dtype=dtype)
+
     def where(self, a: Any, b: Any) -> Tensor:
         """``a`` where this bool tensor is true, else ``b`` (broadcast together)."""
         return Tensor.select(self, a, b)
@@ -404,7 +435,14 @@ class Tensor:
     def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        if isinstance(axis, SupportsIndex) and not isinstance(axis, bool):
+            axes: tuple[Any, ...] = (axis,)
+        elif isinstance(axis, Sequence) and not isinstance(axis, str):
+            axes = tuple(axis)
+        else:
+            raise ArgumentTypeError(
+                f"axis must be an int, a sequence of ints or None, got {type(axis).__name__}"
+            )
         norm = sorted({_axis(a, self.ndim) for a in axes})
         if len(norm) != len(axes):
             raise TensorError(f"repeated axis in {axes}")
@@ -419,9 +457,15 @@ class Tensor:
         return out.reshape(*(d for i, d in enumerate(out.shape) if i not in axes))
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (all by default). Floats accumulate in float64 in an unspecified
+        order; float64 terms whose magnitudes sum beyond float64's range (near 1e308) may
+        overflow midway in one order and not another, so such sums are order dependent
+        (docs/semantics.md)."""
         return self._reduce("sum", axis, keepdims)
 
     def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        """Product over ``axis``; floats accumulate in float64 in an unspecified order, so a
+        product whose partial products can leave float64's range depends on the order."""
         return self._reduce("prod", axis, keepdims)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
@@ -440,6 +484,7 @@ class Tensor:
         return (total / n).cast(x.dtype)
 
     def var(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        ddof = _nn.int_arg(ddof, "ddof")
         x = self._float()
         centered = x - x.mean(axis, keepdims=True)
         if ddof == 0:
@@ -500,8 +545,8 @@ class Tensor:
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``self @ weight.T + bias`` with ``weight`` of shape [out, in] (PyTorch layout)."""
-        out = self @ weight.T
-        return out + bias if bias is not None else out
+        out = self @ _nn.tensor_arg(self, weight, "linear weight").T
+        return out + _nn.tensor_arg(self, bias, "linear bias") if bias is not None else out
 
     def conv1d(
         self,
@@ -630,7 +675,7 @@ class Tensor:
 
     def permute(self, *order: int | Sequence[int]) -> Tensor:
         axes = list(order[0]) if len(order) == 1 and not isinstance(order[0], int) else list(order)
-        norm = tuple(_axis(int(a), self.ndim) for a in axes)  # type: ignore[arg-type]
+        norm = tuple(_axis(a, self.ndim) for a in axes)
         if norm == tuple(range(self.ndim)):
             return self
         return Tensor(make_node("permute", (self.node,), order=norm))
@@ -648,7 +693,7 @@ class Tensor:
     broadcast_to = expand
 
     def unsqueeze(self, axis: int) -> Tensor:
-        axis = axis % (self.ndim + 1)
+        axis = _axis(axis, self.ndim + 1)
         return self.reshape(*self.shape[:axis], 1, *self.shape[axis:])
 
     def squeeze(self, axis: int | None = None) -> Tensor:
@@ -684,6 +729,10 @@ class Tensor:
         value: Scalar = 0,
     ) -> Tensor:
         """Pad each axis by ``(before, after)``: ``constant`` (with ``value``), ``reflect`` or ``edge``."""
+        if isinstance(value, str | bytes) or not isinstance(
+            value, bool | int | float | np.bool_ | np.integer | np.floating
+        ):
+            raise ArgumentTypeError(f"pad value must be a number, got {type(value).__name__}")
         if len(pads) != self.ndim:
             raise TensorError(f"pad needs {self.ndim} (before, after) pairs, got {len(pads)}")
         full = tuple((0, 0) if p is None else (as_dim(p[0]), as_dim(p[1])) for p in pads)
@@ -694,6 +743,7 @@ class Tensor:
     @staticmethod
     def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         """Concatenate along ``axis`` (dtypes promote; other dims must be provably equal)."""
+        _check_tensors(tensors, "cat")
         if not tensors:
             raise TensorError("cat needs at least one tensor")
         if len(tensors) == 1:
@@ -705,14 +755,18 @@ class Tensor:
 
     @staticmethod
     def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+        _check_tensors(tensors, "stack")
         if not tensors:
             raise TensorError("stack needs at least one tensor")
-        ax = axis % (tensors[0].ndim + 1)
+        ax = _axis(axis, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(ax) for t in tensors], ax)
 
     def split(self, sizes: Sequence[Dim], axis: int = 0) -> list[Tensor]:
         """Split along ``axis`` into pieces of the given sizes (which must add up to the dim)."""
         ax = _axis(axis, self.ndim)
+        if not isinstance(sizes, Sequence) or isinstance(sizes, str):
+            raise ArgumentTypeError(f"split sizes must be a sequence of dims, got {type(sizes).__name__}")
+        sizes = [as_dim(s) for s in sizes]
         total: Dim = 0
         out: list[Tensor] = []
         for s in sizes:
@@ -725,6 +779,9 @@ class Tensor:
         return out
 
     def chunk(self, n: int, axis: int = -1) -> list[Tensor]:
+        n = _nn.int_arg(n, "chunk count")
+        if n < 1:
+            raise TensorError(f"chunk count must be >= 1, got {n}")
         ax = _axis(axis, self.ndim)
         d = self.shape[ax]
         if not isinstance(d, int) or d % n:
@@ -752,24 +809,19 @@ class Tensor:
 
     index_select = gather
 
-    def scatter(self, axis: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter(self, axis: int, index: Tensor, src: Tensor, reduce: str = "none") -> Tensor:
         """A copy of this tensor with ``out[..., index[i], ...] = src[..., i, ...]`` along ``axis``.
 
-        Out-of-range indices are dropped; for repeated indices the last write wins.
+        Out-of-range indices are dropped. With ``reduce="none"`` the last write to an index wins;
+        ``"add"``, ``"mul"``, ``"max"`` or ``"min"`` combine every write with the value there, in
+        index order (ONNX ``ScatterElements``/``ScatterND`` reductions, ``np.add.at`` and kin).
         """
         ax = _axis(axis, self.ndim)
         src = self._wrap(src).cast(self.dtype)
-        return Tensor(make_node("scatter", (self.node, self._wrap(index).node, src.node), axis=ax))
-
-    def nonzero(self, size: int, fill_value: int = 0) -> tuple[Tensor, Tensor]:
-        """Indices of non-zero elements, padded: ``(indices[size, ndim] int64, count int64)``.
-
-        Only the first ``size`` hits are returned; ``count`` is the total number of hits, so
-        ``count > size`` tells the caller that the declared maximum was too small.
-        """
-        idx = Tensor(make_node("nonzero", (self.node,), size=size, fill=fill_value))
-        count = (self != 0).cast(dt.int64).sum()
-        return idx, count
+        nodes = (self.node, self._wrap(index).node, src.node)
+        if reduce == "none":
+            return Tensor(make_node("scatter", nodes, axis=ax))
+        return Tensor(make_node("scatter", nodes, axis=ax, reduce=reduce))
 
 
 def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:

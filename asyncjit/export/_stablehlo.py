@@ -1,0 +1,592 @@
+"""``stablehlo(graph)``: the graph as StableHLO MLIR text, one small function per op.
+
+``erf`` (and exact ``gelu``) use CHLO's ``chlo.erf``, which XLA lowers. Ops are written in
+MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
+StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unbounded ones plain
+``?``; ops that build a shape (broadcasts of constants, reshapes, iotas) over a var take it with
+``get_dimension_size`` from the argument that carries it (``dynamic_broadcast_in_dim``, as JAX
+exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine_shapes``) to
+get static shapes that any XLA compiles.
+
+Semantics follow asyncjit's op table; where StableHLO's differ they are not exported (an
+``ExportError`` names the op): integer floor division and modulo, reflect/edge pads,
+float-to-int casts outside the int's range are left to XLA (StableHLO leaves them undefined),
+and ops without a StableHLO form here (scatter, nonzero, topk, argmax/argmin, average pools,
+exclusive cumsum, data-dependent ``prefix``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..errors import CompileError
+from ..graph import Node, reduce_identity
+from ..symbolic import Dim, Var
+from ._types import element_type, tensor_type
+
+__all__ = ["ExportError", "stablehlo"]
+
+
+class ExportError(CompileError):
+    """A graph (or one op of it) has no StableHLO form in this exporter; the message names it."""
+
+
+_UNARY = {
+    "exp": "exponential",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "tanh": "tanh",
+    "sigmoid": "logistic",
+    "sin": "sine",
+    "cos": "cosine",
+    "floor": "floor",
+    "ceil": "ceil",
+    "neg": "negate",
+    "abs": "abs",
+    "not": "not",
+}
+_BINARY = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "pow": "power",
+    "maximum": "maximum",
+    "minimum": "minimum",
+    "and": "and",
+    "or": "or",
+    "xor": "xor",
+}
+_COMPARE = {"lt": "LT", "le": "LE", "gt": "GT", "ge": "GE", "eq": "EQ", "ne": "NE"}
+_REDUCER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _arr(values: Sequence[int]) -> str:
+    return "array<i64" + (": " + ", ".join(str(int(v)) for v in values) if len(values) else "") + ">"
+
+
+class _Writer:
+    """Emits one function; ``name(node)`` is its SSA value, ``ty(node)`` its type."""
+
+    def __init__(self, graph_inputs: Sequence[Node]) -> None:
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self._fresh = 0
+        # where each var can be read at run time: (argument, axis)
+        self.var_at: dict[str, tuple[str, int]] = {}
+        for k, n in enumerate(graph_inputs):
+            self.names[n.id] = f"%arg{k}"
+            for axis, d in enumerate(n.shape):
+                if isinstance(d, Var):
+                    self.var_at.setdefault(d.name, (f"%arg{k}", axis))
+
+    def fresh(self) -> str:
+        self._fresh += 1
+        return f"%t{self._fresh}"
+
+    def ty(self, node: Node) -> str:
+        return tensor_type(node.shape, node.dtype, stablehlo=True)
+
+    def op(
+        self, result: str, name: str, args: Sequence[str], types: Sequence[str], out: str, attrs: str = ""
+    ) -> str:
+        attr = f" {{{attrs}}}" if attrs else ""
+        self.lines.append(
+            f'    {result} = "stablehlo.{name}"({", ".join(args)}){attr} : ({", ".join(types)}) -> {out}'
+        )
+        return result
+
+    def constant(self, value: np.ndarray, out: str) -> str:
+        name = self.fresh()
+        self.lines.append(f"    {name} = stablehlo.constant {_dense(value)} : {out}")
+        return name
+
+    def shape_of(self, shape: Sequence[Dim], what: str) -> str:
+        """A ``tensor<rank x i32>`` with ``shape``'s run-time value (ints and plain vars)."""
+        parts = []
+        for d in shape:
+            if isinstance(d, int):
+                parts.append(self.constant(np.array([d], np.int32), "tensor<1xi32>"))
+                continue
+            if not isinstance(d, Var) or d.name not in self.var_at:
+                raise ExportError(f"{what}: dim {d} is not an int or a var an argument carries")
+            arg, axis = self.var_at[d.name]
+            size = self.fresh()
+            self.lines.append(
+                f"    {size} = stablehlo.get_dimension_size {arg}, dim = {axis} : "
+                f"({self.arg_type(arg)}) -> tensor<i32>"
+            )
+            parts.append(self.op(self.fresh(), "reshape", [size], ["tensor<i32>"], "tensor<1xi32>"))
+        if len(parts) == 1:
+            return parts[0]
+        out = f"tensor<{len(parts)}xi32>"
+        return self.op(
+            self.fresh(), "concatenate", parts, ["tensor<1xi32>"] * len(parts), out, "dimension = 0 : i64"
+        )
+
+    arg_types: dict[str, str]
+
+    def arg_type(self, arg: str) -> str:
+        return self.arg_types[arg]
+
+
+def _dense(value: np.ndarray) -> str:
+    v = np.asarray(value)
+    if v.dtype == np.bool_:
+        flat = ", ".join("true" if x else "false" for x in v.reshape(-1))
+        return f"dense<{flat}>" if v.ndim == 0 else f"dense<[{flat}]>" if v.ndim == 1 else _nested_bool(v)
+    return (
+        'dense<"0x' + np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<")).tobytes().hex().upper() + '">'
+    )
+
+
+def _nested_bool(v: np.ndarray) -> str:
+    def rec(a: np.ndarray) -> str:
+        if a.ndim == 1:
+            return "[" + ", ".join("true" if x else "false" for x in a) + "]"
+        return "[" + ", ".join(rec(s) for s in a) + "]"
+
+    return f"dense<{rec(v)}>"
+
+
+Lower = Callable[[_Writer, Node], str]
+
+
+def _name(w: _Writer, n: Node) -> str:
+    return w.names[n.id]
+
+
+def _lower_const(w: _Writer, n: Node) -> str:
+    return w.constant(np.asarray(n.attrs["value"]), w.ty(n))
+
+
+def _lower_unary(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    if n.op == "relu":
+        zero = w.constant(np.zeros((), n.dtype.np), f"tensor<{element_type(n.dtype)}>")
+        z = _broadcast_scalar(w, zero, n)
+        return w.op(w.fresh(), "maximum", [_name(w, x), z], [w.ty(x), w.ty(n)], w.ty(n))
+    if n.op == "recip":
+        one = w.constant(np.ones((), n.dtype.np), f"tensor<{element_type(n.dtype)}>")
+        o = _broadcast_scalar(w, one, n)
+        return w.op(w.fresh(), "divide", [o, _name(w, x)], [w.ty(n), w.ty(x)], w.ty(n))
+    if n.op == "abs" and n.dtype.is_unsigned:
+        return _name(w, x)
+    return w.op(w.fresh(), _UNARY[n.op], [_name(w, x)], [w.ty(x)], w.ty(n))
+
+
+def _scalar(w: _Writer, value: float, like: Node) -> str:
+    """A constant ``value`` of ``like``'s dtype, broadcast to its shape."""
+    st = f"tensor<{element_type(like.dtype)}>"
+    return _broadcast_scalar(w, w.constant(np.array(value, like.dtype.np), st), like)
+
+
+def _lower_erf(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    t = w.ty(n)
+    w.lines.append(f'    {(r := w.fresh())} = "chlo.erf"({_name(w, x)}) : ({w.ty(x)}) -> {t}')
+    return r
+
+
+def _lower_gelu(w: _Writer, n: Node) -> str:
+    """``x * sigmoid(2u)`` (tanh form) or ``0.5 x (1 + erf(x / sqrt 2))``, as the op table."""
+    (x,) = n.inputs
+    t, xv = w.ty(n), _name(w, x)
+
+    def bin(op: str, a: str, b: str) -> str:
+        return w.op(w.fresh(), op, [a, b], [t, t], t)
+
+    if n.attrs.get("approximate", "none") == "tanh":
+        cube = bin("multiply", bin("multiply", xv, xv), xv)
+        inner = bin("add", xv, bin("multiply", _scalar(w, 0.044715, n), cube))
+        u2 = bin("multiply", _scalar(w, 2.0 * float(np.sqrt(2.0 / np.pi)), n), inner)
+        return bin("multiply", xv, w.op(w.fresh(), "logistic", [u2], [t], t))
+    z = bin("multiply", xv, _scalar(w, float(1.0 / np.sqrt(2.0)), n))
+    e = w.fresh()
+    w.lines.append(f'    {e} = "chlo.erf"({z}) : ({t}) -> {t}')
+    half_x = bin("multiply", _scalar(w, 0.5, n), xv)
+    return bin("multiply", half_x, bin("add", _scalar(w, 1.0, n), e))
+
+
+def _broadcast_scalar(w: _Writer, scalar: str, like: Node) -> str:
+    st = f"tensor<{element_type(like.dtype)}>"
+    if not like.shape:
+        return scalar
+    if all(isinstance(d, int) for d in like.shape):
+        return w.op(
+            w.fresh(), "broadcast_in_dim", [scalar], [st], w.ty(like), "broadcast_dimensions = array<i64>"
+        )
+    shape = w.shape_of(like.shape, like.op)
+    return w.op(
+        w.fresh(),
+        "dynamic_broadcast_in_dim",
+        [scalar, shape],
+        [st, f"tensor<{like.ndim}xi32>"],
+        w.ty(like),
+        "broadcast_dimensions = array<i64>",
+    )
+
+
+def _compare_attrs(direction: str, kind: str) -> str:
+    return (
+        f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+        f"compare_type = #stablehlo<comparison_type {kind}>"
+    )
+
+
+def _lower_binary(w: _Writer, n: Node) -> str:
+    a, b = n.inputs
+    if n.op in _COMPARE:
+        kind = (
+            "FLOAT"
+            if a.dtype.is_float
+            else "UNSIGNED"
+            if (a.dtype.is_unsigned or a.dtype.is_bool)
+            else "SIGNED"
+        )
+        attrs = _compare_attrs(_COMPARE[n.op], kind)
+        return w.op(w.fresh(), "compare", [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n), attrs)
+    if n.op == "div" and n.dtype.is_float:
+        name = "divide"
+    elif n.op in _BINARY and not (n.op == "pow" and not n.dtype.is_float):
+        name = _BINARY[n.op]
+    else:
+        raise ExportError(f"op {n.op!r} on {n.dtype.name} has no StableHLO form with asyncjit's semantics")
+    return w.op(w.fresh(), name, [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n))
+
+
+def _lower_where(w: _Writer, n: Node) -> str:
+    c, a, b = n.inputs
+    return w.op(w.fresh(), "select", [_name(w, i) for i in (c, a, b)], [w.ty(i) for i in (c, a, b)], w.ty(n))
+
+
+def _lower_cast(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    if n.dtype.is_bool and not x.dtype.is_bool:  # != 0, as asyncjit's cast to bool
+        zero = _broadcast_scalar(
+            w, w.constant(np.zeros((), x.dtype.np), f"tensor<{element_type(x.dtype)}>"), x
+        )
+        kind = "FLOAT" if x.dtype.is_float else "UNSIGNED" if x.dtype.is_unsigned else "SIGNED"
+        attrs = _compare_attrs("NE", kind)
+        return w.op(w.fresh(), "compare", [_name(w, x), zero], [w.ty(x), w.ty(x)], w.ty(n), attrs)
+    return w.op(w.fresh(), "convert", [_name(w, x)], [w.ty(x)], w.ty(n))
+
+
+def _lower_reduce(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    op, axes = n.attrs["op"], tuple(n.attrs["axes"])
+    src, src_node_ty, acc = _name(w, x), w.ty(x), x.dtype
+    if x.dtype.is_float and op in ("sum", "prod"):  # asyncjit accumulates in float64
+        from ..dtypes import float64
+
+        acc = float64
+        src_node_ty = tensor_type(x.shape, float64, stablehlo=True)
+        src = w.op(w.fresh(), "convert", [src], [w.ty(x)], src_node_ty)
+    et = f"tensor<{element_type(acc)}>"
+    ident = np.array(reduce_identity(op, x.dtype), dtype=acc.np)
+    init = w.constant(ident, et)
+    kept = [d for a, d in enumerate(x.shape) if a not in axes]
+    reduced_ty = tensor_type(kept, acc, stablehlo=True)
+    body = w.fresh()
+    res = w.fresh()
+    w.lines.append(f'    {res} = "stablehlo.reduce"({src}, {init}) ({{')
+    w.lines.append(f"      ^bb0(%lhs: {et}, %rhs: {et}):")
+    w.lines.append(f'        {body} = "stablehlo.{_REDUCER[op]}"(%lhs, %rhs) : ({et}, {et}) -> {et}')
+    w.lines.append(f'        "stablehlo.return"({body}) : ({et}) -> ()')
+    w.lines.append(f"    }}) {{dimensions = {_arr(axes)}}} : ({src_node_ty}, {et}) -> {reduced_ty}")
+    out = res
+    if acc != x.dtype:
+        out = w.op(w.fresh(), "convert", [out], [reduced_ty], tensor_type(kept, n.dtype, stablehlo=True))
+    return _reshape_to(w, out, tensor_type(kept, n.dtype, stablehlo=True), n)
+
+
+def _reshape_to(w: _Writer, value: str, value_ty: str, n: Node) -> str:
+    if all(isinstance(d, int) for d in n.shape):
+        return w.op(w.fresh(), "reshape", [value], [value_ty], w.ty(n))
+    shape = w.shape_of(n.shape, n.op)
+    return w.op(w.fresh(), "dynamic_reshape", [value, shape], [value_ty, f"tensor<{n.ndim}xi32>"], w.ty(n))
+
+
+def _lower_matmul(w: _Writer, n: Node) -> str:
+    a, b = n.inputs
+    r = n.ndim
+    batch = ", ".join(map(str, range(r - 2)))
+    attrs = (
+        f"dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [{batch}], "
+        f"rhs_batching_dimensions = [{batch}], lhs_contracting_dimensions = [{r - 1}], "
+        f"rhs_contracting_dimensions = [{r - 2}]>"
+    )
+    return w.op(w.fresh(), "dot_general", [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n), attrs)
+
+
+def _lower_reshape(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    return _reshape_to(w, _name(w, x), w.ty(x), n)
+
+
+def _lower_permute(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    return w.op(
+        w.fresh(), "transpose", [_name(w, x)], [w.ty(x)], w.ty(n), f"permutation = {_arr(n.attrs['order'])}"
+    )
+
+
+def _lower_expand(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    dims = f"broadcast_dimensions = {_arr(range(x.ndim))}"
+    if all(isinstance(d, int) for d in n.shape):
+        return w.op(w.fresh(), "broadcast_in_dim", [_name(w, x)], [w.ty(x)], w.ty(n), dims)
+    shape = w.shape_of(n.shape, n.op)
+    return w.op(
+        w.fresh(),
+        "dynamic_broadcast_in_dim",
+        [_name(w, x), shape],
+        [w.ty(x), f"tensor<{n.ndim}xi32>"],
+        w.ty(n),
+        dims,
+    )
+
+
+def _static(values: Sequence[Dim], n: Node) -> list[int]:
+    if not all(isinstance(v, int) for v in values):
+        raise ExportError(f"op {n.op!r}: symbolic bounds {list(values)} (refine the graph first)")
+    return [int(v) for v in values]
+
+
+def _lower_shrink(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    sl = n.attrs["slices"]
+    start = _static([s[0] for s in sl], n)
+    stop = _static([s[1] for s in sl], n)
+    step = [int(s[2]) for s in sl]
+    attrs = f"start_indices = {_arr(start)}, limit_indices = {_arr(stop)}, strides = {_arr(step)}"
+    return w.op(w.fresh(), "slice", [_name(w, x)], [w.ty(x)], w.ty(n), attrs)
+
+
+def _lower_pad(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    if n.attrs.get("mode", "constant") != "constant":
+        raise ExportError(f"pad mode {n.attrs['mode']!r} has no StableHLO op (only constant)")
+    from ..graph import cast_scalar
+
+    value = np.array(cast_scalar(n.attrs.get("value", 0), n.dtype), dtype=n.dtype.np)
+    pv = w.constant(value, f"tensor<{element_type(n.dtype)}>")
+    lo = _static([p[0] for p in n.attrs["pads"]], n)
+    hi = _static([p[1] for p in n.attrs["pads"]], n)
+    attrs = (
+        f"edge_padding_low = {_arr(lo)}, edge_padding_high = {_arr(hi)}, "
+        f"interior_padding = {_arr([0] * n.ndim)}"
+    )
+    return w.op(
+        w.fresh(), "pad", [_name(w, x), pv], [w.ty(x), f"tensor<{element_type(n.dtype)}>"], w.ty(n), attrs
+    )
+
+
+def _lower_cat(w: _Writer, n: Node) -> str:
+    return w.op(
+        w.fresh(),
+        "concatenate",
+        [_name(w, i) for i in n.inputs],
+        [w.ty(i) for i in n.inputs],
+        w.ty(n),
+        f"dimension = {int(n.attrs['axis'])} : i64",
+    )
+
+
+def _lower_gather(w: _Writer, n: Node) -> str:
+    x, idx = n.inputs
+    axis = int(n.attrs["axis"])
+    if not all(isinstance(d, int) for d in (*x.shape, *idx.shape)):
+        raise ExportError("gather: symbolic shapes (refine the graph first)")
+    col_ty = tensor_type((*idx.shape, 1), idx.dtype, stablehlo=True)
+    col = w.op(w.fresh(), "reshape", [_name(w, idx)], [w.ty(idx)], col_ty)
+    offset = [a for a in range(n.ndim) if a != axis]
+    sizes = [1 if a == axis else int(d) for a, d in enumerate(x.shape)]
+    attrs = (
+        f"dimension_numbers = #stablehlo.gather<offset_dims = [{', '.join(map(str, offset))}], "
+        f"collapsed_slice_dims = [{axis}], start_index_map = [{axis}], index_vector_dim = 1>, "
+        f"slice_sizes = {_arr(sizes)}, indices_are_sorted = false"
+    )
+    return w.op(w.fresh(), "gather", [_name(w, x), col], [w.ty(x), col_ty], w.ty(n), attrs)
+
+
+def _lower_arange(w: _Writer, n: Node) -> str:
+    if all(isinstance(d, int) for d in n.shape):
+        return w.op(w.fresh(), "iota", [], [], w.ty(n), "iota_dimension = 0 : i64")
+    shape = w.shape_of(n.shape, n.op)
+    return w.op(w.fresh(), "dynamic_iota", [shape], ["tensor<1xi32>"], w.ty(n), "iota_dimension = 0 : i64")
+
+
+def _lower_dim(w: _Writer, n: Node) -> str:
+    expr = n.attrs["expr"]
+    if isinstance(expr, int):
+        return w.constant(np.array(expr, dtype=n.dtype.np), w.ty(n))
+    if isinstance(expr, Var) and expr.name in w.var_at:
+        size = w.shape_of((expr,), "dim")
+        scalar = w.op(w.fresh(), "reshape", [size], ["tensor<1xi32>"], "tensor<i32>")
+        return w.op(w.fresh(), "convert", [scalar], ["tensor<i32>"], w.ty(n))
+    raise ExportError(f"dim {expr}: only ints and vars an argument carries are exported")
+
+
+def _lower_conv1d(w: _Writer, n: Node) -> str:
+    x, wt = n.inputs[:2]
+    if len(n.inputs) != 2:
+        raise ExportError("conv1d with a bias input is not exported")
+    pads = _static(list(n.attrs["padding"]), n)
+    attrs = (
+        "dimension_numbers = #stablehlo.conv<[b, f, 0]x[o, i, 0]->[b, f, 0]>, "
+        f"window_strides = {_arr([n.attrs['stride']])}, "
+        f"padding = dense<[[{pads[0]}, {pads[1]}]]> : tensor<1x2xi64>, "
+        f"lhs_dilation = {_arr([1])}, rhs_dilation = {_arr([n.attrs['dilation']])}, "
+        f"feature_group_count = {int(n.attrs['groups'])} : i64, batch_group_count = 1 : i64"
+    )
+    return w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
+
+
+def _padding(pairs: Sequence[tuple[int, int]]) -> str:
+    body = ", ".join(f"[{lo}, {hi}]" for lo, hi in pairs)
+    return f"dense<[{body}]> : tensor<{len(pairs)}x2xi64>"
+
+
+def _reduce_window(
+    w: _Writer, n: Node, x: str, x_ty: str, op: str, init: float, window: Sequence[int], **geo: Sequence[int]
+) -> str:
+    """``reduce_window`` of ``x`` with ``op`` (a region), padding with ``init``."""
+    et = f"tensor<{element_type(n.dtype)}>"
+    iv = w.constant(np.array(init, n.dtype.np), et)
+    strides = geo.get("strides", [1] * len(window))
+    dil = geo.get("dilations", [1] * len(window))
+    pads = list(zip(geo.get("lo", [0] * len(window)), geo.get("hi", [0] * len(window)), strict=True))
+    body, res = w.fresh(), w.fresh()
+    w.lines.append(f'    {res} = "stablehlo.reduce_window"({x}, {iv}) ({{')
+    w.lines.append(f"      ^bb0(%lhs: {et}, %rhs: {et}):")
+    w.lines.append(f'        {body} = "stablehlo.{op}"(%lhs, %rhs) : ({et}, {et}) -> {et}')
+    w.lines.append(f'        "stablehlo.return"({body}) : ({et}) -> ()')
+    w.lines.append(
+        f"    }}) {{window_dimensions = {_arr(window)}, window_strides = {_arr(strides)}, "
+        f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {w.ty(n)}"
+    )
+    return res
+
+
+def _lower_pool(w: _Writer, n: Node) -> str:
+    """Max pools (padding never wins: it is -inf / int min, the reduction's identity)."""
+    (x,) = n.inputs
+    if n.attrs["mode"] != "max" or n.attrs["ceil_mode"]:
+        raise ExportError("pool: only max pools without ceil_mode are exported")
+    r = n.ndim - 2
+    pads = [(int(lo), int(hi)) for lo, hi in n.attrs["pads"]]
+    return (
+        _reduce_window(
+            w,
+            n,
+            _name(w, x),
+            w.ty(x),
+            "maximum",
+            float(reduce_identity("max", n.dtype)),
+            [1, 1, *n.attrs["kernel"]],
+            strides=[1, 1, *n.attrs["strides"]],
+            dilations=[1, 1, *n.attrs["dilations"]],
+            lo=[0, 0, *(p[0] for p in pads)],
+            hi=[0, 0, *(p[1] for p in pads)],
+        )
+        if r
+        else _name(w, x)
+    )
+
+
+def _lower_cumsum(w: _Writer, n: Node) -> str:
+    """Inclusive (optionally reversed) running sums as a ``reduce_window`` over the axis."""
+    (x,) = n.inputs
+    if n.attrs.get("exclusive", False):
+        raise ExportError("cumsum: exclusive sums are not exported")
+    axis = int(n.attrs["axis"])
+    size = _static([n.shape[axis]], n)[0]
+    window = [size if a == axis else 1 for a in range(n.ndim)]
+    before = [size - 1 if a == axis else 0 for a in range(n.ndim)]
+    zero = [0] * n.ndim
+    lo, hi = (zero, before) if n.attrs.get("reverse", False) else (before, zero)
+    return _reduce_window(w, n, _name(w, x), w.ty(x), "add", 0.0, window, lo=lo, hi=hi)
+
+
+def _lower_conv(w: _Writer, n: Node) -> str:
+    """N-d convolution (ONNX layout), groups and dilations; a bias is broadcast and added."""
+    x, wt = n.inputs[0], n.inputs[1]
+    r = n.ndim - 2
+    sp = ", ".join(str(i) for i in range(r))
+    pads = [(int(lo), int(hi)) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
+    attrs = (
+        f"dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, "
+        f"window_strides = {_arr(n.attrs['strides'])}, padding = {_padding(pads)}, "
+        f"lhs_dilation = {_arr([1] * r)}, rhs_dilation = {_arr(n.attrs['dilations'])}, "
+        f"feature_group_count = {int(n.attrs['groups'])} : i64, batch_group_count = 1 : i64"
+    )
+    out = w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
+    if len(n.inputs) == 3:
+        bias = n.inputs[2]
+        b = w.op(
+            w.fresh(),
+            "broadcast_in_dim",
+            [_name(w, bias)],
+            [w.ty(bias)],
+            w.ty(n),
+            "broadcast_dimensions = array<i64: 1>",
+        )
+        out = w.op(w.fresh(), "add", [out, b], [w.ty(n), w.ty(n)], w.ty(n))
+    return out
+
+
+LOWERINGS: dict[str, Lower] = {
+    "pool": _lower_pool,
+    "cumsum": _lower_cumsum,
+    "conv": _lower_conv,
+    "const": _lower_const,
+    **{op: _lower_unary for op in (*_UNARY, "relu", "recip")},
+    **{op: _lower_binary for op in (*_BINARY, *_COMPARE, "div", "idiv", "mod")},
+    "erf": _lower_erf,
+    "gelu": _lower_gelu,
+    "where": _lower_where,
+    "cast": _lower_cast,
+    "reduce": _lower_reduce,
+    "matmul": _lower_matmul,
+    "reshape": _lower_reshape,
+    "permute": _lower_permute,
+    "expand": _lower_expand,
+    "shrink": _lower_shrink,
+    "pad": _lower_pad,
+    "cat": _lower_cat,
+    "gather": _lower_gather,
+    "arange": _lower_arange,
+    "dim": _lower_dim,
+    "conv1d": _lower_conv1d,
+}
+
+
+def stablehlo(graph: object, name: str = "main") -> str:
+    """The graph (a ``passes.Graph``) as a StableHLO module with one public function ``name``.
+
+    Raises:
+        ExportError: an op without a StableHLO form here (named), or a symbolic size an op needs
+            static (refine the graph first).
+    """
+    from ..passes import Graph
+
+    if not isinstance(graph, Graph):
+        raise ExportError(f"stablehlo() takes a passes.Graph, got {type(graph).__name__}")
+    w = _Writer(graph.inputs)
+    w.arg_types = {f"%arg{k}": w.ty(n) for k, n in enumerate(graph.inputs)}
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            continue
+        lower = LOWERINGS.get(n.op)
+        if lower is None:
+            raise ExportError(f"op {n.op!r} has no StableHLO lowering in asyncjit.export")
+        w.names[n.id] = lower(w, n)
+    args = ", ".join(f"%arg{k}: {w.ty(n)}" for k, n in enumerate(graph.inputs))
+    outs = ", ".join(w.ty(o) for o in graph.outputs)
+    ret = ", ".join(w.names[o.id] for o in graph.outputs)
+    head = [f"module @asyncjit_{name} {{", f"  func.func public @{name}({args}) -> ({outs}) {{"]
+    tail = [f"    return {ret} : {outs}", "  }", "}"]
+    return "\n".join([*head, *w.lines, *tail]) + "\n"

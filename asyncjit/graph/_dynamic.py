@@ -1,0 +1,97 @@
+"""Data-dependent sizes: the ``prefix`` op, which turns a count computed in the graph into a dim.
+
+``prefix(x, count, axis, size_var)`` keeps the first ``count`` entries of ``x`` along ``axis``;
+its output's dim there is ``size_var``, a ``DataVar`` the run sets. Every data-dependent shape
+(``x[:count]``, ``nonzero()`` without a size, boolean masks, ``unique``) is built from it: the
+padded form computes a bounded result and a count, ``prefix`` makes the count a dim, and later
+kernels loop over the actual size (invariant 3) while buffers keep the bound's capacity.
+
+A count outside ``[0, bound]`` is a ``VarBoundsError`` naming the op and its label: the run never
+writes past the bound (native code clamps what it copies and the host checks the count after).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import TensorError, VarBoundsError
+from ..symbolic import DataVar, Dim, bounds
+from ._node import Node
+from ._ops import _register
+
+__all__ = ["check_size", "defined_var", "new_data_var"]
+
+_counter = itertools.count()
+
+
+def new_data_var(label: str, bound: int, min: int = 0) -> DataVar:
+    """A fresh ``DataVar`` for an op labelled ``label`` (``nonzero``, ``x[:count]``, ...)."""
+    if isinstance(bound, bool) or not isinstance(bound, int | np.integer) or bound < 0:
+        raise VarBoundsError(
+            f"{label}: the bound of a data-dependent size must be an int >= 0, got {bound!r}"
+        )
+    stem = re.sub(r"\W+", "_", label).strip("_") or "size"
+    return DataVar(f"{stem}_{next(_counter)}", int(min), int(bound), label)
+
+
+def defined_var(node: Node) -> tuple[DataVar, int] | None:
+    """``(var, axis)`` when ``node`` sets a data-dependent size (its output dim ``axis``)."""
+    if node.op != "prefix":
+        return None
+    var = node.attrs["size_var"]
+    return var, int(node.attrs["axis"])
+
+
+def check_size(node: Node, value: int, axis_len: int) -> int:
+    """``value`` if it is a valid size for the ``DataVar`` ``node`` sets (at most its bound and
+    the ``axis_len`` entries it takes from).
+
+    Raises:
+        VarBoundsError: out of range, naming the op and what to change.
+    """
+    var: DataVar = node.attrs["size_var"]
+    limit = min(var.max, axis_len)
+    if value < 0:
+        raise VarBoundsError(f"{var.op or node.op} computed a negative size {value} for {var.name!r}")
+    if value > limit:
+        raise VarBoundsError(
+            f"{var.op or node.op} computed size {value} for {var.name!r}, above {limit} (its "
+            f"bound is {var.max}, and it cannot exceed the axis it takes from); give a larger "
+            "bound where the size is made"
+        )
+    return value
+
+
+def _infer_prefix(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[tuple[Dim, ...], DType]:
+    x, count = ins
+    axis, var = a["axis"], a["size_var"]
+    if not isinstance(var, DataVar):
+        raise TensorError(f"prefix: size_var must be a DataVar, got {var!r}")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < x.ndim:
+        raise TensorError(f"prefix: axis {axis!r} is out of range for rank {x.ndim}")
+    if count.ndim != 0 or not (count.dtype.is_int or count.dtype == dt.bool_):
+        raise TensorError(
+            f"prefix: the count must be a 0-d integer tensor, got {count.dtype.name}{list(count.shape)}"
+        )
+    if var.max > bounds(x.shape[axis])[1]:  # the run also checks the axis's actual size
+        raise TensorError(
+            f"prefix: bound {var.max} of {var.name!r} exceeds axis {axis} of size {x.shape[axis]}"
+        )
+    return (*x.shape[:axis], var, *x.shape[axis + 1 :]), x.dtype
+
+
+def _ref_prefix(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
+    x, count = args
+    axis = node.attrs["axis"]
+    n = check_size(node, int(count), x.shape[axis])
+    return np.ascontiguousarray(x[(slice(None),) * axis + (slice(0, n),)])
+
+
+_register("prefix", "prefix", _infer_prefix, _ref_prefix)

@@ -1,0 +1,189 @@
+"""Data parallelism over CPU devices: a large batched matmul, sharded over ``cpu:2`` vs one device.
+
+Run: ``.venv/bin/python benchmarks/devices.py`` (about 60 s; ``--quick``: fewer rounds).
+
+``f(x, w) = relu(x @ w)`` with ``x`` float32 ``[64, 128, 256]`` and ``w`` ``[256, 256]`` (2^29
+multiply-adds), all in one run, rounds interleaved, median wall time per call (host copy-in to
+ready outputs):
+
+* ``one device``: ``jit(f, device=cpu:0)`` of a ``cpu:2`` client, one thread per kernel (what a
+  device actor gets when two share two cores) — the goal's "one device";
+* ``sharded cpu:2``: ``jit(f, in_shardings={"x": Sharding.split([cpu:0, cpu:1], 0)})``: each
+  device actor multiplies its half of the batch on its own worker thread (goal >= 1.7x one device);
+* ``one device, 2 threads``: the same one-device plan with its big kernel split over two threads
+  by the plan itself (``intra_op_threads=2``): the other way to use both cores;
+* peers: numpy ``matmul`` (its BLAS threads) and, when installed, ``jax.jit`` on its CPU backend.
+
+Then a two-stage ``Pipeline`` (``relu(x @ w1)`` then ``relu(h @ w2)``, x ``[256, 512]``, w
+``[512, 512]``, 48 items): stage 1 on cpu:0 and stage 2 on cpu:1 (each item handed over by a
+device-to-device copy on cpu:1's queue) vs both stages on cpu:0; items per second (goal >= 1.6x).
+
+The load average is printed next to the figures: on a shared machine the ratio, not the times,
+is the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import structlog
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _machine import machine_line
+
+from asyncjit import Client, Sharding, jit
+from asyncjit.codegen import _parallel
+
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+SHAPE_X = (64, 128, 256)
+SHAPE_W = (256, 256)
+
+
+def f(x: Any, w: Any) -> Any:
+    return (x @ w).relu()
+
+
+_cpu: dict[str, list[float]] = {}
+
+
+def _timed(call: Callable[[], Any], name: str = "") -> float:
+    """Wall time of ``call``; its process CPU time over wall time (cores in use) goes to ``_cpu``."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    call()
+    wall = time.perf_counter() - t0
+    _cpu.setdefault(name, []).append((time.process_time() - c0) / wall)
+    return wall
+
+
+def pipeline_section(client: Client, rounds: int) -> None:
+    import anyio
+
+    from asyncjit import Tensor, float32
+    from asyncjit.compiler import compile as compile_graph
+    from asyncjit.scheduler import Pipeline, execute_stage
+
+    rng = np.random.default_rng(1)
+    n_items, rows, width = 48, 256, 512
+    d0, d1 = client.devices()
+    stages = []
+    for name in ("stage1", "stage2"):
+        x = Tensor.placeholder((rows, width), float32)
+        w = Tensor.const(rng.standard_normal((width, width), np.float32) / np.sqrt(width))
+        stages.append(compile_graph([(x @ w).relu()], [x], name=name))
+    items = [rng.standard_normal((rows, width), np.float32) for _ in range(n_items)]
+
+    def run(first: Any, second: Any) -> float:
+        p = Pipeline(
+            [
+                execute_stage("s1", client.load(stages[0], first)),
+                execute_stage("s2", client.load(stages[1], second)),
+            ]
+        )
+
+        async def sink(buf: Any) -> None:
+            await buf.ready()
+
+        async def go() -> float:
+            feed = [client.buffer_from_host(x, d0) for x in items]
+            c0, t0 = time.process_time(), time.perf_counter()
+            await p.run(feed, sink)
+            wall = time.perf_counter() - t0
+            _cpu.setdefault(f"pipeline {first.id}{second.id}", []).append((time.process_time() - c0) / wall)
+            return n_items / wall
+
+        return anyio.run(go)
+
+    cases = {"two devices": (d0, d1), "one device": (d0, d0)}
+    rates: dict[str, list[float]] = {k: [] for k in cases}
+    for a, b in cases.values():
+        run(a, b)  # warm up
+    for _ in range(rounds):
+        for name, (a, b) in cases.items():
+            rates[name].append(run(a, b))
+    base = statistics.median(rates["one device"])
+    print(f"Pipeline relu(x @ w1) -> relu(h @ w2), x [{rows}, {width}], {n_items} items, {rounds} rounds")
+    for name, r in rates.items():
+        a, b = cases[name]
+        med = statistics.median(r)
+        busy = statistics.median(_cpu[f"pipeline {a.id}{b.id}"])
+        print(f"  {name:24s} {med:8.1f} items/s  {med / base:5.2f}x one device  {busy:4.2f} cores busy")
+    ratio = statistics.median(rates["two devices"]) / base
+    load = os.getloadavg()[0]
+    print(f"two-stage pipeline on two devices vs one: {ratio:.2f}x (goal >= 1.6x); load average {load:.2f}")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    rounds = 5 if quick else 11
+    print(machine_line())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(SHAPE_X, np.float32)
+    w = rng.standard_normal(SHAPE_W, np.float32)
+    want = np.maximum(x @ w, 0)
+    client = Client("cpu:2")
+    d0, d1 = client.devices()
+    w_on = {d.id: client.device_put(w, d) for d in (d0, d1)}
+    one = jit(f, device=d0, inline=False)
+    sharded = jit(f, in_shardings={"x": Sharding.split([d0, d1], 0), "w": Sharding.replicated([d0, d1])})
+
+    def run_one() -> Any:
+        return np.asarray(one(x, w_on[0]))
+
+    def run_sharded() -> Any:
+        return np.asarray(sharded(x, w))
+
+    def one_two_threads() -> Any:
+        _parallel.set_intra_op_threads(2)
+        try:
+            return run_one()
+        finally:
+            _parallel.set_intra_op_threads(1)
+
+    cases: dict[str, Callable[[], Any]] = {
+        "one device": run_one,
+        "sharded cpu:2": run_sharded,
+        "one device, 2 threads": one_two_threads,
+        "numpy matmul": lambda: np.maximum(x @ w, 0),
+    }
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jf = jax.jit(lambda a, b: jnp.maximum(a @ b, 0))
+        jw = jax.device_put(w)
+        cases["jax.jit"] = lambda: np.asarray(jf(x, jw))
+    except ImportError:
+        pass
+    _parallel.set_intra_op_threads(1)
+    for name, call in cases.items():  # warm up: compile, check
+        np.testing.assert_allclose(call(), want, rtol=2e-3, atol=2e-3, err_msg=name)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, call in cases.items():
+            times[name].append(_timed(call, name))
+    base = statistics.median(times["one device"])
+    flops = 2 * np.prod(SHAPE_X) * SHAPE_W[1]
+    print(f"relu(x @ w), x {SHAPE_X} w {SHAPE_W}, {rounds} rounds, median per call")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"  {name:24s} {med * 1e3:8.1f} ms  {flops / med / 1e9:6.1f} GFLOP/s"
+            f"  {base / med:5.2f}x one device  {statistics.median(_cpu[name]):4.2f} cores busy"
+        )
+    ratio = base / statistics.median(times["sharded cpu:2"])
+    print(f"sharded cpu:2 vs one device: {ratio:.2f}x (goal >= 1.7x); load average {os.getloadavg()[0]:.2f}")
+    _parallel.set_intra_op_threads(1)
+    pipeline_section(client, rounds)
+    client.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""``Graph.dump()`` and ``asyncjit.export.stablehlo``: the text is stable, and exported modules
+are parsed by MLIR and compiled and run by XLA (through jaxlib) with asyncjit's results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncjit
+from asyncjit import Tensor, Var
+from asyncjit.compiler import compile
+from asyncjit.export import ExportError, stablehlo
+from asyncjit.passes import Graph, optimize_graph, refine_arguments, refine_shapes
+
+jax = pytest.importorskip("jax", reason="the jax extra (jaxlib's XLA) runs the exported modules")
+
+RNG = np.random.default_rng(3)
+
+
+def _xla_run(text: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Parse ``text`` with jaxlib's MLIR, compile it with XLA's CPU client and run it once."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+    from jax._src.lib.mlir import ir
+
+    cpu = jax.devices("cpu")[0]
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        exe = cpu.client.compile_and_load(module, xc.DeviceList((cpu,)), xc.CompileOptions())
+    results = exe.execute_sharded([jax.device_put(a, cpu) for a in arrays])
+    return [np.asarray(r[0]) for r in results.disassemble_into_single_device_arrays()]
+
+
+def _parses(text: str) -> None:
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        assert ir.Module.parse(text).operation.verify()
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+W = _f32(8, 6)
+K = _f32(4, 3, 3)
+K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
+B2 = _f32(6)
+
+# (name, input specs, function): 28 graphs over every exported op family
+CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
+    ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
+    ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
+    ("sigmoid_relu", [((6,), np.float32)], lambda x: x.sigmoid() + x.relu() - x.floor() + x.ceil()),
+    ("erf_gelu", [((3, 5), np.float32)], lambda x: x.erf() + x.gelu() + x.gelu(approximate="tanh")),
+    ("recip_neg", [((3, 4), np.float32)], lambda x: 1.0 / (x.abs() + 0.5) - x),
+    ("binary", [((4, 8), np.float32), ((4, 8), np.float32)], lambda x, y: x * y - x / (y.abs() + 1)),
+    (
+        "minmax_pow",
+        [((4, 8), np.float32), ((4, 8), np.float32)],
+        lambda x, y: x.maximum(y) + x.minimum(y) + x.abs() ** 1.5,
+    ),
+    ("compare_where", [((4, 8), np.float32), ((4, 8), np.float32)], lambda x, y: (x > y).where(x, y * 2)),
+    ("int_ops", [((6,), np.int32), ((6,), np.int32)], lambda x, y: (x * y + x - y).maximum(x)),
+    ("logical", [((6,), np.int32)], lambda x: ((x > 0) & (x < 3)) | ~(x == 1)),
+    (
+        "cast",
+        [((4, 3), np.float32)],
+        lambda x: (x * 4).cast(asyncjit.int32).cast(asyncjit.float32) + (x > 0).cast(asyncjit.float32),
+    ),
+    ("cast_bool", [((5,), np.int32)], lambda x: x.cast(asyncjit.bool_).cast(asyncjit.int32)),
+    ("sum", [((4, 8), np.float32)], lambda x: x.sum(1) + x.mean(1)),
+    ("max_min_prod", [((3, 5), np.float32)], lambda x: x.max(0) - x.min(0) + (x * 0.5 + 1).prod(0)),
+    ("int_reduce", [((3, 5), np.int32)], lambda x: x.sum(0) * x.max(1).sum()),
+    ("matmul", [((5, 8), np.float32)], lambda x: (x @ Tensor.const(W)).tanh()),
+    ("batched_matmul", [((2, 3, 4), np.float32), ((2, 4, 5), np.float32)], lambda x, y: x @ y),
+    ("reshape_permute", [((4, 6), np.float32)], lambda x: x.reshape(2, 12).permute(1, 0) * 2),
+    ("expand", [((4, 1), np.float32)], lambda x: x + Tensor.const(_f32(1, 5))),
+    ("slice", [((8, 6), np.float32)], lambda x: x[1:7:2, ::3] + 1),
+    ("pad", [((3, 4), np.float32)], lambda x: x.pad([(1, 2), (0, 1)], value=-1.5)),
+    ("cat", [((3, 4), np.float32), ((2, 4), np.float32)], lambda x, y: Tensor.cat([x, y], 0)),
+    ("gather", [((6, 3), np.float32), ((4,), np.int32)], lambda x, i: x.gather(0, i)),
+    ("arange", [((5,), np.float32)], lambda x: x + Tensor.arange(5, asyncjit.float32)),
+    ("conv1d", [((2, 3, 10), np.float32)], lambda x: x.conv1d(Tensor.const(K), padding=1)),
+    (
+        "conv2d",
+        [((1, 4, 6, 7), np.float32)],
+        lambda x: x.conv(Tensor.const(K2), Tensor.const(B2), strides=[1, 2], pads=[(1, 0), (1, 1)], groups=2),
+    ),
+    (
+        "max_pool",
+        [((1, 2, 7, 6), np.float32)],
+        lambda x: x.max_pool([3, 2], strides=[2, 2], pads=[(1, 1), (0, 1)]),
+    ),
+    ("cumsum", [((3, 6), np.float32)], lambda x: x.cumsum(1) + x.cumsum(0, reverse=True)),
+]
+
+
+def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarray]:
+    out = []
+    for shape, dtype in specs:
+        if name == "gather" and np.dtype(dtype).kind == "i":
+            out.append(RNG.integers(-2, 8, shape).astype(dtype))  # out of range: clamped in both
+        elif np.dtype(dtype).kind == "i":
+            out.append(RNG.integers(-4, 5, shape).astype(dtype))
+        else:
+            out.append(_f32(*shape))
+    return out
+
+
+@pytest.mark.parametrize(("name", "specs", "fn"), CASES, ids=[c[0] for c in CASES])
+def test_exported_module_runs_on_xla_like_asyncjit(
+    name: str, specs: list[tuple[tuple[int, ...], Any]], fn: Callable[..., Tensor]
+) -> None:
+    """Each graph, exported and run by XLA, equals the compiled asyncjit plan."""
+    ins = [Tensor.placeholder(shape, dtype, name=f"in{k}") for k, (shape, dtype) in enumerate(specs)]
+    out = fn(*ins)
+    feed = _feed(specs, name)
+    (want,) = compile([out], ins).run(feed)
+    graph = optimize_graph(Graph.of([out.node], [i.node for i in ins]))
+    (got,) = _xla_run(stablehlo(graph), feed)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static() -> None:
+    """A graph over ``t <= 4096`` exports with ``#stablehlo.bounds`` (valid MLIR); refined to
+    ``t = 16`` it is static, and XLA runs it with asyncjit's result."""
+    t = Var("t", 1, 4096)
+    x = Tensor.placeholder((t, 512), name="x")
+    y = (x + 1).tanh().sum(1)
+    g = Graph.of([y.node], [x.node])
+    text = stablehlo(g)
+    assert "tensor<?x512xf32, #stablehlo.bounds<4096, ?>>" in text
+    assert "dynamic_broadcast_in_dim" in text and "get_dimension_size" in text
+    _parses(text)
+    u = Var("u", 1, None)
+    xu = Tensor.placeholder((u, 4), name="xu")
+    unbounded = stablehlo(Graph.of([(xu * 2).node], [xu.node]))
+    assert "tensor<?x4xf32>" in unbounded and "bounds" not in unbounded
+    _parses(unbounded)
+    static = refine_shapes(refine_arguments(g, {"x": (16, 512)}))
+    xv = _f32(16, 512)
+    (want,) = compile([y], [x]).run([xv])
+    (got,) = _xla_run(stablehlo(optimize_graph(static)), [xv])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_ops_without_a_stablehlo_form_raise_export_error() -> None:
+    """Integer floor division, data-dependent sizes and the like are ExportErrors naming the op."""
+    x = Tensor.placeholder((4,), asyncjit.int32, name="x")
+    with pytest.raises(ExportError, match="idiv"):
+        stablehlo(Graph.of([(x // 3).node], [x.node]))
+    f = Tensor.placeholder((4,), name="f")
+    with pytest.raises(ExportError, match=r"nonzero|prefix"):
+        stablehlo(Graph.of([f[f > 0].node], [f.node]))
+
+
+def test_dump_is_stable_and_shows_bounds() -> None:
+    """Two graphs built the same way dump to the same text, with types and bounds."""
+
+    def build() -> str:
+        t = Var("t", 1, 4096)
+        x = Tensor.placeholder((t, 512), name="x")
+        return Graph.of([(x * 2).sum(1).node], [x.node]).dump()
+
+    text = build()
+    assert text == build()
+    assert "%x: tensor<?x512xf32, bounds=[4096, -]> (t, 512)" in text
+    assert "var t in [1, 4096]" in text and "return %" in text
