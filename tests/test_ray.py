@@ -31,7 +31,12 @@ from asyncjit.models import read_audio, speech_sample_path
 from asyncjit.models.silero_vad import vad_mux
 from asyncjit.ray import RayDevice, await_ref, serve_streams
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    # ray.init starts its processes by fork + exec; JAX (loaded by earlier tests in the same
+    # run) warns at every fork because a fork *without* exec could deadlock its threads.
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
