@@ -49,8 +49,23 @@ def draw_case(seed: int, index: int) -> Any:
 
     data = ConjectureData(random=Random(f"{seed}:{index}"))
     with BuildContext(data, wrapped_test=lambda: None):
+        if os.environ.get("ASYNCJIT_FUZZ_DYNAMIC") == "1":
+            return draw_dynamic_case(data, index)
         dtypes = data.draw(st.sampled_from(dtype_sets()))
         return data.draw(graph_cases(dtypes=dtypes, profiles=VALUE_PROFILES, max_bound=24, max_steps=8))
+
+
+def draw_dynamic_case(data: Any, index: int) -> Any:
+    """``--dynamic``: even graphs use data-dependent sizes (masks, computed slice stops), odd ones
+    every op kind with their vars declared unbounded."""
+    from hypothesis import strategies as st
+    from strategies import DYNAMIC_KINDS, VALUE_PROFILES, graph_cases, unbounded_case
+
+    dtypes = data.draw(st.sampled_from(dtype_sets()))
+    if index % 2 == 0:
+        kinds = dict(dtypes=dtypes, profiles=VALUE_PROFILES, max_bound=24, max_steps=8)
+        return data.draw(graph_cases(kinds=DYNAMIC_KINDS, **kinds))
+    return unbounded_case(data.draw(graph_cases(dtypes=dtypes, profiles=VALUE_PROFILES, max_bound=24)))
 
 
 def describe(case: Any) -> str:
@@ -239,12 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cases", type=int, default=None, help="stop after this many graphs")
     parser.add_argument("--case", type=int, default=None, help="replay graph CASE of SEED and exit")
+    parser.add_argument(
+        "--dynamic", action="store_true", help="graphs with data-dependent sizes and unbounded vars"
+    )
     parser.add_argument("--crash-at", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--stop", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out-fd", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.dynamic:  # workers inherit it
+        os.environ["ASYNCJIT_FUZZ_DYNAMIC"] = "1"
     sys.path[:0] = [str(HERE.parent), str(HERE)]
     if args.worker:
         worker(args.seed, args.start, args.stop, args.out_fd, args.crash_at)

@@ -490,3 +490,38 @@ def test_25_a_low_precision_onnx_output_buffer_holds_its_bits() -> None:
     assert bits.dtype == np.uint16 and bits.view(ml_dtypes.bfloat16).tolist() == [-1.5, 2.0]
     with pytest.raises(DTypeMismatchError, match="bfloat16"):
         sess.run(None, {"x": np.array([1.5, -2.0], np.float32)})
+
+
+def test_26_a_sharded_jit_that_mixes_rows_runs_whole_on_one_device_and_says_so() -> None:
+    """``jit(f, in_shardings=...)`` over a function that reduces over the split axis (a batch
+    mean) cannot run one shard per device without communication: it runs whole on the first
+    device, gives the one-device answer, and logs ``jit.shard_fallback`` with the reason, rather
+    than returning per-shard means."""
+    from asyncjit import Client, Sharding, jit
+    from asyncjit.testing import capture_events
+
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with Client("cpu:2") as client:
+        f = jit(lambda x: x - x.mean(axis=0), in_shardings=Sharding.split(client.devices(), 0))
+        with capture_events() as events:
+            y = f(x)
+        np.testing.assert_allclose(np.asarray(y), x - x.mean(0))
+        assert y.sharding.devices == (client.device(0),)
+    assert [e["reason"] for e in events if e["event"] == "jit.shard_fallback"] == [
+        "a reduction over the split axis"
+    ]
+
+
+def test_27_a_plan_refuses_a_column_major_buffer_instead_of_misreading_it() -> None:
+    """Compiled plans read row-major bytes; a column-major (or tiled) buffer passed to ``execute``
+    is a ``LayoutError`` that says how to relayout it, never a transposed result."""
+    from asyncjit import Client
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import LayoutError
+
+    x = Tensor.placeholder((2, 3), name="x")
+    with Client() as client:
+        loaded = client.load(aj_compile([x * 2], [x]))
+        col = client.buffer_from_host(np.arange(6, dtype=np.float32).reshape(2, 3), layout="col_major")
+        with pytest.raises(LayoutError, match="copy_to_device"):
+            loaded.execute_blocking([col])

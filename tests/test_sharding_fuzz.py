@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from strategies import GraphCase, assert_outputs_match, graph_cases
 
 from asyncjit import Client, Sharding, Tensor, jit
@@ -53,11 +53,8 @@ def _replayer(case: GraphCase, split: list[int], whole: list[int]) -> Any:
     return f
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
-@given(case=graph_cases(max_steps=5))
-def test_sharded_jit_equals_one_device(client: Client, case: GraphCase) -> None:
+def _check(client: Client, case: GraphCase) -> bool:
+    """Sharded vs one-device results of ``case``; True when the sharded call ran split."""
     feed = [case.inputs[p] for p in case.placeholders]
     lead = feed[0].shape[0] if feed[0].ndim else 0
     split = [i for i, x in enumerate(feed) if x.ndim and x.shape[0] == lead and lead >= 2]
@@ -73,12 +70,48 @@ def test_sharded_jit_equals_one_device(client: Client, case: GraphCase) -> None:
     except JitError as exc:
         with pytest.raises(type(exc)):
             [np.asarray(b) for b in many(a, r)]
-        return
+        return False
     with capture_events() as events:
         got = [np.asarray(b) for b in many(a, r)]
     assert_outputs_match(got, want, case.describe())
     fallback = [e for e in events if e.get("event") == "jit.shard_fallback"]
     assert len(fallback) <= 1 and (fallback or split)  # split plans log nothing; whole ones say why
+    return not fallback
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(case=graph_cases(max_steps=5))
+def test_sharded_jit_equals_one_device(client: Client, case: GraphCase) -> None:
+    _check(client, case)
+
+
+ROW_KINDS = (
+    "unary",
+    "binary",
+    "scalar_binary",
+    "where",
+    "cast",
+    "reduce",
+    "matmul",
+    "permute",
+    "cat",
+    "const",
+)
+"""Op kinds that keep rows apart when they do not act on the split axis: graphs that mostly split."""
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(case=graph_cases(kinds=ROW_KINDS, max_steps=5, max_vars=0))
+def test_sharded_jit_equals_one_device_on_row_wise_graphs(client: Client, case: GraphCase) -> None:
+    first = case.inputs[case.placeholders[0]]
+    assume(first.ndim >= 1 and first.shape[0] >= 2)
+    _check(client, case)
 
 
 def test_the_fuzz_slice_exercises_both_paths(client: Client) -> None:

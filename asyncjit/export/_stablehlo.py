@@ -1,6 +1,7 @@
 """``stablehlo(graph)``: the graph as StableHLO MLIR text, one small function per op.
 
-Ops are written in MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
+``erf`` (and exact ``gelu``) use CHLO's ``chlo.erf``, which XLA lowers. Ops are written in
+MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
 StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unbounded ones plain
 ``?``; ops that build a shape (broadcasts of constants, reshapes, iotas) over a var take it with
 ``get_dimension_size`` from the argument that carries it (``dynamic_broadcast_in_dim``, as JAX
@@ -8,10 +9,10 @@ exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine
 get static shapes that any XLA compiles.
 
 Semantics follow asyncjit's op table; where StableHLO's differ they are not exported (an
-``ExportError`` names the op): integer floor division and modulo, erf/gelu, reflect/edge pads,
+``ExportError`` names the op): integer floor division and modulo, reflect/edge pads,
 float-to-int casts outside the int's range are left to XLA (StableHLO leaves them undefined),
-and ops without a StableHLO form here (scatter, nonzero, topk, cumsum, pools, N-d conv,
-data-dependent ``prefix``).
+and ops without a StableHLO form here (scatter, nonzero, topk, argmax/argmin, average pools,
+exclusive cumsum, data-dependent ``prefix``).
 """
 
 from __future__ import annotations
@@ -174,6 +175,39 @@ def _lower_unary(w: _Writer, n: Node) -> str:
     if n.op == "abs" and n.dtype.is_unsigned:
         return _name(w, x)
     return w.op(w.fresh(), _UNARY[n.op], [_name(w, x)], [w.ty(x)], w.ty(n))
+
+
+def _scalar(w: _Writer, value: float, like: Node) -> str:
+    """A constant ``value`` of ``like``'s dtype, broadcast to its shape."""
+    st = f"tensor<{element_type(like.dtype)}>"
+    return _broadcast_scalar(w, w.constant(np.array(value, like.dtype.np), st), like)
+
+
+def _lower_erf(w: _Writer, n: Node) -> str:
+    (x,) = n.inputs
+    t = w.ty(n)
+    w.lines.append(f'    {(r := w.fresh())} = "chlo.erf"({_name(w, x)}) : ({w.ty(x)}) -> {t}')
+    return r
+
+
+def _lower_gelu(w: _Writer, n: Node) -> str:
+    """``x * sigmoid(2u)`` (tanh form) or ``0.5 x (1 + erf(x / sqrt 2))``, as the op table."""
+    (x,) = n.inputs
+    t, xv = w.ty(n), _name(w, x)
+
+    def bin(op: str, a: str, b: str) -> str:
+        return w.op(w.fresh(), op, [a, b], [t, t], t)
+
+    if n.attrs.get("approximate", "none") == "tanh":
+        cube = bin("multiply", bin("multiply", xv, xv), xv)
+        inner = bin("add", xv, bin("multiply", _scalar(w, 0.044715, n), cube))
+        u2 = bin("multiply", _scalar(w, 2.0 * float(np.sqrt(2.0 / np.pi)), n), inner)
+        return bin("multiply", xv, w.op(w.fresh(), "logistic", [u2], [t], t))
+    z = bin("multiply", xv, _scalar(w, float(1.0 / np.sqrt(2.0)), n))
+    e = w.fresh()
+    w.lines.append(f'    {e} = "chlo.erf"({z}) : ({t}) -> {t}')
+    half_x = bin("multiply", _scalar(w, 0.5, n), xv)
+    return bin("multiply", half_x, bin("add", _scalar(w, 1.0, n), e))
 
 
 def _broadcast_scalar(w: _Writer, scalar: str, like: Node) -> str:
@@ -411,10 +445,108 @@ def _lower_conv1d(w: _Writer, n: Node) -> str:
     return w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
 
 
+def _padding(pairs: Sequence[tuple[int, int]]) -> str:
+    body = ", ".join(f"[{lo}, {hi}]" for lo, hi in pairs)
+    return f"dense<[{body}]> : tensor<{len(pairs)}x2xi64>"
+
+
+def _reduce_window(
+    w: _Writer, n: Node, x: str, x_ty: str, op: str, init: float, window: Sequence[int], **geo: Sequence[int]
+) -> str:
+    """``reduce_window`` of ``x`` with ``op`` (a region), padding with ``init``."""
+    et = f"tensor<{element_type(n.dtype)}>"
+    iv = w.constant(np.array(init, n.dtype.np), et)
+    strides = geo.get("strides", [1] * len(window))
+    dil = geo.get("dilations", [1] * len(window))
+    pads = list(zip(geo.get("lo", [0] * len(window)), geo.get("hi", [0] * len(window)), strict=True))
+    body, res = w.fresh(), w.fresh()
+    w.lines.append(f'    {res} = "stablehlo.reduce_window"({x}, {iv}) ({{')
+    w.lines.append(f"      ^bb0(%lhs: {et}, %rhs: {et}):")
+    w.lines.append(f'        {body} = "stablehlo.{op}"(%lhs, %rhs) : ({et}, {et}) -> {et}')
+    w.lines.append(f'        "stablehlo.return"({body}) : ({et}) -> ()')
+    w.lines.append(
+        f"    }}) {{window_dimensions = {_arr(window)}, window_strides = {_arr(strides)}, "
+        f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {w.ty(n)}"
+    )
+    return res
+
+
+def _lower_pool(w: _Writer, n: Node) -> str:
+    """Max pools (padding never wins: it is -inf / int min, the reduction's identity)."""
+    (x,) = n.inputs
+    if n.attrs["mode"] != "max" or n.attrs["ceil_mode"]:
+        raise ExportError("pool: only max pools without ceil_mode are exported")
+    r = n.ndim - 2
+    pads = [(int(lo), int(hi)) for lo, hi in n.attrs["pads"]]
+    return (
+        _reduce_window(
+            w,
+            n,
+            _name(w, x),
+            w.ty(x),
+            "maximum",
+            float(reduce_identity("max", n.dtype)),
+            [1, 1, *n.attrs["kernel"]],
+            strides=[1, 1, *n.attrs["strides"]],
+            dilations=[1, 1, *n.attrs["dilations"]],
+            lo=[0, 0, *(p[0] for p in pads)],
+            hi=[0, 0, *(p[1] for p in pads)],
+        )
+        if r
+        else _name(w, x)
+    )
+
+
+def _lower_cumsum(w: _Writer, n: Node) -> str:
+    """Inclusive (optionally reversed) running sums as a ``reduce_window`` over the axis."""
+    (x,) = n.inputs
+    if n.attrs.get("exclusive", False):
+        raise ExportError("cumsum: exclusive sums are not exported")
+    axis = int(n.attrs["axis"])
+    size = _static([n.shape[axis]], n)[0]
+    window = [size if a == axis else 1 for a in range(n.ndim)]
+    before = [size - 1 if a == axis else 0 for a in range(n.ndim)]
+    zero = [0] * n.ndim
+    lo, hi = (zero, before) if n.attrs.get("reverse", False) else (before, zero)
+    return _reduce_window(w, n, _name(w, x), w.ty(x), "add", 0.0, window, lo=lo, hi=hi)
+
+
+def _lower_conv(w: _Writer, n: Node) -> str:
+    """N-d convolution (ONNX layout), groups and dilations; a bias is broadcast and added."""
+    x, wt = n.inputs[0], n.inputs[1]
+    r = n.ndim - 2
+    sp = ", ".join(str(i) for i in range(r))
+    pads = [(int(lo), int(hi)) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
+    attrs = (
+        f"dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, "
+        f"window_strides = {_arr(n.attrs['strides'])}, padding = {_padding(pads)}, "
+        f"lhs_dilation = {_arr([1] * r)}, rhs_dilation = {_arr(n.attrs['dilations'])}, "
+        f"feature_group_count = {int(n.attrs['groups'])} : i64, batch_group_count = 1 : i64"
+    )
+    out = w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
+    if len(n.inputs) == 3:
+        bias = n.inputs[2]
+        b = w.op(
+            w.fresh(),
+            "broadcast_in_dim",
+            [_name(w, bias)],
+            [w.ty(bias)],
+            w.ty(n),
+            "broadcast_dimensions = array<i64: 1>",
+        )
+        out = w.op(w.fresh(), "add", [out, b], [w.ty(n), w.ty(n)], w.ty(n))
+    return out
+
+
 LOWERINGS: dict[str, Lower] = {
+    "pool": _lower_pool,
+    "cumsum": _lower_cumsum,
+    "conv": _lower_conv,
     "const": _lower_const,
     **{op: _lower_unary for op in (*_UNARY, "relu", "recip")},
     **{op: _lower_binary for op in (*_BINARY, *_COMPARE, "div", "idiv", "mod")},
+    "erf": _lower_erf,
+    "gelu": _lower_gelu,
     "where": _lower_where,
     "cast": _lower_cast,
     "reduce": _lower_reduce,

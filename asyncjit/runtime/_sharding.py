@@ -230,24 +230,32 @@ class ShardedBuffer:
             b.block_until_ready(left)
         return self
 
-    def _assemble(self, parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
-        axis = self.sharding.resolved_axis(self.ndim)
-        if axis is None:
-            return parts[0]
-        return np.concatenate(parts, axis=axis)
+    def _gather_host(self) -> npt.NDArray[Any]:
+        """The global array from ready shards: each copied once, straight into its place."""
+        from ._uses import acquire_uses, release_uses
+
+        for b in self.shards:
+            b._event.raise_if_failed()
+        if self.sharding.axis is None:
+            return self.shards[0]._copy_out()
+        out = np.empty(self.shape, self.dtype.np)
+        acquire_uses(self.shards)  # BufferDeletedError for a deleted shard
+        try:
+            for b, region in zip(self.shards, self.sharding.indices(self.shape), strict=True):
+                out[region] = _view(b)
+        finally:
+            release_uses(self.shards)
+        return out
 
     async def to_numpy(self) -> npt.NDArray[Any]:
         """The global array on the host (a copy of your own); replicated arrays read one copy."""
-        shards = self.shards if self.sharding.axis is not None else self.shards[:1]
-        for b in shards:
-            b.copy_to_host_async()
-        return self._assemble([await b.to_numpy() for b in shards])
+        await self.ready()
+        return self._gather_host()
 
     def to_numpy_blocking(self, timeout: float | None = None) -> npt.NDArray[Any]:
         """Blocking twin of ``to_numpy``, for scripts."""
         self.block_until_ready(timeout)
-        shards = self.shards if self.sharding.axis is not None else self.shards[:1]
-        return self._assemble([b.to_numpy_blocking() for b in shards])
+        return self._gather_host()
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
         """``np.asarray(sharded)``: **blocks**, then the assembled global array (always a copy)."""
@@ -394,9 +402,7 @@ def device_put(
             raise DeviceMismatchError(f"{x!r} belongs to another client than {client!r}")
         whole = ShardedBuffer(x.shape, x.dtype, Sharding.replicated((x.device,)), (x,))
         return reshard(whole, where)
-    arr = np.asarray(x)
-    if arr.dtype == np.float64:
-        arr = arr.astype(np.float32)  # as jit arguments: float64 data becomes float32
+    arr = np.asarray(x)  # dtypes kept, as buffer_from_host keeps them
     dtype = from_numpy(arr.dtype)
     shards = [
         client.buffer_from_host(np.ascontiguousarray(arr[idx]).reshape(arr[idx].shape), dev)
@@ -424,7 +430,8 @@ def check_replicated(
     args: Sequence[Sequence[Buffer]],
     vars: Mapping[str, int] | Sequence[Mapping[str, int]] | None,
 ) -> list[tuple[Device, Sequence[Buffer], Mapping[str, int] | None]]:
-    """Validate ``execute_replicated``'s arguments, all before anything is enqueued."""
+    """Check ``execute_replicated``'s lists against the devices (the caller validates each list
+    against the signature, all before anything is enqueued)."""
     devs = loaded.devices()
     if isinstance(args, Buffer) or not isinstance(args, Sequence):
         raise ArgumentTypeError(f"{loaded!r}: execute_replicated takes one list of Buffers per device")
@@ -446,7 +453,6 @@ def check_replicated(
                     f"{loaded!r}: argument {k} for device {dev.kind}:{dev.id} is {b!r}, which lives on "
                     f"device {b.device.kind}:{b.device.id}; copy it there first (copy_to_device)"
                 )
-        loaded._validate(dev_args, dev_vars)
         out.append((dev, dev_args, dev_vars))
     return out
 
