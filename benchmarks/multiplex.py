@@ -7,7 +7,8 @@ Run (the real Silero VAD, 256 live streams, against ONNX Runtime in the same run
 It prints the machine (CPU model, vector flags, load), then, for asyncio and trio side by side in
 interleaved rounds (``--repeat``, medians), chunks per second and p50/p99 per-chunk latency for
 256 concurrent Silero VAD streams (the built-in speech, each stream starting at a different
-offset) through ``vad_mux``'s step, the loop thread's CPU time per chunk (load-independent), and
+offset) through ``vad_mux``'s step, the loop thread's CPU time per chunk (load-independent), the
+batched step's own CPU time per chunk (no mux) and the two-thread ceiling they imply, and
 the ratios to ONNX Runtime on the same ONNX file: called once per stream and chunk (timed on 16
 streams and scaled, or on all with ``--ort-streams 0``), and on hand-stacked batches of all
 streams (1 intra-op thread, and its default threads); then the goals: >= 14x (asyncio) and
@@ -152,6 +153,26 @@ async def _loop_lag(samples: list[float], stop: anyio.Event, period: float = 0.0
         samples.append(max(0.0, time.perf_counter() - t0 - period))
 
 
+def step_cpu_us(step: BatchedStep, chunks: npt.NDArray[Any], b: int, iters: int = 20) -> float:
+    """Process CPU time per chunk of ``step.run`` alone (no mux) on batches of ``b`` streams.
+
+    Together with the mux's loop CPU per chunk it splits a chunk's cost between the compute
+    thread and the loop thread, both nearly load-independent: the mux cannot beat
+    ``1e6 / max(step, loop)`` chunks/s on two cores.
+    """
+    batch = np.ascontiguousarray(chunks[:b, 0])
+    slots = np.arange(b, dtype=np.int32)
+
+    async def go() -> float:
+        await step.run(batch, slots)
+        c0 = time.process_time()
+        for _ in range(iters):
+            await step.run(batch, slots)
+        return (time.process_time() - c0) / (iters * b) * 1e6
+
+    return statistics.median(anyio.run(go) for _ in range(3))
+
+
 async def run_mux(
     step: BatchedStep,
     chunks: npt.NDArray[Any],
@@ -272,6 +293,11 @@ def main() -> None:
         if silero:
             how = "all streams" if n_ort >= args.streams else f"the first {n_ort} streams, scaled to all"
             print(f"ORT per stream: one 1-thread session per stream, one call per chunk, timed on {how}")
+        step_us = {b: step_cpu_us(step, chunks, b) for b in sorted({max(1, max_batch // 2), max_batch})}
+        print(
+            "batched step alone (process CPU per chunk, no mux): "
+            + ", ".join(f"b={b} {us:.2f} us" for b, us in step_us.items())
+        )
         # Interleaved rounds (each backend's mux, then every peer), medians over rounds: a machine
         # whose load changes during the run moves every figure of a round together.
         runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
@@ -312,6 +338,13 @@ def main() -> None:
                 "  loop thread CPU per chunk (load-independent): "
                 + ", ".join(f"{r['loop_cpu_us']:.2f}" for r in rs)
                 + " us"
+            )
+            loop_us = statistics.median(r["loop_cpu_us"] for r in rs)
+            near = min(step_us, key=lambda b: abs(b - med["batch_size_mean"]))
+            bound = "loop" if loop_us > step_us[near] else "compute"
+            print(
+                f"  two-thread ceiling 1e6 / max(loop {loop_us:.2f}, step b={near} {step_us[near]:.2f} us) = "
+                f"{1e6 / max(loop_us, step_us[near]):,.0f} chunks/s ({bound}-bound)"
             )
             hist = med["batch_size_histogram"]
             top = sorted(hist.items(), key=lambda kv: -kv[1])[:5]

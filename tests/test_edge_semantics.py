@@ -310,3 +310,13 @@ def test_static_conv_that_llvm_slp_miscompiled_compiles_and_matches() -> None:
     (got,), (want,) = both([y], [x, w], feed, {})
     assert got.shape == (4, 2, 2)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_weak_int_scalar_wraps_into_the_tensor_int_dtype() -> None:
+    """A Python int next to an int tensor converts as ``cast`` does: -1 next to uint8 is 255,
+    300 is 44 (it was numpy's OverflowError at graph build)."""
+    x = Tensor.placeholder((3,), dt.uint8, name="x")
+    a = np.array([0, 1, 200], np.uint8)
+    got, want = both([x + (-1), x * 300, (-1) - x], [x], [a], {})
+    assert all(same(g, w) for g, w in zip(got, want, strict=True))
+    assert got[0].tolist() == [255, 0, 199] and got[1].tolist() == [0, 44, 96]

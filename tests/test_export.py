@@ -3,7 +3,10 @@ are parsed by MLIR and compiled and run by XLA (through jaxlib) with asyncjit's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import concurrent.futures
+import importlib.util
+import multiprocessing
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -15,31 +18,57 @@ from asyncjit.compiler import compile
 from asyncjit.export import ExportError, stablehlo
 from asyncjit.passes import Graph, optimize_graph, refine_arguments, refine_shapes
 
-jax = pytest.importorskip("jax", reason="the jax extra (jaxlib's XLA) runs the exported modules")
+# jax runs only in the worker process (never imported here: its threads and fork hooks would
+# reach later tests in this process)
+if importlib.util.find_spec("jax") is None:
+    pytest.skip("the jax extra (jaxlib's XLA) runs the exported modules", allow_module_level=True)
 
 RNG = np.random.default_rng(3)
 
 
-def _xla_run(text: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Parse ``text`` with jaxlib's MLIR, compile it with XLA's CPU client and run it once."""
+def _xla_worker(text: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """In the worker process: parse ``text`` with jaxlib's MLIR, compile it with XLA's CPU
+    client and run it once."""
+    import jax as jax_
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client as xc
     from jax._src.lib.mlir import ir
 
-    cpu = jax.devices("cpu")[0]
+    cpu = jax_.devices("cpu")[0]
+    if not text:
+        return []
     with mlir.make_ir_context():
         module = ir.Module.parse(text)
         exe = cpu.client.compile_and_load(module, xc.DeviceList((cpu,)), xc.CompileOptions())
-    results = exe.execute_sharded([jax.device_put(a, cpu) for a in arrays])
+    results = exe.execute_sharded([jax_.device_put(a, cpu) for a in arrays])
     return [np.asarray(r[0]) for r in results.disassemble_into_single_device_arrays()]
 
 
-def _parses(text: str) -> None:
+def _parse_worker(text: str) -> bool:
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
     with mlir.make_ir_context():
-        assert ir.Module.parse(text).operation.verify()
+        return bool(ir.Module.parse(text).operation.verify())
+
+
+@pytest.fixture(scope="module")
+def xla() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
+    """One spawned process runs XLA for this module: JAX's threads never start in the test
+    process (they would make a later test's fork() warn)."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        yield pool
+
+
+def _xla_run(
+    pool: concurrent.futures.ProcessPoolExecutor, text: str, arrays: list[np.ndarray]
+) -> list[np.ndarray]:
+    return pool.submit(_xla_worker, text, arrays).result(timeout=300)
+
+
+def _parses(pool: concurrent.futures.ProcessPoolExecutor, text: str) -> None:
+    assert pool.submit(_parse_worker, text).result(timeout=300)
 
 
 def _f32(*shape: int) -> np.ndarray:
@@ -114,7 +143,10 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
 
 @pytest.mark.parametrize(("name", "specs", "fn"), CASES, ids=[c[0] for c in CASES])
 def test_exported_module_runs_on_xla_like_asyncjit(
-    name: str, specs: list[tuple[tuple[int, ...], Any]], fn: Callable[..., Tensor]
+    xla: concurrent.futures.ProcessPoolExecutor,
+    name: str,
+    specs: list[tuple[tuple[int, ...], Any]],
+    fn: Callable[..., Tensor],
 ) -> None:
     """Each graph, exported and run by XLA, equals the compiled asyncjit plan."""
     ins = [Tensor.placeholder(shape, dtype, name=f"in{k}") for k, (shape, dtype) in enumerate(specs)]
@@ -122,12 +154,14 @@ def test_exported_module_runs_on_xla_like_asyncjit(
     feed = _feed(specs, name)
     (want,) = compile([out], ins).run(feed)
     graph = optimize_graph(Graph.of([out.node], [i.node for i in ins]))
-    (got,) = _xla_run(stablehlo(graph), feed)
+    (got,) = _xla_run(xla, stablehlo(graph), feed)
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
-def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static() -> None:
+def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static(
+    xla: concurrent.futures.ProcessPoolExecutor,
+) -> None:
     """A graph over ``t <= 4096`` exports with ``#stablehlo.bounds`` (valid MLIR); refined to
     ``t = 16`` it is static, and XLA runs it with asyncjit's result."""
     t = Var("t", 1, 4096)
@@ -137,16 +171,16 @@ def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static() -> None:
     text = stablehlo(g)
     assert "tensor<?x512xf32, #stablehlo.bounds<4096, ?>>" in text
     assert "dynamic_broadcast_in_dim" in text and "get_dimension_size" in text
-    _parses(text)
+    _parses(xla, text)
     u = Var("u", 1, None)
     xu = Tensor.placeholder((u, 4), name="xu")
     unbounded = stablehlo(Graph.of([(xu * 2).node], [xu.node]))
     assert "tensor<?x4xf32>" in unbounded and "bounds" not in unbounded
-    _parses(unbounded)
+    _parses(xla, unbounded)
     static = refine_shapes(refine_arguments(g, {"x": (16, 512)}))
     xv = _f32(16, 512)
     (want,) = compile([y], [x]).run([xv])
-    (got,) = _xla_run(stablehlo(optimize_graph(static)), [xv])
+    (got,) = _xla_run(xla, stablehlo(optimize_graph(static)), [xv])
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 

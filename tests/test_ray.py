@@ -31,12 +31,24 @@ from asyncjit.models import read_audio, speech_sample_path
 from asyncjit.models.silero_vad import vad_mux
 from asyncjit.ray import RayDevice, await_ref, serve_streams
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(600),
+    # ray.init starts its processes by fork + exec; JAX (loaded by earlier tests in the same
+    # run) warns at every fork because a fork *without* exec could deadlock its threads.
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        # a loaded CI machine can take long to start a worker process; be generous
+        _system_config={"worker_register_timeout_seconds": 180},
+    )
     try:
         yield
     finally:
@@ -51,7 +63,7 @@ def _plan() -> asyncjit.compiler.Executable:
 
 @pytest.fixture(scope="module")
 def devices() -> Iterator[tuple[RayDevice, RayDevice]]:
-    a, b = RayDevice.start(num_cpus=0), RayDevice.start(num_cpus=0)
+    a, b = RayDevice.start(num_cpus=0, timeout=180), RayDevice.start(num_cpus=0, timeout=180)
     yield a, b
     a.close()
     b.close()
@@ -97,7 +109,7 @@ def test_bad_input_is_refused_here_before_anything_is_sent(devices: tuple[RayDev
 
 @pytest.mark.anyio
 async def test_dead_device_and_slow_answers_are_typed_and_bounded() -> None:
-    dev = RayDevice.start(num_cpus=0, timeout=30)
+    dev = RayDevice.start(num_cpus=0, timeout=180)
     buf = dev.buffer_from_host(np.ones(3, np.float32))
     np.testing.assert_array_equal(await buf.to_numpy(), np.ones(3, np.float32))
     dev.close()
@@ -143,7 +155,7 @@ async def test_two_replicas_serve_512_streams_equal_to_one_process() -> None:
     chunks = _chunks(4)
     got: dict[int, list[float]] = {}
     factory = functools.partial(vad_mux, max_streams=256)
-    async with serve_streams(factory, replicas=2, max_streams=256, num_cpus=0.5) as svc:
+    async with serve_streams(factory, replicas=2, max_streams=256, num_cpus=0.5, timeout=180) as svc:
 
         async def one(i: int) -> None:
             async with svc.open_stream() as s:
@@ -168,7 +180,7 @@ async def test_a_killed_replica_fails_only_its_streams_and_is_replaced() -> None
     failed: dict[int, BaseException] = {}
     replica_of: dict[int, int] = {}
     factory = functools.partial(vad_mux, max_streams=16)
-    async with serve_streams(factory, replicas=2, max_streams=16, num_cpus=0.5) as svc:
+    async with serve_streams(factory, replicas=2, max_streams=16, num_cpus=0.5, timeout=180) as svc:
         started = anyio.Event()
         killed = anyio.Event()
 

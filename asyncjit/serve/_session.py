@@ -7,10 +7,10 @@ ops; pings and control replies are ops too, queued after the audio sent before t
 sends the ops queued so far as one item of the **outbox**, a bounded channel: a protocol that
 reads many messages at once (Wyoming) commits once per socket read, not once per message.
 
-The **responder** waits for all the futures of an item at once (``StreamMux.wait_all``, one
-wake-up), then runs its ops in order: probabilities to a ``SpeechTracker``, edges and pongs
-encoded into the write buffer, one socket write for everything ready. Counters and the latency
-histogram are updated once per item, not per chunk.
+The **responder** takes every item ready, waits for all their futures at once
+(``StreamMux.wait_all``, one wake-up), then runs their ops in order: probabilities to a
+``SpeechTracker``, edges and pongs encoded into the write buffer, one socket write for everything
+ready. Counters and the latency histogram are updated once per wake-up, not per chunk.
 
 Backpressure: a slow client stalls the responder's writes, the outbox fills, the reader stops
 reading, and TCP pushes back; a connection holds at most ``OUTBOX_ITEMS`` messages and
@@ -38,11 +38,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection", "Utterance"]
 
-OUTBOX_ITEMS = 16
-"""Items (each the ops of one socket read or one message) a connection holds between reader and
-responder."""
-QUEUE_DEPTH = 64
-"""Steps a connection's stream may have queued (the mux's ``queue_depth``): one read of a fast
+OUTBOX_ITEMS = 8
+"""Items (each the ops of one socket read) a connection holds between reader and responder."""
+READ_BYTES = 8192
+"""The most a connection reads at once: four Wyoming frames of 1,024 16-bit samples, eight
+chunks; with ``OUTBOX_ITEMS`` it bounds what a connection holds when its client outpaces us."""
+QUEUE_DEPTH = 16
+"""Steps a connection's stream may have queued (the mux's ``queue_depth``): a read of a fast
 client submits without waiting."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
@@ -236,6 +238,11 @@ class Connection(abc.ABC):
                     return
             except anyio.EndOfStream:
                 return
+            while True:  # the items ready now are answered together: one wait, one write
+                try:
+                    ops += recv.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
             waiting = [fut for op in ops if op[0] == AUDIO for fut in op[2] if not fut.done()]
             if waiting:
                 if self._wbuf:  # write what is ready before waiting (under load the outbox
@@ -257,15 +264,16 @@ class Connection(abc.ABC):
                     self.on_stopped(utt)
                 elif kind == RAW:
                     self._wbuf += op[1]
-                else:  # CLOSE
+                else:  # CLOSE (the last op)
                     self._closing = True
                     self.on_close(op[1], op[2])
-                    await self.flush()
-                    self._close_sent = True
-                    return
-            if stepped:  # once per item: the first submit's latency, and the count
+            if stepped:  # once per wake-up: the first submit's latency, and the count
                 metrics.step_latency.observe(time.perf_counter() - started)
                 metrics.chunks.inc(stepped)
+            if self._closing:
+                await self.flush()
+                self._close_sent = True
+                return
             if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
 

@@ -28,7 +28,7 @@ from ..audio import PCM_ENCODINGS, PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
 from ._errors import CLOSE_CODES, ClientError
-from ._session import MAX_MESSAGE_BYTES, PING, RAW, Connection, Utterance
+from ._session import MAX_MESSAGE_BYTES, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["HttpConnection", "WebSocketConnection", "hello_message"]
 
@@ -131,7 +131,7 @@ class WebSocketConnection(Connection):
         proto, stream = self.proto, self.stream
         text: bytearray | None = None  # a fragmented text message being received
         while True:
-            data = await stream.receive()
+            data = await stream.receive(READ_BYTES)
             proto.receive_data(data)
             for frame in proto.events_received():
                 if not isinstance(frame, Frame):

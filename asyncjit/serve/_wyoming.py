@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
+from functools import partial
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ from ..audio import PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
 from ._errors import ClientError
-from ._session import MAX_MESSAGE_BYTES, PING, RAW, Connection, Utterance
+from ._session import MAX_MESSAGE_BYTES, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["WyomingConnection", "encode_event", "info_event"]
 
@@ -188,7 +189,7 @@ class WyomingConnection(Connection):
     async def read_loop(self) -> None:
         buf = bytearray()
         pos = 0
-        receive = self.stream.receive
+        receive = partial(self.stream.receive, READ_BYTES)
         self._fmt: PcmFormat | None = None
         self._wire: tuple[Any, ...] = ()
         while True:

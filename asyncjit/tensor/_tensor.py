@@ -22,6 +22,7 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import ArgumentTypeError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
+from ..graph._ops import cast_scalar
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
 from . import _dynamic, _indexing, _nn, _resize
 
@@ -187,8 +188,12 @@ class Tensor(_dynamic.DynamicShapes):
         if isinstance(value, Tensor):
             return value
         if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
+            target = dt.scalar_dtype(value, self.dtype)
+            if isinstance(value, int | np.integer) and not isinstance(value, bool) and target.is_int:
+                # converted as cast converts: -1 next to uint8 is 255, 2**40 next to int32 wraps
+                return Tensor.const(np.array(cast_scalar(int(value), target), dtype=target.np))
             with np.errstate(over="ignore"):  # 1e9 as a weak float16 is inf, as in JAX
-                return Tensor.const(np.array(value, dtype=dt.scalar_dtype(value, self.dtype).np))
+                return Tensor.const(np.array(value, dtype=target.np))
         if isinstance(value, np.ndarray):
             return Tensor.const(value)
         if isinstance(value, Expr):  # a symbolic dim used as a value, e.g. ``x / x.shape[1]``
