@@ -39,6 +39,7 @@ __all__ = [
     "ReplicaDiedError",
     "OnnxImportError",
     "OutputLayoutMismatchError",
+    "ScalarOverflowError",
     "ServiceFullError",
     "ShapeMismatchError",
     "ShardingError",
@@ -85,6 +86,11 @@ class TensorError(JitError, ValueError):
 
 class ShapeMismatchError(TensorError):
     """An argument's shape does not match the shape its spec requires."""
+
+
+class ScalarOverflowError(TensorError, OverflowError):
+    """A Python int next to an int tensor does not fit the tensor's dtype (``x_uint8 + (-1)``,
+    ``x_int32 * 2**40``): refused when the graph is built, as numpy 2 and JAX do, never wrapped."""
 
 
 class DTypeMismatchError(TensorError, TypeError):

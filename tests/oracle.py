@@ -34,16 +34,6 @@ def weak_dtype(value: object, other: np.dtype[Any]) -> np.dtype[Any]:
     return other if other.kind == "f" else np.dtype(np.float32)
 
 
-def _weak(value: object, other: np.dtype[Any]) -> np.ndarray:
-    """A weak Python scalar as an array of its dtype; an int wraps into an int dtype (-1 next to
-    uint8 is 255), as ``cast`` converts."""
-    d = weak_dtype(value, other)
-    if isinstance(value, int) and not isinstance(value, bool) and d.kind in "iu":
-        wrapped = (value + (1 << 63)) % (1 << 64) - (1 << 63)
-        return np.array(wrapped, np.int64).astype(d)
-    return np.array(value, d)
-
-
 def round_to(value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """Round a float64 result to ``dtype`` (floats go through float32, as the spec says)."""
     with np.errstate(all="ignore"):
@@ -234,9 +224,9 @@ def oracle_binary(name: str, x: np.ndarray | float | int, y: np.ndarray | float 
     with np.errstate(over="ignore"):  # a weak 1e9 next to float16 is inf
         if not isinstance(x, np.ndarray):
             assert isinstance(y, np.ndarray)
-            xa, ya = _weak(x, y.dtype), y
+            xa, ya = np.array(x, weak_dtype(x, y.dtype)), y
         elif not isinstance(y, np.ndarray):
-            xa, ya = x, _weak(y, x.dtype)
+            xa, ya = x, np.array(y, weak_dtype(y, x.dtype))
         else:
             xa, ya = x, y
     if name == "pow" and isinstance(y, int) and not isinstance(y, bool) and y == 2:

@@ -312,11 +312,19 @@ def test_static_conv_that_llvm_slp_miscompiled_compiles_and_matches() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_weak_int_scalar_wraps_into_the_tensor_int_dtype() -> None:
-    """A Python int next to an int tensor converts as ``cast`` does: -1 next to uint8 is 255,
-    300 is 44 (it was numpy's OverflowError at graph build)."""
+def test_weak_int_scalar_out_of_the_tensor_int_range_is_refused() -> None:
+    """A Python int next to an int tensor must fit its dtype: in range it computes as numpy does,
+    out of range it is ``ScalarOverflowError`` (an ``OverflowError``) at graph build, never a wrap."""
+    from asyncjit.errors import ScalarOverflowError
+
     x = Tensor.placeholder((3,), dt.uint8, name="x")
     a = np.array([0, 1, 200], np.uint8)
-    got, want = both([x + (-1), x * 300, (-1) - x], [x], [a], {})
+    got, want = both([x + 1, x * 3, 255 - x], [x], [a], {})
     assert all(same(g, w) for g, w in zip(got, want, strict=True))
-    assert got[0].tolist() == [255, 0, 199] and got[1].tolist() == [0, 44, 96]
+    assert got[0].tolist() == [1, 2, 201] and got[2].tolist() == [255, 254, 55]
+    for bad in (lambda: x + (-1), lambda: x * 300, lambda: (-1) - x):
+        with pytest.raises(ScalarOverflowError, match="does not fit uint8"):
+            bad()
+    i32 = Tensor.placeholder((2,), dt.int32, name="i")
+    with pytest.raises(OverflowError):
+        _ = i32 * 2**40

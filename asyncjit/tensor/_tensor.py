@@ -20,9 +20,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import ArgumentTypeError, ShapeMismatchError, TensorError
+from ..errors import ArgumentTypeError, ScalarOverflowError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
-from ..graph._ops import cast_scalar
 from ..symbolic import Dim, Expr, as_dim, is_dim, prod
 from . import _dynamic, _indexing, _nn, _resize
 
@@ -189,9 +188,13 @@ class Tensor(_dynamic.DynamicShapes):
             return value
         if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
             target = dt.scalar_dtype(value, self.dtype)
-            if isinstance(value, int | np.integer) and not isinstance(value, bool) and target.is_int:
-                # converted as cast converts: -1 next to uint8 is 255, 2**40 next to int32 wraps
-                return Tensor.const(np.array(cast_scalar(int(value), target), dtype=target.np))
+            if type(value) is int and target.is_int:
+                info = np.iinfo(target.name)
+                if not info.min <= value <= info.max:  # numpy 2's and JAX's rule: no silent wrap
+                    raise ScalarOverflowError(
+                        f"the Python int {value} does not fit {target.name}, the dtype of the tensor "
+                        f"it meets ({shape_str(self.shape)}); cast the tensor to a wider dtype first"
+                    )
             with np.errstate(over="ignore"):  # 1e9 as a weak float16 is inf, as in JAX
                 return Tensor.const(np.array(value, dtype=target.np))
         if isinstance(value, np.ndarray):
