@@ -150,6 +150,19 @@ def test_gelu_limits(approximate: str, dtype: dt.DType) -> None:
     assert got[1] == np.inf and np.isnan(got[2])
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_float64_limits_and_tail(approximate: str) -> None:
+    # float64 -inf and values whose cube overflows must give the limit -0.0, not -inf * 0 = NaN;
+    # the negative tail keeps its tiny value instead of cancelling 1 + erf(z) to 0
+    x = Tensor.placeholder((8,), dt.float64, name="x")
+    y = x.gelu(approximate=approximate)
+    a = np.array([-np.inf, -1e300, -1e160, -10.0, -3.0, 1e300, np.inf, np.nan])
+    (got,), (want,) = both([y], [x], [a], {})
+    assert np.array_equal(np.signbit(got[:3]), [True] * 3) and not got[:3].any()
+    assert got[3] < 0 and np.allclose(got[3:7], want[3:7], rtol=1e-14, atol=0)
+    assert np.isnan(got[7])
+
+
 def test_sin_cos_huge_arguments_match_reference() -> None:
     x = Tensor.placeholder((8,), dt.float32, name="x")
     a = np.array([1e18, -1e18, 3.6e17, 1e30, 3.4028235e38, -3.4028235e38, 2.0**21, 1e7], np.float32)

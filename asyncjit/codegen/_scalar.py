@@ -126,25 +126,35 @@ def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
     return b.call(fn, [x])
 
 
+def _f64_sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The reference's form: exp of -|x| only, so no overflow."""
+    one = ir.Constant(F64, 1.0)
+    e = intrinsic(b, "llvm.exp.f64", F64, [b.fneg(intrinsic(b, "llvm.fabs.f64", F64, [x]))])
+    d = b.fadd(one, e)
+    return b.select(b.fcmp_ordered(">=", x, ir.Constant(F64, 0.0)), b.fdiv(one, d), b.fdiv(e, d))
+
+
 def _f64_unary(b: ir.IRBuilder, node: Node, x: ir.Value) -> ir.Value:
     """float64 transcendentals through libm (the reference's own functions)."""
     op = node.op
-    one, half = ir.Constant(F64, 1.0), ir.Constant(F64, 0.5)
+    half = ir.Constant(F64, 0.5)
     if op in ("exp", "log", "sin", "cos"):
         return intrinsic(b, f"llvm.{op}.f64", F64, [x])
     if op in ("tanh", "erf"):
         return _libm(b, op, x)
-    if op == "sigmoid":  # the reference's form: exp of -|x| only, so no overflow
-        e = intrinsic(b, "llvm.exp.f64", F64, [b.fneg(intrinsic(b, "llvm.fabs.f64", F64, [x]))])
-        d = b.fadd(one, e)
-        return b.select(b.fcmp_ordered(">=", x, ir.Constant(F64, 0.0)), b.fdiv(one, d), b.fdiv(e, d))
-    if op == "gelu" and node.attrs.get("approximate", "none") == "tanh":
-        inner = b.fmul(x, b.fadd(one, b.fmul(ir.Constant(F64, 0.044715), b.fmul(x, x))))
-        t = _libm(b, "tanh", b.fmul(ir.Constant(F64, math.sqrt(2.0 / math.pi)), inner))
-        return b.fmul(b.fmul(half, x), b.fadd(one, t))
+    if op == "sigmoid":
+        return _f64_sigmoid(b, x)
     if op == "gelu":
-        e = _libm(b, "erf", b.fdiv(x, ir.Constant(F64, math.sqrt(2.0))))
-        return b.fmul(b.fmul(half, x), b.fadd(one, e))
+        # the reference's forms, free of the cancellation in 1 + tanh / 1 + erf for x < 0:
+        # x*sigmoid(2u) and 0.5*x*erfc(-x/sqrt 2); -inf is the limit -0.0, not -inf*0 = NaN
+        if node.attrs.get("approximate", "none") == "tanh":
+            cube = b.fmul(ir.Constant(F64, 0.044715), b.fmul(b.fmul(x, x), x))
+            u = b.fmul(ir.Constant(F64, 2.0 * math.sqrt(2.0 / math.pi)), b.fadd(x, cube))
+            y = b.fmul(x, _f64_sigmoid(b, u))
+        else:
+            e = _libm(b, "erfc", b.fdiv(b.fneg(x), ir.Constant(F64, math.sqrt(2.0))))
+            y = b.fmul(b.fmul(half, x), e)
+        return b.select(b.fcmp_ordered("==", x, ir.Constant(F64, -math.inf)), ir.Constant(F64, -0.0), y)
     raise CompileError(f"unsupported by codegen (an asyncjit bug): float64 op {op!r}")
 
 
