@@ -24,6 +24,8 @@ __all__ = [
     "DeviceNotFoundError",
     "DimDivisionError",
     "DonateIndexError",
+    "DonatedBufferError",
+    "DonationError",
     "DuplicateInputBufferError",
     "InputBufferNotFoundError",
     "InvalidArgumentError",
@@ -137,6 +139,15 @@ class DeviceError(JitError):
 
 class BufferDeletedError(DeviceError):
     """A buffer was used after ``delete()``, or after being donated to an execution."""
+
+
+class DonatedBufferError(BufferDeletedError):
+    """A buffer was used after being donated: its memory now belongs to the execution's output."""
+
+
+class DonationError(DeviceError, ValueError):
+    """A donation that cannot be honoured: a buffer another pending command still reads, an
+    input donated twice, or (at compile time) a donated input no output can be written over."""
 
 
 class DeviceMismatchError(DeviceError, ValueError):

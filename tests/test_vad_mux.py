@@ -268,7 +268,7 @@ async def test_a_step_outlives_a_mux_that_exited_with_steps_in_flight(
     step = SileroBatchedStep(16000, max_streams=2, client=client)
     launched = step.launch(chunks[0][None], np.array([0], np.int32))
     step.launch(chunks[1][None], np.array([1], np.int32))  # never completed either
-    await launched.pool_out.ready()
+    await launched.out.ready()  # (its pool_out was donated to the second launch: in place)
     with anyio.fail_after(10):
         while True:  # the second launch finishes after the first, on the same in-order queue
             try:
@@ -422,3 +422,22 @@ async def test_direct_runs_grow_the_pool_and_reject_slots_out_of_range(client: C
     with pytest.raises(IndexError, match="in flight"):
         step.launch(chunk, np.array([60], np.int32))
     await step.settle()
+
+
+@pytest.mark.anyio
+async def test_the_pool_is_updated_in_place(
+    client: Client, audio: npt.NDArray[np.float32], reference: SileroVad
+) -> None:
+    """The slot plan writes its new pool over the donated old one: after the first run (which
+    copies the pool made on the host), every run leaves the pool in the same memory, and the
+    probabilities still equal the stream's own ``SileroVad`` run bit for bit."""
+    step = SileroBatchedStep(16000, max_streams=4, client=client)
+    assert step.plan.input_output_aliases == {2: 1}
+    chunks = stream_audio(audio, 5, 6)
+    slot = np.array([2], np.int32)
+    got = [float((await step.run(chunks[0][None], slot))[0])]
+    where = np.asarray(step.pool, copy=False).ctypes.data
+    for c in chunks[1:]:
+        got.append(float((await step.run(c[None], slot))[0]))
+        assert step.pool.aliased and np.asarray(step.pool, copy=False).ctypes.data == where
+    np.testing.assert_array_equal(np.array(got, np.float32), expected(reference, chunks))

@@ -2,8 +2,10 @@
 
 Every kernel has the same C-level shape: ``void k(ptr out, ptr read_0, ..., ptr scratch, i64
 var_0, ...)``, pointers ``noalias`` (memory planning never lets a kernel's output overlap what it
-reads; callers must not alias outputs with inputs). Loop trip counts are the runtime var values
-(invariant 3), so LLVM's vectorizer emits a vector main loop plus a scalar remainder.
+reads), except in a kernel that writes its output over a donated input it reads (``in_place``):
+those two pointers may be equal and lose ``noalias``; an in-place ``scatter`` does not copy its base.
+Loop trip counts are the runtime var values (invariant 3), so LLVM's vectorizer emits a vector
+main loop plus a scalar remainder.
 """
 
 from __future__ import annotations
@@ -95,8 +97,16 @@ def _fast_conv(node: Node) -> bool:
 class _Ctx:
     """Function, builder, emitter and parameter values of the kernel being emitted."""
 
-    def __init__(self, module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> None:
+    def __init__(
+        self,
+        module: ir.Module,
+        kernel: Kernel,
+        mat: frozenset[int],
+        vars: Sequence[Var],
+        in_place: Node | None = None,
+    ) -> None:
         reads = list(kernel.reads)
+        self.in_place = in_place
         # a kernel that sets a data-dependent size also takes a pointer where it stores the size
         # it computed and returns the size clamped into its bound (what later kernels loop over)
         self.sets_size = kernel.kind == "prefix"
@@ -108,8 +118,9 @@ class _Ctx:
         self.fn.linkage = "internal"
         self.fn.attributes.add("noinline")
         self.fn.attributes.add("nounwind")
-        for arg in self.fn.args[: len(reads) + 2]:
-            arg.add_attribute("noalias")
+        for i, arg in enumerate(self.fn.args[: len(reads) + 2]):
+            if in_place is None or (i != 0 and (i > len(reads) or reads[i - 1] is not in_place)):
+                arg.add_attribute("noalias")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.out = self.fn.args[0]
         self.scratch = self.fn.args[len(reads) + 1]
@@ -161,9 +172,16 @@ class _Ctx:
             return self.b.alloca(ty)
 
 
-def emit_kernel(module: ir.Module, kernel: Kernel, mat: frozenset[int], vars: Sequence[Var]) -> ir.Function:
-    """Add ``kernel`` to ``module`` as an internal function named ``kernel.name``."""
-    ctx = _Ctx(module, kernel, mat, vars)
+def emit_kernel(
+    module: ir.Module,
+    kernel: Kernel,
+    mat: frozenset[int],
+    vars: Sequence[Var],
+    in_place: Node | None = None,
+) -> ir.Function:
+    """Add ``kernel`` to ``module`` as an internal function named ``kernel.name``; ``in_place``:
+    the donated input it reads and writes its output over (``plan_memory``'s aliases)."""
+    ctx = _Ctx(module, kernel, mat, vars, in_place)
     emit = {
         "loop": _loop,
         "copy": _copy,
@@ -436,7 +454,8 @@ def _scatter(ctx: _Ctx, kernel: Kernel) -> None:
     axis = node.attrs["axis"]
     reduce = node.attrs.get("reduce", "none")
     em, b = ctx.em, ctx.b
-    _store_all(ctx, node, lambda idx: em.value(x, idx))
+    if ctx.in_place is not x:  # in place, the output already holds the base: write the rows only
+        _store_all(ctx, node, lambda idx: em.value(x, idx))
     extent = x.shape[axis]
 
     def each(i: Index) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 from llvmlite import ir
 
-from ..passes import FusionPlan, Kernel, MemoryPlan
+from ..passes import FusionPlan, Kernel, MemoryPlan, in_place_kernels
 from ..symbolic import Var
 from ._index import emit_dim, i64
 from ._kernels import emit_kernel
@@ -133,7 +133,8 @@ def build_module(
     plugins = plugins or {}
     module = ir.Module(name=name)
     kernel_fns: dict[str, ir.Function] = {}
-    for k in plan.kernels:
+    in_place = in_place_kernels(plan, memory)
+    for t, k in enumerate(plan.kernels):
         if k.kind == "plugin":
             call = plugins.get(k.partition) if k.partition is not None else None
             if call is None:
@@ -142,7 +143,8 @@ def build_module(
             fn = module.globals.get(call.symbol) or ir.Function(module, fnty, call.symbol)
             kernel_fns[k.name] = fn
         else:
-            kernel_fns[k.name] = emit_kernel(module, k, plan.materialized, vars)
+            x = plan.graph.inputs[in_place[t]] if t in in_place else None
+            kernel_fns[k.name] = emit_kernel(module, k, plan.materialized, vars, x)
     counter = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
     segments = cpu_segments(plan, plugins)
     names = segment_entries(len(segments), len(segments) != 1 or segments[0] != (0, len(plan.kernels)))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .._log import get_logger
-from ..errors import ArgumentTypeError, CompileError, InputBufferNotFoundError
+from ..errors import ArgumentTypeError, CompileError, DonateIndexError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
 from ..passes import Graph
 from ..passes._refine import canonical_sizes
@@ -40,7 +40,11 @@ _LOCK = threading.Lock()
 
 
 def _plan_key(
-    graph: Graph, name: str, fixed: Mapping[str, int] | None, plugins: Sequence[CompilerPlugin]
+    graph: Graph,
+    name: str,
+    fixed: Mapping[str, int] | None,
+    plugins: Sequence[CompilerPlugin],
+    donate: tuple[int, ...] = (),
 ) -> tuple[Hashable, ...]:
     """An exact, shallow key: each node's structural key over interned input keys."""
     interned: dict[Hashable, int] = {}
@@ -54,7 +58,8 @@ def _plan_key(
         ids[n.id] = interned.setdefault(key, len(interned))
     chosen = tuple(plugin_identity(p) for p in plugins)
     fixed_key = tuple(sorted((fixed or {}).items()))
-    return (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, chosen)
+    key = (name, tuple(interned), tuple(ids[o.id] for o in graph.outputs), graph.vars, fixed_key, chosen)
+    return (*key, ("donate", donate)) if donate else key
 
 
 def _dispatch_program(
@@ -157,6 +162,7 @@ def compile(
     plugins: Sequence[CompilerPlugin | str] | None = None,
     opt_level: int = 3,
     cache_dir: str | os.PathLike[str] | None = None,
+    donate: Sequence[int] = (),
 ) -> CpuExecutable:
     """Compile ``outputs`` as functions of the placeholders ``inputs`` into one native plan.
 
@@ -171,17 +177,40 @@ def compile(
         opt_level: LLVM optimisation level, 0-3 (part of every cache key).
         cache_dir: the on-disk compile cache for this compile (``"off"``: none); None: the
             default (``ASYNCJIT_CACHE_DIR`` or the user cache directory).
+        donate: indices of inputs whose memory an output may take (JAX's ``donate_argnums``):
+            each is paired with an output of its shape and dtype written after its last read
+            (``Signature.aliases``), so an execution that donates that input writes the output
+            in place, without allocating or copying. Callers that do not donate still get
+            correct results (the input is copied into the output first).
 
     Raises:
         ArgumentTypeError: ``outputs`` or ``inputs`` are not tensors / a sequence of placeholders.
         InputBufferNotFoundError: an output needs a placeholder not listed in ``inputs``.
         CompileError: lowering failed, or ``opt_level`` is not 0-3; VarBoundsError: a bad
             ``fixed`` value.
+        DonateIndexError: ``donate`` names no input; DonationError: a donated input no output
+            can be written over (the message says why).
     """
     if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
         raise CompileError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    n_inputs = len(inputs) if isinstance(inputs, Sequence) else 0
+    donated = _donate_indices(donate, n_inputs)
     with using_cache_dir(cache_dir):
-        return _compile(outputs, inputs, vars, name, fixed, plugins, opt_level)
+        return _compile(outputs, inputs, vars, name, fixed, plugins, opt_level, donated)
+
+
+def _donate_indices(donate: Sequence[int], n: int) -> tuple[int, ...]:
+    """Raises: DonateIndexError: not a sequence of distinct input indices."""
+    try:
+        idx = tuple(donate)
+    except TypeError:
+        raise DonateIndexError(f"donate takes a sequence of input indices, got {donate!r}") from None
+    for i in idx:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise DonateIndexError(f"donate index {i!r} is not an input index (0..{n - 1})")
+    if len(set(idx)) != len(idx):
+        raise DonateIndexError(f"donate lists an input twice: {list(idx)}")
+    return tuple(sorted(idx))
 
 
 def _compile(
@@ -192,6 +221,7 @@ def _compile(
     fixed: Mapping[str, int] | None,
     plugins: Sequence[CompilerPlugin | str] | None,
     opt_level: int,
+    donate: tuple[int, ...] = (),
 ) -> CpuExecutable:
     outs = [as_node(o) for o in (outputs if isinstance(outputs, Sequence) else [outputs])]
     if not isinstance(inputs, Sequence) or hasattr(inputs, "node"):
@@ -210,7 +240,7 @@ def _compile(
     graph = canonical_sizes(Graph.of(outs, ins, vars))  # stable names: stable cache keys
     label = name or "plan"
     chosen = resolve_plugins(plugins)
-    key = (*_plan_key(graph, label, fixed, chosen), opt_level)
+    key = (*_plan_key(graph, label, fixed, chosen, donate), opt_level)
     # in memory, a plan is reused only with the very plugin objects it was compiled with: its
     # dispatch calls run through them (their identity alone keys the plan index on disk)
     memory_key = (key, tuple(id(p) for p in chosen))
@@ -222,7 +252,7 @@ def _compile(
         count_memory_hit()
         return hit
     t0 = time.perf_counter()
-    lowered = lower(graph, label, fixed, chosen)
+    lowered = lower(graph, label, fixed, chosen, donate)
     ir_text: str | Callable[[], str] = lowered.emit_ir
     found = None
     phash = None

@@ -74,6 +74,7 @@ class CpuLauncher:
     """
 
     __slots__ = (
+        "_aliases",
         "_arena",
         "_args",
         "_args_addr",
@@ -103,6 +104,7 @@ class CpuLauncher:
         self._fn = _ENTRY_TYPE(exe.entry_address)
         self._profiled = _PROFILED_TYPE(exe.profiled_address) if exe.profiled_address else None
         self._n_addr = layout.n_inputs + layout.n_outputs
+        self._aliases = bool(exe.signature.aliases)
         self._var_slot = layout.var_slot
         self._last_addrs: Sequence[int] = ()
         self._last_values: Sequence[int] = ()
@@ -122,6 +124,8 @@ class CpuLauncher:
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
         if self._dyn is not None:
             self._size_dynamic(values)
+        if self._aliases:
+            self.exe.signature.copy_aliased(addrs, values)
         if addrs != self._last_addrs:
             self._args[0 : self._n_addr] = addrs  # type: ignore[call-overload]
             self._last_addrs = addrs
@@ -145,6 +149,8 @@ class CpuLauncher:
             raise DeviceError("this executable was compiled without the profiled entry point")
         if self._dyn is not None:
             self._size_dynamic(values)
+        if self._aliases:
+            self.exe.signature.copy_aliased(addrs, values)
         self._args[0 : self._n_addr] = addrs  # type: ignore[call-overload]
         self._last_addrs = addrs
         self._args[self._var_slot : self._var_slot + len(values)] = values  # type: ignore[call-overload]

@@ -201,6 +201,8 @@ class SegmentedLauncher:
             self._rebind(addrs, values)
         if self._base._dyn is not None:  # CPU segments' buffers sized by unbounded vars
             self._base._size_dynamic(values)
+        if self._base._aliases:
+            self._exe.signature.copy_aliased(addrs, values)
         try:
             for call in self._calls:
                 call()
@@ -223,6 +225,8 @@ class SegmentedLauncher:
             raise DeviceError("this executable was compiled without the profiled entry point")
         if self._base._dyn is not None:
             self._base._size_dynamic(values)
+        if self._base._aliases:
+            self._exe.signature.copy_aliased(addrs, values)
         counter = _TICKS_TYPE(self._exe._ticks_address)
         for kind, step in self._steps:
             if kind == "cpu":

@@ -9,6 +9,8 @@ safely. The runtime never looks inside it: it validates arguments through ``Sign
 from __future__ import annotations
 
 import abc
+import ctypes
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -19,6 +21,7 @@ from ..dtypes import DType
 from ..errors import (
     ArgumentCountError,
     ArgumentTypeError,
+    CompileError,
     DTypeMismatchError,
     ShapeMismatchError,
     VarBoundsError,
@@ -69,6 +72,9 @@ class Signature:
     fixed: Mapping[str, int] = attrs.field(factory=dict, kw_only=True)
     # sizes the plan computes (``DataVar``): output shapes use them; callers never bind them
     data_vars: tuple[Var, ...] = attrs.field(default=(), kw_only=True)
+    # (output j, input i): the plan writes output j over input i (``compile(donate=...)``); a
+    # caller passing two different buffers gets input i copied into output j first
+    aliases: tuple[tuple[int, int], ...] = attrs.field(default=(), kw_only=True)
     _in_shapes: object = attrs.field(init=False, repr=False)
     _out_shapes: object = attrs.field(init=False, repr=False)
     _checks: tuple[tuple[str, int, int], ...] = attrs.field(init=False, repr=False)
@@ -89,6 +95,30 @@ class Signature:
         self._unbounded = any(v.unbounded for v in self.vars)
         self._all_in_shapes = _compile_shape_list([a.shape for a in self.inputs], self.vars)
         self._in_dtypes = [a.dtype for a in self.inputs]
+        self._check_aliases()
+
+    def _check_aliases(self) -> None:
+        """Raises: CompileError: an alias pairs arguments that do not exist or do not match
+        (a damaged serialized plan must never make the launcher copy a wrong size)."""
+        outs = set()
+        for pair in self.aliases:
+            j, i = pair
+            if not (0 <= j < len(self.outputs) and 0 <= i < len(self.inputs)) or j in outs:
+                raise CompileError(f"alias {pair} does not pair an output with an input once")
+            a, b = self.outputs[j], self.inputs[i]
+            if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+                raise CompileError(f"output {a.name!r} cannot be written over input {b.name!r}")
+            outs.add(j)
+
+    def copy_aliased(self, addrs: Sequence[int], values: Sequence[int]) -> None:
+        """Before a run: copy input ``i`` into output ``j`` for every alias the caller passed as
+        two buffers (not donated), since the plan then writes only part of output ``j``."""
+        n = len(self.inputs)
+        for j, i in self.aliases:
+            dst, src = addrs[n + j], addrs[i]
+            if dst != src:
+                shape = self.input_shapes(values)[i]
+                ctypes.memmove(dst, src, math.prod(shape) * self.inputs[i].dtype.itemsize)
 
     @property
     def var_names(self) -> tuple[str, ...]:

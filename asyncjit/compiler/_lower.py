@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 from ..codegen._kernels import scratch_bytes
 from ..codegen._module import ArgLayout, PluginCall, build_module
 from ..codegen._target import parse_and_verify
-from ..errors import CompileError
+from ..errors import CompileError, DonationError
 from ..graph import Node
 from ..passes import Claimed, FusionPlan, Graph, MemoryPlan, fuse, optimize_graph, plan_memory
 from ._executable import ArgSpec, Signature
@@ -124,10 +124,14 @@ class Lowered:
         return str(ref)
 
 
-def signature_of(graph: Graph, fixed: Mapping[str, int] | None = None) -> Signature:
+def signature_of(
+    graph: Graph, fixed: Mapping[str, int] | None = None, aliases: tuple[tuple[int, int], ...] = ()
+) -> Signature:
     ins = tuple(ArgSpec(str(n.attrs["name"]), n.shape, n.dtype) for n in graph.inputs)
     outs = tuple(ArgSpec(f"output{j}", n.shape, n.dtype) for j, n in enumerate(graph.outputs))
-    return Signature(ins, outs, graph.vars, fixed=dict(fixed or {}), data_vars=graph.data_vars)
+    return Signature(
+        ins, outs, graph.vars, fixed=dict(fixed or {}), data_vars=graph.data_vars, aliases=aliases
+    )
 
 
 def lower(
@@ -135,12 +139,15 @@ def lower(
     name: str,
     fixed: Mapping[str, int] | None = None,
     plugins: Sequence[CompilerPlugin] | None = None,
+    donate: Sequence[int] = (),
 ) -> Lowered:
     """Run the graph passes, the partition stage, the plugins' compile step, fusion and memory
-    planning (``plugins``: ``None`` means the registered ones).
+    planning (``plugins``: ``None`` means the registered ones; ``donate``: input indices whose
+    memory outputs may be written over).
 
     Raises:
         CompileError: a plugin claim is malformed or a plugin failed. VarBoundsError: a bad ``fixed``.
+        DonationError: a donated input that no output can be written over.
     """
     from ..passes._refine import fixed_values
 
@@ -156,7 +163,8 @@ def lower(
     ]
     fusion = fuse(graph, claimed)
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
-    memory = plan_memory(fusion, scratch)
+    memory = plan_memory(fusion, scratch, donate)
+    _check_donation(graph, memory, donate)
     data = graph.data_vars
     layout = ArgLayout(
         len(graph.inputs),
@@ -172,9 +180,29 @@ def lower(
         fusion,
         memory,
         layout,
-        signature_of(graph, fixed_map),
+        signature_of(graph, fixed_map, memory.aliases),
         fixed_map,
         claims,
         linked,
         dispatched,
     )
+
+
+def _check_donation(graph: Graph, memory: MemoryPlan, donate: Sequence[int]) -> None:
+    """Raises: DonationError naming a donated input no output is written over, and why."""
+    aliased = {i for _, i in memory.aliases}
+    for i in donate:
+        if i in aliased:
+            continue
+        x = graph.inputs[i]
+        name = x.attrs.get("name", f"#{i}")
+        shape = tuple(x.shape)
+        like = [j for j, o in enumerate(graph.outputs) if o.dtype == x.dtype and tuple(o.shape) == shape]
+        why = (
+            f"no output has its shape and dtype {x.dtype.name}{list(x.shape)}"
+            if not like
+            else f"outputs {like} have its shape and dtype, but each is an input or constant, is "
+            "written by a plugin, or is written before a kernel that still reads the input, or by "
+            "a kernel that reads it other than element by element"
+        )
+        raise DonationError(f"donated input {name!r} cannot give its memory to an output: {why}")

@@ -141,6 +141,7 @@ def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]
         ],
         "dyn_bytes": to_json(exe.dyn_bytes),
         "data_vars": [to_json(v) for v in sig.data_vars],
+        "aliases": [[j, i] for j, i in sig.aliases],
         "arena_bytes": exe.arena_bytes,
         "kernels": list(exe.kernel_names),
         "kernel_costs": [[k.kind, to_json(k.bytes_expr), to_json(k.flops_expr)] for k in exe.kernels],
@@ -230,6 +231,7 @@ def build_executable(
         tuple(Var(n, lo, hi) for n, lo, hi in meta["vars"]),  # hi None: unbounded
         fixed={str(k): int(v) for k, v in meta["fixed"].items()},
         data_vars=tuple(_data_var(d) for d in meta.get("data_vars", [])),
+        aliases=tuple((int(j), int(i)) for j, i in meta.get("aliases", [])),
     )
     layout = ArgLayout(*meta["layout"])
     if layout.n_data != len(sig.data_vars) or layout.n_vars != len(sig.vars) + layout.n_data:

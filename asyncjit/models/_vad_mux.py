@@ -7,11 +7,11 @@ device; the plan gathers the rows of the batch by slot index, steps, and scatter
 into its ``new_pool`` output. Nothing but the chunks (in) and the probabilities (out) crosses to
 the host.
 
-**Double-buffered pool** (``asyncjit.scheduler.DevicePool``). Kernels are compiled ``noalias``
-(an output never aliases an input), so the pool is not updated in place: the output ``new_pool``
-of one run is the input pool of the next, and the previous buffer goes back to the allocator.
-It is committed only after the run succeeded, so a run that raises (or is cancelled) leaves
-every slot as it was. ``launch``/``complete`` let ``StreamMux`` keep two batches in flight.
+**In-place pool** (``asyncjit.scheduler.DevicePool``). The plan is compiled with the pool donated
+(``compile(donate=[2])``): its scatter writes the batch's new rows over the old pool, and each run
+donates the pool to the next, so a step costs the batch's rows, not the pool's. A run that fails
+(a poisoned input) writes nothing; the pool is taken back and every slot is as it was.
+``launch``/``complete`` let ``StreamMux`` keep two batches in flight.
 
 Usage::
 
@@ -52,7 +52,7 @@ class SileroBatchedStep(PooledStep):
         sample_rate: 16000 (chunks of 512 samples) or 8000 (256 samples).
         max_streams: slots (``num_slots``): the most streams open at once. The pool holds only
             the rows in use so far (``pool_rows``: 16 at first, at least doubling between runs
-            when a slot beyond it is used), since every run writes a whole new pool.
+            when a slot beyond it is used).
         max_batch_size: the bound of the plan's batch var (default ``max_streams``).
         client, device: where the plan and the pool live (default: the default client's first device).
         weights: already loaded weights (default: ``load_weights(sample_rate)``).
@@ -95,7 +95,7 @@ class SileroBatchedStep(PooledStep):
         pool = Tensor.placeholder([rows, self.row_width], name="pool")
         prob, new_pool = _sv.build_step_slots(w, samples, slots, pool)
         name = f"silero_vad_slots_{sample_rate}"
-        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b, rows], name=name)
+        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b, rows], name=name, donate=[2])
         self.client = client if client is not None else default_client()
         self.plan = self.client.load(exe, device)
         self.device = self.plan.devices()[0]

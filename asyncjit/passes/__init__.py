@@ -14,6 +14,7 @@ from ._graph import remake as remake
 from ._memory import ALIGN as ALIGN
 from ._memory import MemoryPlan as MemoryPlan
 from ._memory import Slot as Slot
+from ._memory import in_place_kernels as in_place_kernels
 from ._memory import plan_memory as plan_memory
 from ._pipeline import optimize_graph as optimize_graph
 from ._refine import canonicalize_dynamism as canonicalize_dynamism
@@ -38,6 +39,7 @@ __all__ = [
     "fuse",
     "live_nodes",
     "optimize_graph",
+    "in_place_kernels",
     "plan_memory",
     "rebuild",
     "refine",

@@ -4,7 +4,8 @@ A buffer holds a block of its memory space, the ``Event`` of the command that wr
 count of *uses* (commands submitted and not finished that read or write it). ``delete()`` is lazy:
 the block goes back to its memory space when the last use finishes (invariant 8), and any later
 use raises ``BufferDeletedError``. A donated buffer is deleted the same way by the execution it
-was donated to.
+was donated to (``DonatedBufferError``); when the plan writes an output over it, that output takes
+its memory at once (``aliased``), and no copy is made.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import numpy.typing as npt
 
 from ..errors import (
     ArgumentTypeError,
-    BufferDeletedError,
     DeviceError,
+    DonationError,
     InvalidArgumentError,
     LayoutError,
     WouldBlock,
 )
 from ._commands import CopyCommand, RelayoutCommand, ToHostCommand
-from ._events import Event
+from ._events import READY, Event
 from ._layout import ROW_MAJOR, Layout, as_layout
 from ._memory import Block, MemorySpace
-from ._uses import _uses_lock
+from ._uses import _uses_lock, deleted_error
 from ._wakeup import wait_event
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Buffer:
 
     __slots__ = (
         "__weakref__",
+        "_aliased",
         "_block",
         "_deleted",
         "_donatable",
@@ -87,6 +89,7 @@ class Buffer:
         "_host_copy",
         "_layout",
         "_uses",
+        "_writing",
         "dtype",
         "id",
         "memory_space",
@@ -117,6 +120,9 @@ class Buffer:
         self._block: Block | None = block
         self._event = event
         self._uses = uses
+        # the producing command holds one of ``uses`` until it finishes (see ``take_donated``)
+        self._writing = uses > 0
+        self._aliased = False  # its memory was a donated input's
         self._deleted: str | None = None
         self._host = host  # the aliased host array of a zero-copy buffer
         self._donatable = donatable
@@ -144,6 +150,11 @@ class Buffer:
     def layout(self) -> Layout:
         """The order of the elements in memory (``row_major`` unless made otherwise)."""
         return self._layout
+
+    @property
+    def aliased(self) -> bool:
+        """True when this output was written over a donated input (it took that input's memory)."""
+        return self._aliased
 
     @property
     def aliases_host(self) -> bool:
@@ -405,16 +416,44 @@ class Buffer:
         if block is not None and block.space is not None:
             block.space.release(block)
 
+    def reclaim(self) -> Buffer:
+        """A ready buffer over the memory of this *failed* output that was written over a donated
+        input (``aliased``); this buffer is deleted. For code that must survive a failed step
+        without a copy (``DevicePool``): an execution that failed before it ran (an input was
+        poisoned, the device was closed) left the donated input's data there untouched; one
+        that failed inside the plan may have written part of the output.
+
+        Raises:
+            WouldBlock: the execution has not finished. DonationError: this buffer did not fail,
+            is not an aliased output, or a pending command still uses it.
+            BufferDeletedError: it was deleted or donated.
+        """
+        self._check_alive()
+        ev = self._event
+        if not ev._done:
+            raise WouldBlock(f"{self!r} is not finished; await it before reclaiming its memory")
+        if ev._error is None or not self._aliased:
+            raise DonationError(f"{self!r}: only a failed output written over a donated input is reclaimed")
+        with _uses_lock:
+            if self._deleted is not None or self._uses:
+                raise DonationError(f"{self!r} is still used by a pending command; it cannot be reclaimed")
+            block, self._block = self._block, None
+            self._deleted = "reclaimed"
+        assert block is not None
+        out = Buffer(self.shape, self.dtype, self.memory_space, block, READY, nbytes=self.nbytes)
+        out._aliased = True
+        return out
+
     def _check_alive(self) -> None:
         if self._deleted is not None:
-            raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
+            raise deleted_error(self)
 
     def _acquire_use(self) -> None:
         with _uses_lock:
             if self._deleted is None:
                 self._uses += 1
                 return
-        raise BufferDeletedError(f"{self!r} was {self._deleted}; it cannot be used any more")
+        raise deleted_error(self)
 
     def _release_use(self) -> None:
         with _uses_lock:

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from .._log import get_logger
 from ..errors import JitError, KernelRuntimeError
 from ._events import Event
-from ._uses import release_uses
+from ._uses import release_command_uses
 
 if TYPE_CHECKING:
     from ..compiler._executable import Launcher, Signature
@@ -149,10 +149,7 @@ class Command:
     def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
         """``signal``, then drop the uses of every buffer (memory of deleted ones is freed)."""
         self.signal(error, poisoned_by)
-        if self.outputs:
-            release_uses((*self.inputs, *self.outputs))
-        else:
-            release_uses(self.inputs)
+        release_command_uses(self.inputs, self.outputs)
 
 
 class Noop(Command):

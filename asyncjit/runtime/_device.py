@@ -395,15 +395,17 @@ class Device:
             else:
                 slot = None
         held: list[Buffer] = []
+        written: list[Buffer] = []
         for cmd, error, bad in done:
             if type(cmd) is ExecuteCommand:  # the common case: signal now, release uses below
                 cmd.signal(error, bad)
                 held += cmd.inputs
                 held += cmd.outputs
+                written += cmd.outputs
             else:
                 cmd.finish(error, bad)
         if held:
-            release_uses(held)
+            release_uses(held, written)
         if slot is not None:
             slot.set()
 

@@ -12,6 +12,13 @@ the client are compared per argument by identity (hashing attrs classes into the
 
 On an idle device with ready inputs a cheap plan runs on the caller's thread (``_run_inline``):
 the outputs are created after the run, already ready, so ``await out.ready()`` does not yield.
+
+**Donation that aliases.** A plan compiled with ``donate=`` writes some outputs over inputs
+(``Signature.aliases``). An execution that donates such an input hands its memory to the output
+(``take_donated``): no allocation, no copy, and the input is deleted at once. The memory is taken
+only when it can be: the same memory space, a block of the output's capacity, not a host array's;
+otherwise the output gets its own block and the launcher copies the input into it first, as for a
+caller that does not donate.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from ..errors import (
     ArgumentTypeError,
     DeviceError,
     DonateIndexError,
+    DonationError,
     InvalidArgumentError,
     LayoutError,
     ShapeMismatchError,
@@ -41,9 +49,9 @@ from ._buffer import Buffer
 from ._commands import ExecuteCommand, PlanTiming, actual_shapes, launch_error
 from ._events import READY, Event
 from ._layout import ROW_MAJOR, Layout
-from ._memory import Block, MemoryKind, size_class
+from ._memory import Block, MemoryKind, MemorySpace, size_class
 from ._sharding import ShardedBuffer, Sharding, assemble_outputs, check_replicated, spmd_arguments
-from ._uses import acquire_uses, release_uses
+from ._uses import acquire_uses, release_uses, take_donated
 
 if TYPE_CHECKING:
     from ..compiler._executable import Executable, Launcher, Signature
@@ -133,6 +141,14 @@ class LoadedExecutable:
         self._sized = bool(sig.data_vars)
         # None: every output in the device space (the fast path); else a kind per output
         self._out_kinds: tuple[MemoryKind, ...] | None = _output_kinds(self, output_memory_kinds)
+        # donated input i -> the output j written over it (``compile(donate=...)``)
+        self._alias_of: dict[int, int] = {i: j for j, i in sig.aliases}
+
+    @property
+    def input_output_aliases(self) -> dict[int, int]:
+        """``{input index: output index}``: the outputs written over their input when it is donated
+        (``compile(donate=...)``); donate those inputs to update them in place."""
+        return dict(self._alias_of)
 
     @property
     def plan(self) -> str:
@@ -463,22 +479,60 @@ class LoadedExecutable:
         if dev._closed:
             dev.check_open()
         timing = self._timing[dev.id]
+        reuse = self._reuse(args, donated) if donated and self._alias_of else None
         outs = None
         if inline is None:
             inline = self._inline(dev, timing, None)
         if inline and dev._exec_lock.acquire(blocking=False):  # dev.begin_inline(), spelled out
             if dev._in_flight == 0 and not dev._closed:
-                outs = self._run_inline(args, validated, dev, timing)
+                outs = self._run_inline(args, validated, dev, timing, reuse)
             else:
                 dev._exec_lock.release()
         if outs is None:
-            outs = self._submit(args, validated, dev, timing)
+            outs = self._submit(args, validated, dev, timing, reuse)
         for i in donated:
             args[i]._mark_deleted(f"donated to {self.plan}")
         return outs
 
+    def _reuse(self, args: Sequence[Buffer], donated: tuple[int, ...]) -> dict[int, Buffer] | None:
+        """Output index -> the donated input it is written over (None: no donated input aliases)."""
+        alias_of = self._alias_of
+        found = {alias_of[i]: args[i] for i in donated if i in alias_of}
+        return found or None
+
+    def _output_block(
+        self, j: int, where: MemorySpace, nbytes: int, reuse: dict[int, Buffer] | None
+    ) -> tuple[Block, bool]:
+        """Output ``j``'s memory: a donated input's (taken, True) when it can be, else a new block.
+
+        Raises:
+            DonationError: the donated input is still read by another pending command.
+        """
+        if reuse is not None:
+            src = reuse.get(j)
+            block = src._block if src is not None else None
+            cls = self._out_classes[j]
+            need = self.signature.outputs[j].capacity if cls >= 0 else nbytes
+            if (
+                src is not None
+                and block is not None
+                and src._host is None
+                and src.memory_space is where
+                and block.size >= need
+            ):
+                taken = take_donated(src, f"donated to {self.plan}")
+                if taken is not None:
+                    return taken, True
+        cls = self._out_classes[j]
+        return where.allocate_class(cls if cls >= 0 else size_class(nbytes)), False
+
     def _run_inline(
-        self, args: Sequence[Buffer], validated: _Validated, dev: Device, timing: PlanTiming
+        self,
+        args: Sequence[Buffer],
+        validated: _Validated,
+        dev: Device,
+        timing: PlanTiming,
+        reuse: dict[int, Buffer] | None = None,
     ) -> list[Buffer] | None:
         """Run on this thread; called holding the device (``begin_inline``), which it gives back.
 
@@ -489,6 +543,7 @@ class LoadedExecutable:
         values, out_shapes, out_nbytes = validated
         space = dev._device_space
         blocks: list[Block] = []
+        aliased: list[int] = []
         ran = False
         error: BaseException | None = None
         try:
@@ -506,7 +561,12 @@ class LoadedExecutable:
             kinds = self._out_kinds
             for i, cls in enumerate(self._out_classes):
                 where = space if kinds is None else dev._spaces[kinds[i]]
-                block = where.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
+                if reuse is None:
+                    block = where.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
+                else:
+                    block, taken = self._output_block(i, where, out_nbytes[i], reuse)
+                    if taken:
+                        aliased.append(i)
                 blocks.append(block)
                 addrs.append(block.addr)
             launcher = self._launchers[dev.id]
@@ -535,13 +595,33 @@ class LoadedExecutable:
             if not ran:
                 for b in blocks:
                     (b.space or space).release(b)
+        if aliased:
+            outs = self._inline_outputs(blocks, out_shapes, out_nbytes, space, error)
+            for i in aliased:
+                outs[i]._aliased = True
+            return outs
+        return self._inline_outputs(blocks, out_shapes, out_nbytes, space, error)
+
+    def _inline_outputs(
+        self,
+        blocks: list[Block],
+        out_shapes: tuple[tuple[int, ...], ...],
+        out_nbytes: tuple[int, ...],
+        space: MemorySpace,
+        error: BaseException | None,
+    ) -> list[Buffer]:
+        """The outputs of an inline run: ready (sharing ``READY``) or poisoned by ``error``."""
         if error is None:
             done = READY
         else:
             done = Event()
             done.fail(error)
             _log.warning(
-                "command.failed", device=dev.id, command="execute", plan=self.plan, error=repr(error)
+                "command.failed",
+                device=space.device.id,
+                command="execute",
+                plan=self.plan,
+                error=repr(error),
             )
         dtypes = self._out_dtypes
         if self._out_kinds is not None:
@@ -557,7 +637,12 @@ class LoadedExecutable:
         return outs
 
     def _submit(
-        self, args: Sequence[Buffer], validated: _Validated, dev: Device, timing: PlanTiming
+        self,
+        args: Sequence[Buffer],
+        validated: _Validated,
+        dev: Device,
+        timing: PlanTiming,
+        reuse: dict[int, Buffer] | None = None,
     ) -> list[Buffer]:
         """Take a use of every input, allocate outputs, and queue one command."""
         values, out_shapes, out_nbytes = validated
@@ -574,10 +659,16 @@ class LoadedExecutable:
                 if kinds is not None:
                     space = dev._spaces[kinds[i]]
                 cls = classes[i]
-                block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
+                if reuse is None:
+                    block = space.allocate_class(cls if cls >= 0 else size_class(out_nbytes[i]))
+                    taken = False
+                else:
+                    block, taken = self._output_block(i, space, out_nbytes[i], reuse)
                 addrs.append(block.addr)
                 shape = PendingShape(out_shapes[i]) if self._sized else out_shapes[i]
-                outs.append(Buffer(shape, dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i]))
+                out = Buffer(shape, dtypes[i], space, block, ev, uses=1, nbytes=out_nbytes[i])
+                out._aliased = taken
+                outs.append(out)
             cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
             if self._sized:
                 cmd.signature = self.signature
@@ -619,7 +710,7 @@ class LoadedExecutable:
                     "donated; create it with MUTABLE_ZERO_COPY or a copying semantics"
                 )
             if sum(1 for a in args if a is buf) > 1:
-                raise DeviceError(f"{self!r}: input {i} is donated but also passed as another input")
+                raise DonationError(f"{self!r}: input {i} is donated but also passed as another input")
         return idx
 
 

@@ -11,13 +11,13 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import BufferDeletedError
+from ..errors import BufferDeletedError, DonatedBufferError, DonationError
 
 if TYPE_CHECKING:
     from ._buffer import Buffer
     from ._memory import Block
 
-__all__ = ["acquire_uses", "release_uses"]
+__all__ = ["acquire_uses", "deleted_error", "release_command_uses", "release_uses", "take_donated"]
 
 _uses_lock = threading.Lock()
 
@@ -36,13 +36,49 @@ def acquire_uses(buffers: Sequence[Buffer]) -> None:
             for b in buffers:
                 b._uses += 1
             return
-    raise BufferDeletedError(f"{b!r} was {b._deleted}; it cannot be used any more")
+    raise deleted_error(b)
 
 
-def release_uses(buffers: Sequence[Buffer]) -> None:
-    """Drop one use of each buffer (one lock round trip); free the memory of deleted ones."""
+def deleted_error(b: Buffer) -> BufferDeletedError:
+    """The error for a use of deleted ``b`` (``DonatedBufferError`` when it was donated)."""
+    why = b._deleted or "deleted"
+    cls = DonatedBufferError if why.startswith("donated") else BufferDeletedError
+    return cls(f"{b!r} was {why}; it cannot be used any more")
+
+
+def take_donated(b: Buffer, why: str) -> Block | None:
+    """Delete ``b`` and hand its memory to the output an execution writes over it (the caller
+    holds one use of ``b``, taken for that execution). None when ``b`` holds no block.
+
+    Raises:
+        DonationError: another pending command still reads ``b`` (it would see the output's
+            data); its producer, which holds a use until it finishes, does not count.
+    """
+    with _uses_lock:
+        readers = b._uses - 1 - b._writing
+        if readers > 0:
+            raise DonationError(
+                f"{b!r} is donated but {readers} other pending command(s) still read it; await "
+                "them first, or pass a copy"
+            )
+        block, b._block = b._block, None
+        b._deleted = why
+    return block
+
+
+def release_command_uses(inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
+    """``release_uses`` for a finished command: its outputs are no longer being written (under
+    the same lock, so ``take_donated`` never sees the flag and the count disagree)."""
+    release_uses((*inputs, *outputs) if outputs else inputs, outputs)
+
+
+def release_uses(buffers: Sequence[Buffer], written: Sequence[Buffer] = ()) -> None:
+    """Drop one use of each buffer (one lock round trip); free the memory of deleted ones;
+    ``written`` (among ``buffers``) are outputs their producer has finished writing."""
     freed: list[Block] | None = None
     with _uses_lock:
+        for b in written:
+            b._writing = False
         for b in buffers:
             b._uses -= 1
             if not b._uses and b._deleted is not None:

@@ -1,25 +1,35 @@
 """``DevicePool``: a slot pool on the device, threaded through a ``(chunks, slots, pool) -> (out,
 new_pool)`` plan, with pipelined launches and failures that change no slot.
 
-Kernels are compiled ``noalias`` (an output never aliases an input), so the pool is
-double-buffered: each launch reads the pool the previous launch writes (the device queue is in
-order, so several launches may be in flight) and its ``new_pool`` output is the next one's input.
+**In place.** A plan compiled with ``donate=[2]`` writes ``new_pool`` over ``pool``
+(``LoadedExecutable.input_output_aliases``): each launch donates the pool, the plan's scatter
+writes only the batch's rows, and the output takes the pool's memory, so a step costs the batch,
+not the pool. Launches chain in the device's in-order queue, each reading what the previous one
+wrote. A launch that fails before it runs (a poisoned input: the way a batch fails) writes
+nothing, and neither do the launches queued behind it (they read its poisoned pool): the pool's
+memory is taken back from the last of them (``Buffer.reclaim``), and those later launches are
+run again, in order, before anything else is enqueued. A failure inside the plan itself (a
+plugin's kernel raising mid-run) may leave the failed batch's rows part-written.
 
-``complete`` commits a launch's pool only when it succeeded; a failed launch is forgotten, and a
-launch that read its (poisoned) output is run again on the last good pool. Both
-``SileroBatchedStep`` and ``HostBatchedStep`` keep their state this way.
+**Double-buffered** (a plan without that alias): each launch reads the pool the previous launch
+writes and its ``new_pool`` output is the next one's input. ``complete`` commits a launch's pool
+only when it succeeded; a failed launch is forgotten, and a launch that read its (poisoned)
+output is run again on the last good pool. Both ``SileroBatchedStep`` and ``HostBatchedStep``
+keep their state this way; the first in place.
 
-**Rows on demand.** Each run writes a whole new pool, so a pool of ``num_slots`` rows would cost
-a copy of every slot per batch whatever the number of streams. A plan whose pool has a row var
-(``[p, width]``, ``p`` in ``1..num_slots``) gets a pool of ``pool_rows`` rows, grown (at least
-doubling, zero rows added) by ``reset_slot`` when a slot at or beyond it is first used; the mux
-hands out the lowest free slots and resets such a slot before its first step, between runs.
-256 streams on a ``max_streams=4096`` Silero VAD mux then cost what 256 slots cost.
+**Rows on demand.** A run of a double-buffered plan writes a whole new pool, so a pool of
+``num_slots`` rows would cost a copy of every slot per batch whatever the number of streams. A
+plan whose pool has a row var (``[p, width]``, ``p`` in ``1..num_slots``) gets a pool of
+``pool_rows`` rows, grown (at least doubling, zero rows added) by ``reset_slot`` when a slot at or
+beyond it is first used; the mux hands out the lowest free slots and resets such a slot before
+its first step, between runs. 256 streams on a ``max_streams=4096`` Silero VAD mux then cost what
+256 slots cost.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any
 
 import numpy as np
@@ -38,11 +48,19 @@ __all__ = [
 class Launched:
     """One launched step: its input buffers (kept for a re-run) and its outputs."""
 
-    __slots__ = ("b", "chunks", "out", "pool_in", "pool_out", "slots")
+    __slots__ = ("b", "chunks", "out", "pool_in", "pool_out", "seq", "slots")
 
     def __init__(
-        self, chunks: Buffer, slots: Buffer, b: int, pool_in: Buffer, out: Buffer, pool_out: Buffer
+        self,
+        chunks: Buffer,
+        slots: Buffer,
+        b: int,
+        pool_in: Buffer,
+        out: Buffer,
+        pool_out: Buffer,
+        seq: int = 0,
     ) -> None:
+        self.seq = seq  # launch order
         self.chunks = chunks
         self.slots = slots
         self.b = b
@@ -88,6 +106,13 @@ class DevicePool:
         # buffer whenever nothing is in flight.
         self._committed: Buffer = client.buffer_from_host(pool, device)
         self._head = self._committed
+        self._host_pool: Buffer | None = self._committed  # made on the host (see ``_donation``)
+        # in place: the plan writes new_pool over the donated pool (input 2 -> output 1)
+        self.in_place = plan.input_output_aliases.get(2) == 1
+        self._donate: tuple[int, ...] = (2,) if self.in_place else ()
+        self._seq = itertools.count()
+        self._flight: list[Launched] = []  # in place: launched, not completed, in launch order
+        self._stale: list[Launched] = []  # in place: launched behind a failure, to run again
 
     @property
     def pool(self) -> Buffer:
@@ -96,7 +121,7 @@ class DevicePool:
 
     @property
     def in_flight(self) -> bool:
-        return self._head is not self._committed
+        return self._head is not self._committed or bool(self._stale)
 
     def _vars(self, b: int) -> dict[str, int] | None:
         values = {}
@@ -128,10 +153,17 @@ class DevicePool:
         client, dev = self.client, self.device
         chunk_buf = client.buffer_from_host(chunks, dev)
         slot_buf = client.buffer_from_host(slots, dev)
+        if self._stale:
+            self._rerun_stale()
         pool_in = self._head
-        out, pool_out = self.plan.execute_nowait([chunk_buf, slot_buf, pool_in], self._vars(len(slots)))
+        out, pool_out = self.plan.execute_nowait(
+            [chunk_buf, slot_buf, pool_in], self._vars(len(slots)), donate=self._donation()
+        )
         self._head = pool_out
-        return Launched(chunk_buf, slot_buf, len(slots), pool_in, out, pool_out)
+        h = Launched(chunk_buf, slot_buf, len(slots), pool_in, out, pool_out, next(self._seq))
+        if self.in_place:
+            self._flight.append(h)
+        return h
 
     async def complete(self, launched: Launched) -> npt.NDArray[Any]:
         """The outputs of a launched step, on the host (one loop wake-up).
@@ -140,6 +172,8 @@ class DevicePool:
             Exception: the step's own error; the pool stays as before it.
         """
         h = launched
+        if self.in_place:
+            return await self._complete_in_place(h)
         if h.pool_in is not self._committed:  # it read the pool of a failed step: run it again
             with contextlib.suppress(Exception):
                 await h.out.ready()
@@ -156,6 +190,53 @@ class DevicePool:
             raise
         self._committed = h.pool_out
         return await h.out.to_numpy()
+
+    async def _complete_in_place(self, h: Launched) -> npt.NDArray[Any]:
+        if h in self._stale:
+            self._rerun_stale()
+        try:
+            await h.out.ready()  # both outputs complete with one event; raises the plan's error
+        except Exception:
+            await self._take_back(h)
+            raise
+        finally:
+            # launches before ``h`` were completed (or abandoned, and finished before it)
+            self._flight = [f for f in self._flight if f.seq > h.seq]
+        self._committed = h.pool_out
+        return await h.out.to_numpy()
+
+    async def _take_back(self, failed: Launched) -> None:
+        """After ``failed`` failed: every launch behind it read its poisoned pool and wrote
+        nothing; recover the last good pool and queue them to run again."""
+        with contextlib.suppress(Exception):
+            await self._head.ready()
+        self._recover()
+        self._stale = [f for f in self._flight if f.seq > failed.seq]
+
+    def _recover(self) -> None:
+        """The head failed (and finished): the last good pool is ``_committed`` if it was not
+        donated, else the memory of the head, which took it over and wrote nothing."""
+        if self._head.error is None or self._head is self._committed:
+            return
+        if self._committed.is_deleted():
+            self._committed = self._head = self._head.reclaim()
+        else:
+            self._head = self._committed
+
+    def _donation(self) -> tuple[int, ...]:
+        """Donate the head unless it is a pool made on the host (sized for its rows, not the
+        plan's capacity, so the output could not take its memory): that launch copies it."""
+        return self._donate if self._head is not self._host_pool else ()
+
+    def _rerun_stale(self) -> None:
+        """Launch again, in order and on the taken-back pool, the launches behind a failure."""
+        stale, self._stale = self._stale, []
+        for h in stale:
+            h.pool_in = self._head
+            h.out, h.pool_out = self.plan.execute_nowait(
+                [h.chunks, h.slots, h.pool_in], self._vars(h.b), donate=self._donation()
+            )
+            self._head = h.pool_out
 
     async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
         return await self.complete(self.launch(chunks, slots))
@@ -187,6 +268,7 @@ class DevicePool:
         grown = np.zeros((new_rows, *old.shape[1:]), old.dtype)
         grown[: self.rows] = old
         self._committed = self._head = self.client.buffer_from_host(grown, self.device)
+        self._host_pool = self._committed
         self.rows = new_rows
 
     async def settle(self) -> None:
@@ -203,13 +285,18 @@ class DevicePool:
         Raises:
             RuntimeError: a launch is still running.
         """
+        self._stale = []  # launches nobody will complete: dropped, like failed ones
         head = self._head
         if head is self._committed:
+            self._flight = []
             return
         if not head.is_ready():
             raise RuntimeError(f"{self.plan!r}: the slot pool is written while a step is in flight")
+        self._flight = []
         if head.error is None:
             self._committed = head
+        elif self.in_place:  # the failed chain wrote nothing: its memory holds the last good pool
+            self._recover()
         else:
             self._head = self._committed
 
