@@ -283,6 +283,35 @@ def test_matmul_reads_transposed_operands_in_place(m: int) -> None:
     np.testing.assert_allclose(exe2.run([xv, yv])[0], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bsz", [1, 3, 40])
+def test_matmul_reads_batch_broadcast_operands_in_place(bsz: int) -> None:
+    """A matrix broadcast over the batch (``x[B, M, K] @ w[K, N]``, ``w.T``, ``a[M, K] @ y[B, K, N]``,
+    several batch axes) is read with batch stride 0: the ``B`` copies of it are never written,
+    and the results equal numpy's at every batch size of one compile."""
+    import asyncjit
+
+    rng = np.random.default_rng(bsz)
+    b = Var("b", 1, 64)
+    x = Tensor.placeholder((b, 7, 24), asyncjit.float32, name="x")
+    w = Tensor.placeholder((24, 33), asyncjit.float32, name="w")
+    wt = Tensor.placeholder((33, 24), asyncjit.float32, name="wt")
+    y = Tensor.placeholder((b, 24, 5), asyncjit.float32, name="y")
+    a = Tensor.placeholder((7, 24), asyncjit.float32, name="a")
+    x4 = Tensor.placeholder((2, b, 3, 24), asyncjit.float32, name="x4")
+    outs = [(x @ w).relu(), x @ wt.T, a @ y, x4 @ w]
+    exe = compile(outs, [x, w, wt, y, a, x4], [b], name="mm_bcast")
+    assert not any("expand" in k or "permute" in k for k in exe.kernel_names), exe.kernel_names
+    assert sum("matmul" in k for k in exe.kernel_names) == 4, exe.kernel_names
+    vals = [
+        rng.standard_normal(s).astype(np.float32)
+        for s in ((bsz, 7, 24), (24, 33), (33, 24), (bsz, 24, 5), (7, 24), (2, bsz, 3, 24))
+    ]
+    xv, wv, wtv, yv, av, x4v = vals
+    wants = [np.maximum(xv @ wv, 0), xv @ wtv.T, av @ yv, x4v @ wv]
+    for got, want in zip(exe.run(vals, {"b": bsz}), wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("shape", "axes", "op"),
     [

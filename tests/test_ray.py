@@ -113,8 +113,13 @@ async def test_dead_device_and_slow_answers_are_typed_and_bounded() -> None:
     buf = dev.buffer_from_host(np.ones(3, np.float32))
     np.testing.assert_array_equal(await buf.to_numpy(), np.ones(3, np.float32))
     dev.close()
+    # refused at once, never answered by the dying actor (ray.kill is asynchronous)
     with pytest.raises(RemoteDeviceError, match=dev.name):
         await buf.to_numpy()
+    with pytest.raises(RemoteDeviceError, match=dev.name):
+        dev.buffer_from_host(np.ones(3, np.float32))
+    with pytest.raises(RemoteDeviceError, match=dev.name):
+        buf.to_numpy_blocking()
 
     @ray.remote(num_cpus=0)
     def slow() -> int:

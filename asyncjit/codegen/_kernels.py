@@ -18,7 +18,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import transposed_source
+from ..passes._fusion import matmul_operand
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -43,7 +43,8 @@ def scratch_bytes(kernel: Kernel) -> int:
         return 0
     if kernel.kind == "matmul" and (lib := matmul_library()) is not None:
         a, b = node.inputs
-        return int(lib.matmul_scratch_bytes(upper(a.shape[-2]), upper(b.shape[-1]), upper(a.shape[-1])))
+        m = prod(a.shape[:-1]) if _folds_batch(node) else a.shape[-2]
+        return int(lib.matmul_scratch_bytes(upper(m), upper(b.shape[-1]), upper(a.shape[-1])))
     if kernel.kind == "conv" and _fast_conv(node):
         x, w = node.inputs[0], node.inputs[1]
         groups = node.attrs["groups"]
@@ -322,6 +323,8 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
         fn = lib.emit_matmul(ctx.fn.module, f"{kernel.name}.mm")
         a_ptr, a_strides = _operand(ctx, a, m, k)
         b_ptr, b_strides = _operand(ctx, b, k, n)
+        if _folds_batch(node):
+            batch, m, a_strides = 1, batch * m, (0, k, 1)
         dims = [em.dim(e) for e in (batch, m, n, k, *a_strides, *b_strides, m * n, n)]
         ctx.b.call(fn, [a_ptr, b_ptr, ctx.out, ctx.scratch, *dims])
         return
@@ -359,16 +362,28 @@ def _matmul(ctx: _Ctx, kernel: Kernel) -> None:
     ctx.nest((batch, m, n), cell)
 
 
+def _folds_batch(node: Node) -> bool:
+    """Whether a float32 matmul runs as one ``[B*M, K] @ [K, N]`` product: ``b`` is one matrix
+    for every batch and ``a`` its own contiguous buffer (rows contiguous across batches). Each
+    row is computed as in the batched form; the product is big enough to split over threads."""
+    a, b = node.inputs
+    if node.ndim < 3:
+        return False
+    oa, ob = matmul_operand(a), matmul_operand(b)
+    return ob.batch_broadcast and not oa.transposed and not oa.batch_broadcast
+
+
 def _operand(ctx: _Ctx, x: Node, rows: Dim, cols: Dim) -> tuple[ir.Value, tuple[Dim, Dim, Dim]]:
     """Pointer and (batch, row, column) strides of a float32 matmul operand ``[..., rows, cols]``:
-    its own contiguous buffer, or the buffer of ``X`` read in place when it is ``X`` transposed
-    (see ``passes.transposed_source``)."""
-    if x.id in ctx.buffers:
-        return ctx.buffers[x.id], (rows * cols, cols, 1)
-    src = transposed_source(x)
-    if src is None or src.id not in ctx.buffers:
+    its own contiguous buffer, or a buffer read in place through strides when it is ``X``
+    transposed and/or ``X`` broadcast over the batch (see ``passes.matmul_operand``)."""
+    src = matmul_operand(x)
+    if src.node.id not in ctx.buffers:
         raise AssertionError(f"matmul operand {x!r} has no buffer")  # fusion guarantees one
-    return ctx.buffers[src.id], (rows * cols, 1, rows)
+    batch_stride: Dim = 0 if src.batch_broadcast else rows * cols
+    if src.transposed:
+        return ctx.buffers[src.node.id], (batch_stride, 1, rows)
+    return ctx.buffers[src.node.id], (batch_stride, cols, 1)
 
 
 def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:

@@ -21,7 +21,16 @@ import attrs
 from ..graph import OPS, Node
 from ._graph import Graph
 
-__all__ = ["Claimed", "FusionPlan", "Kernel", "fuse", "OWN_LOOP_OPS", "transposed_source"]
+__all__ = [
+    "Claimed",
+    "FusionPlan",
+    "Kernel",
+    "MatmulOperand",
+    "fuse",
+    "matmul_operand",
+    "OWN_LOOP_OPS",
+    "transposed_source",
+]
 
 OWN_LOOP_OPS = frozenset(
     {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero", "prefix"}
@@ -88,6 +97,43 @@ def transposed_source(node: Node) -> Node | None:
     return node.inputs[0]
 
 
+def _batch_broadcast_source(node: Node) -> Node | None:
+    """``X`` when ``node`` is ``X`` (its leading axes all 1, or absent) broadcast over leading
+    batch axes only, the last two kept: ``x @ w`` with ``x`` ``[B, M, K]`` and ``w`` ``[K, N]``
+    broadcasts ``w`` that way. Every batch then reads the same matrix (batch stride 0)."""
+    if node.op != "expand" or node.ndim < 3 or node.dtype.name != "float32":
+        return None
+    x = node.inputs[0]
+    if x.shape[-2:] != node.shape[-2:] or any(d != 1 for d in x.shape[:-2]):
+        return None
+    if x.op == "reshape":  # [K, N] -> [1, K, N]: the same buffer
+        src = x.inputs[0]
+        if src.ndim >= 2 and src.shape[-2:] == x.shape[-2:] and all(d == 1 for d in src.shape[:-2]):
+            return src
+    return x
+
+
+@attrs.frozen
+class MatmulOperand:
+    """Where a float32 matmul operand ``[..., rows, cols]`` is read from: ``node``'s buffer, read
+    transposed (``X.T`` through strides) and/or with batch stride 0 (one matrix for every batch)."""
+
+    node: Node
+    transposed: bool
+    batch_broadcast: bool
+
+
+def matmul_operand(node: Node) -> MatmulOperand:
+    """The buffer a float32 matmul reads for operand ``node``, looking through a batch broadcast
+    and a last-axes transpose (the tuned matmul takes any strides, 0 included), so neither the
+    broadcast copy (``B`` times the matrix) nor the transposed copy is ever made."""
+    src = _batch_broadcast_source(node)
+    broadcast = src is not None
+    x = src if src is not None else node
+    t = transposed_source(x)
+    return MatmulOperand(t if t is not None else x, t is not None, broadcast)
+
+
 def _strided_matmul() -> bool:
     from ..codegen._library import matmul_library
 
@@ -142,9 +188,7 @@ def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
         if n.op == "placeholder" or (n.op == "const" and not _is_scalar_const(n)) or n.op in OWN_LOOP_OPS:
             mat.add(n.id)
         if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
-            for i in n.inputs:
-                src = transposed_source(i)
-                mat.add(src.id if src is not None else i.id)
+            mat.update(matmul_operand(i).node.id for i in n.inputs)
         elif n.op in _DENSE_OPERANDS:
             mat.update(i.id for i in n.inputs)
     memo: dict[int, bool] = {}

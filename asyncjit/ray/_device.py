@@ -135,6 +135,7 @@ class RayDevice:
         self.addressable = False
         self._ids = itertools.count(1)
         self._attributes: dict[str, Any] | None = None
+        self._closed = False
 
     @classmethod
     def start(
@@ -161,16 +162,26 @@ class RayDevice:
     def attributes(self) -> dict[str, Any]:
         """Kind, host, pid, Ray node id, CPU model and cores of the process holding the device."""
         if self._attributes is None:
+            self._check_open()
             self._attributes = get_ref(self.actor.describe.remote(), timeout=self.timeout, where=self.name)
         return dict(self._attributes)
 
     def close(self) -> None:
-        """Kill the actor; its buffers are gone (later use raises ``RemoteDeviceError``)."""
+        """Kill the actor; its buffers are gone (later use raises ``RemoteDeviceError``).
+
+        Refused here at once, not left to the actor: ``ray.kill`` is asynchronous, and a call
+        queued just after it could still be answered by the dying actor."""
+        self._closed = True
         ray.kill(self.actor)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemoteDeviceError(f"{self.name} was closed: its actor and buffers are gone")
 
     # -- transfers ---------------------------------------------------------------------------------
     def buffer_from_host(self, array: npt.ArrayLike) -> RemoteBuffer:
         """Send ``array`` (copied now) to the device; the buffer is usable at once."""
+        self._check_open()
         arr = np.ascontiguousarray(array)
         if arr.dtype == object:
             raise ArgumentTypeError(f"{self.name}: cannot send an object array to a device")
@@ -180,6 +191,7 @@ class RayDevice:
 
     def load(self, executable: Executable | LoadedExecutable) -> RemoteExecutable:
         """Ship a compiled plan to the device; returns at once (the first execute waits for it)."""
+        self._check_open()
         exe = executable.executable if isinstance(executable, LoadedExecutable) else executable
         if not isinstance(exe, Executable):
             raise ArgumentTypeError(
@@ -207,6 +219,7 @@ class RemoteBuffer:
         return f"<RemoteBuffer {self.dtype}{list(self.shape)} on {self.device.name}>"
 
     def _check(self) -> None:
+        self.device._check_open()
         if self._deleted is not None:
             raise BufferDeletedError(f"{self!r} was {self._deleted}")
 
@@ -247,6 +260,7 @@ class RemoteBuffer:
         self._check()
         if device is self.device:
             return self
+        device._check_open()
         bid = next(device._ids)
         ref = device.actor.put.remote(bid, self.device.actor.get.remote(self.id))
         return RemoteBuffer(device, bid, self.shape, self.dtype, ref)
@@ -320,10 +334,12 @@ class RemoteExecutable:
         """Queue one run on the device; the outputs come back at once, not yet computed.
 
         Raises (here, before anything is sent):
+            RemoteDeviceError: the device was closed.
             DeviceError: an argument on another device (``copy_to_device`` it first).
             BufferDeletedError, ShapeMismatchError, DTypeMismatchError, VarBoundsError,
             DonateIndexError: as a local ``execute``.
         """
+        self.device._check_open()
         for a in args:
             if not isinstance(a, RemoteBuffer):
                 raise ArgumentTypeError(f"{self!r}: arguments must be RemoteBuffers, got {type(a).__name__}")
@@ -345,6 +361,7 @@ class RemoteExecutable:
         ]
 
     def _run_ref(self, arrays: Sequence[npt.ArrayLike], vars: Mapping[str, int] | None) -> Any:
+        self.device._check_open()
         arrs = [np.ascontiguousarray(a) for a in arrays]
         values, _ = self._validated([a.shape for a in arrs], [a.dtype for a in arrs], vars)
         return self.device.actor.run.remote(self.id, arrs, values)

@@ -22,8 +22,8 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import ArgumentTypeError, ScalarOverflowError, ShapeMismatchError, TensorError
 from ..graph import Node, make_node, shape_str
-from ..symbolic import Dim, Expr, as_dim, is_dim, prod
-from . import _dynamic, _indexing, _nn, _resize
+from ..symbolic import Dim, Expr, as_dim, prod
+from . import _dynamic, _indexing, _movement, _nn, _resize
 
 __all__ = ["Tensor"]
 
@@ -61,7 +61,7 @@ def _check_tensors(tensors: object, what: str) -> None:
             raise ArgumentTypeError(f"{what} takes Tensors, got a {type(t).__name__} among them")
 
 
-class Tensor(_dynamic.DynamicShapes):
+class Tensor(_movement.Movement, _dynamic.DynamicShapes):
     """A lazy tensor: a graph node with a numpy-like API."""
 
     __slots__ = ("node",)
@@ -657,97 +657,6 @@ class Tensor(_dynamic.DynamicShapes):
             exclude_outside, extrapolation_value, roi,
         )  # fmt: skip
 
-    # ------------------------------------------------------------------ movement
-    def reshape(self, *shape: Dim | Sequence[Dim]) -> Tensor:
-        """numpy reshape; one ``-1`` is inferred when the division is exact."""
-        dims: list[Dim] = list(shape[0]) if len(shape) == 1 and not is_dim(shape[0]) else list(shape)  # type: ignore[arg-type]
-        dims = [as_dim(d) for d in dims]
-        if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:
-            raise TensorError(f"reshape {dims}: at most one -1")
-        if -1 in [d for d in dims if isinstance(d, int)]:
-            known = prod(d for d in dims if not (isinstance(d, int) and d == -1))
-            total = self.numel
-            if isinstance(known, int) and known and isinstance(total, int):
-                if total % known:
-                    raise ShapeMismatchError(f"cannot reshape {shape_str(self.shape)} to {dims}")
-                inferred: Dim = total // known
-            else:
-                inferred = _exact_div(total, known, self.shape, dims)
-            dims = [inferred if isinstance(d, int) and d == -1 else d for d in dims]
-        if tuple(dims) == self.shape:
-            return self
-        try:
-            return Tensor(make_node("reshape", (self.node,), shape=tuple(dims)))
-        except TensorError as exc:
-            raise ShapeMismatchError(str(exc)) from None
-
-    def permute(self, *order: int | Sequence[int]) -> Tensor:
-        axes = list(order[0]) if len(order) == 1 and not isinstance(order[0], int) else list(order)
-        norm = tuple(_axis(a, self.ndim) for a in axes)
-        if norm == tuple(range(self.ndim)):
-            return self
-        return Tensor(make_node("permute", (self.node,), order=norm))
-
-    def transpose(self, a: int = -2, b: int = -1) -> Tensor:
-        order = list(range(self.ndim))
-        ia, ib = _axis(a, self.ndim), _axis(b, self.ndim)
-        order[ia], order[ib] = order[ib], order[ia]
-        return self.permute(*order)
-
-    def expand(self, *shape: Dim | Sequence[Dim]) -> Tensor:
-        dims = tuple(shape[0]) if len(shape) == 1 and not is_dim(shape[0]) else shape  # type: ignore[arg-type]
-        return self._broadcast_to(tuple(as_dim(d) for d in dims))
-
-    broadcast_to = expand
-
-    def unsqueeze(self, axis: int) -> Tensor:
-        axis = _axis(axis, self.ndim + 1)
-        return self.reshape(*self.shape[:axis], 1, *self.shape[axis:])
-
-    def squeeze(self, axis: int | None = None) -> Tensor:
-        if axis is None:
-            return self.reshape(*(d for d in self.shape if d != 1))
-        axis = _axis(axis, self.ndim)
-        if self.shape[axis] != 1:
-            raise ShapeMismatchError(f"cannot squeeze axis {axis} of {shape_str(self.shape)}: not 1")
-        return self.reshape(*self.shape[:axis], *self.shape[axis + 1 :])
-
-    def flatten(self, start: int = 0, end: int = -1) -> Tensor:
-        if not self.ndim:
-            return self.reshape(1)
-        s, e = _axis(start, self.ndim), _axis(end, self.ndim)
-        return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
-
-    def shrink(self, slices: Sequence[tuple[Dim, Dim] | None]) -> Tensor:
-        """Keep ``[start, stop)`` of each axis (``None`` keeps the whole axis); dims may be symbolic."""
-        if len(slices) != self.ndim:
-            raise TensorError(f"shrink needs {self.ndim} (start, stop) pairs, got {len(slices)}")
-        full = tuple(
-            (0, d, 1) if s is None else (as_dim(s[0]), as_dim(s[1]), 1)
-            for s, d in zip(slices, self.shape, strict=True)
-        )
-        if all(s == 0 and e == d for (s, e, _), d in zip(full, self.shape, strict=True)):
-            return self
-        return Tensor(make_node("shrink", (self.node,), slices=full))
-
-    def pad(
-        self,
-        pads: Sequence[tuple[Dim, Dim] | None],
-        mode: str = "constant",
-        value: Scalar = 0,
-    ) -> Tensor:
-        """Pad each axis by ``(before, after)``: ``constant`` (with ``value``), ``reflect`` or ``edge``."""
-        if isinstance(value, str | bytes) or not isinstance(
-            value, bool | int | float | np.bool_ | np.integer | np.floating
-        ):
-            raise ArgumentTypeError(f"pad value must be a number, got {type(value).__name__}")
-        if len(pads) != self.ndim:
-            raise TensorError(f"pad needs {self.ndim} (before, after) pairs, got {len(pads)}")
-        full = tuple((0, 0) if p is None else (as_dim(p[0]), as_dim(p[1])) for p in pads)
-        if all(lo == 0 and hi == 0 for lo, hi in full):
-            return self
-        return Tensor(make_node("pad", (self.node,), pads=full, mode=mode, value=value))
-
     @staticmethod
     def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         """Concatenate along ``axis`` (dtypes promote; other dims must be provably equal)."""
@@ -768,37 +677,6 @@ class Tensor(_dynamic.DynamicShapes):
             raise TensorError("stack needs at least one tensor")
         ax = _axis(axis, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(ax) for t in tensors], ax)
-
-    def split(self, sizes: Sequence[Dim], axis: int = 0) -> list[Tensor]:
-        """Split along ``axis`` into pieces of the given sizes (which must add up to the dim)."""
-        ax = _axis(axis, self.ndim)
-        if not isinstance(sizes, Sequence) or isinstance(sizes, str):
-            raise ArgumentTypeError(f"split sizes must be a sequence of dims, got {type(sizes).__name__}")
-        sizes = [as_dim(s) for s in sizes]
-        total: Dim = 0
-        out: list[Tensor] = []
-        for s in sizes:
-            sl: list[tuple[Dim, Dim] | None] = [None] * self.ndim
-            sl[ax] = (total, total + s)
-            out.append(self.shrink(sl))
-            total = total + s
-        if total != self.shape[ax]:
-            raise ShapeMismatchError(f"split sizes {list(sizes)} do not add up to dim {self.shape[ax]}")
-        return out
-
-    def chunk(self, n: int, axis: int = -1) -> list[Tensor]:
-        n = _nn.int_arg(n, "chunk count")
-        if n < 1:
-            raise TensorError(f"chunk count must be >= 1, got {n}")
-        ax = _axis(axis, self.ndim)
-        d = self.shape[ax]
-        if not isinstance(d, int) or d % n:
-            raise ShapeMismatchError(f"cannot chunk dim {d} into {n} equal parts")
-        return self.split([d // n] * n, ax)
-
-    def glu(self, axis: int = -1) -> Tensor:
-        a, b = self.chunk(2, axis)
-        return a * b.sigmoid()
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints, slices (symbolic start/stop allowed), ``None``, ``...``,
@@ -830,18 +708,3 @@ class Tensor(_dynamic.DynamicShapes):
         if reduce == "none":
             return Tensor(make_node("scatter", nodes, axis=ax))
         return Tensor(make_node("scatter", nodes, axis=ax, reduce=reduce))
-
-
-def _exact_div(total: Dim, known: Dim, shape: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
-    """``total / known`` when it is provably exact (an int divisor, or a product of other dims)."""
-    if isinstance(known, int) and known:
-        q = total // known
-        if q * known == total:
-            return q
-    if isinstance(known, Expr):
-        # total = known * rest: find dims of the shape whose product is `known` (ranks are small)
-        for r in range(1, len(shape)):
-            for picked in itertools.combinations(range(len(shape)), r):
-                if prod(shape[i] for i in picked) == known:
-                    return prod(d for i, d in enumerate(shape) if i not in picked)
-    raise ShapeMismatchError(f"cannot infer -1 when reshaping {shape_str(shape)} to {list(dims)}")
