@@ -13,7 +13,9 @@ the ratios to ONNX Runtime on the same ONNX file: called once per stream and chu
 streams and scaled, or on all with ``--ort-streams 0``), and on hand-stacked batches of all
 streams (1 intra-op thread, and its default threads); then the goals: >= 14x (asyncio) and
 >= 12x (trio) the per-stream ONNX Runtime throughput, p99 chunk latency < 20 ms, loop lag p99
-< 2 ms, trio >= 0.85x asyncio's chunks/s.
+< 2 ms, trio >= 0.85x asyncio's chunks/s. With ``--pool both`` (the default) it also runs the
+same plan with its slot pool copied per batch (compiled without the donated pool) in the same
+interleaved rounds, and prints in-place / copied chunks/s per backend.
 
 ``--model toy`` runs the numpy toy recurrence instead (a scheduler-overhead benchmark). Any
 ``BatchedStep`` and peers plug in: ``--step module:factory`` names ``factory(client,
@@ -82,6 +84,16 @@ def silero_factory(client: Client, max_batch_size: int, num_slots: int) -> Batch
     from asyncjit.models.silero_vad import SileroBatchedStep
 
     return SileroBatchedStep(16000, max_streams=num_slots, max_batch_size=max_batch_size, client=client)
+
+
+def silero_copy_factory(client: Client, max_batch_size: int, num_slots: int) -> BatchedStep:
+    """The same plan compiled without the donated pool: each run writes a whole new pool (the
+    double-buffered path, for the in-place comparison)."""
+    from asyncjit.models.silero_vad import SileroBatchedStep
+
+    return SileroBatchedStep(
+        16000, max_streams=num_slots, max_batch_size=max_batch_size, client=client, in_place=False
+    )
 
 
 def speech_workload(streams: int, chunks_per_stream: int, n: int = 512) -> npt.NDArray[np.float32]:
@@ -248,6 +260,19 @@ def main() -> None:
     ap.add_argument("--peer", action="append", default=[], help="module:fn(chunks) -> seconds (repeatable)")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; medians are reported")
     ap.add_argument(
+        "--pool",
+        choices=["both", "in-place", "copy"],
+        default="both",
+        help="Silero slot pool: updated in place, copied per batch, or both side by side",
+    )
+    ap.add_argument(
+        "--pool-rows",
+        type=int,
+        default=0,
+        help="slots (and pool rows) the step holds before the run, e.g. 4096: a server that once "
+        "had that many streams (a pool never shrinks); default: --streams",
+    )
+    ap.add_argument(
         "--ort-streams",
         type=int,
         default=PER_STREAM_SUBSET,
@@ -277,14 +302,24 @@ def main() -> None:
     with Client("cpu", inline=args.inline) as client:
         default_batch = 256
         max_batch = min(args.max_batch or default_batch, args.streams)
-        step = factory(client, max_batch, args.streams)
+        slots_n = max(args.pool_rows, args.streams)
+        step = factory(client, max_batch, slots_n)
+        # the copy-path pool beside the in-place one (Silero only): same plan without donation
+        copy_step = (
+            silero_copy_factory(client, max_batch, slots_n) if silero and args.pool == "both" else None
+        )
+        if silero and args.pool == "copy":
+            step = silero_copy_factory(client, max_batch, slots_n)
+        for s in (step, copy_step):
+            if s is not None and args.pool_rows:
+                s.reset_slot(args.pool_rows - 1)  # a pool that grows on demand holds every row now
         shape = (args.streams, args.chunks, *step.chunk_shape)
         if silero:
             chunks = speech_workload(args.streams, args.chunks, step.chunk_shape[0])
         else:
             chunks = np.random.default_rng(0).standard_normal(shape).astype(step.chunk_dtype)
         print(machine_line())
-        print(f"step: {step!r}")
+        print(f"step: {step!r}, pool rows {getattr(step, 'pool_rows', slots_n)}")
         print(
             f"{args.streams} streams x {args.chunks} chunks, max_batch={max_batch}, "
             f"max_queue_delay={args.delay * 1e3:.1f} ms, pipeline_depth={args.pipeline_depth}, "
@@ -298,24 +333,38 @@ def main() -> None:
             "batched step alone (process CPU per chunk, no mux): "
             + ", ".join(f"b={b} {us:.2f} us" for b, us in step_us.items())
         )
+        copy_us = {}
+        if copy_step is not None:
+            copy_us = {b: step_cpu_us(copy_step, chunks, b) for b in step_us}
+            print(
+                "  the same with the pool copied per batch: "
+                + ", ".join(
+                    f"b={b} {us:.2f} us (in place {us / step_us[b]:.2f}x faster)" for b, us in copy_us.items()
+                )
+            )
         # Interleaved rounds (each backend's mux, then every peer), medians over rounds: a machine
         # whose load changes during the run moves every figure of a round together.
         runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+        copy_runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
         peer_seconds: dict[str, list[float]] = {name: [] for name, _ in peers}
-        for _ in range(args.repeat):
+        for r in range(args.repeat):
             for backend in backends:
-                runs[backend].append(
-                    anyio.run(
-                        lambda: run_mux(
-                            step,
-                            chunks,
-                            max_batch_size=max_batch,
-                            max_queue_delay=args.delay,
-                            pipeline_depth=args.pipeline_depth,
-                        ),
-                        backend=backend,
+                pair = ((step, runs), (copy_step, copy_runs))
+                for which, into in pair if r % 2 == 0 else pair[::-1]:  # alternate which goes first
+                    if which is None:
+                        continue
+                    into[backend].append(
+                        anyio.run(
+                            lambda s=which: run_mux(
+                                s,
+                                chunks,
+                                max_batch_size=max_batch,
+                                max_queue_delay=args.delay,
+                                pipeline_depth=args.pipeline_depth,
+                            ),
+                            backend=backend,
+                        )
                     )
-                )
             for name, peer in peers:
                 peer_seconds[name].append(peer(chunks))
         total = chunks.shape[0] * chunks.shape[1]
@@ -354,6 +403,21 @@ def main() -> None:
             )
             for name, rate in rates.items():
                 print(f"  / {name:<20} {mux_rate[backend] / rate:6.2f}x")
+        if copy_step is not None:
+            print("in-place slot pool vs the pool copied per batch (same run, interleaved, medians):")
+            for backend in backends:
+                copied = statistics.median(r["chunks_per_s"] for r in copy_runs[backend])
+                print(
+                    f"  {backend:<8} in place {mux_rate[backend]:>10,.0f}   copied {copied:>10,.0f} chunks/s"
+                    f"   {mux_rate[backend] / copied:.2f}x   (copied rounds: "
+                    + ", ".join(f"{r['chunks_per_s']:,.0f}" for r in copy_runs[backend])
+                    + ")"
+                )
+                print(
+                    "           loop thread CPU per chunk, copied: "
+                    + ", ".join(f"{r['loop_cpu_us']:.2f}" for r in copy_runs[backend])
+                    + " us"
+                )
         if silero:
             goals: list[tuple[str, float, float, str]] = []
             for backend in backends:

@@ -56,6 +56,8 @@ class SileroBatchedStep(PooledStep):
         max_batch_size: the bound of the plan's batch var (default ``max_streams``).
         client, device: where the plan and the pool live (default: the default client's first device).
         weights: already loaded weights (default: ``load_weights(sample_rate)``).
+        in_place: update the pool in place (the default); False compiles the plan without the
+            donated pool, so each run writes a whole new pool (for comparisons).
 
     Raises:
         AudioFormatError: an unsupported sample rate. ModelFormatError: missing weights.
@@ -71,6 +73,7 @@ class SileroBatchedStep(PooledStep):
         client: Client | None = None,
         device: Device | int | None = None,
         weights: SileroWeights | None = None,
+        in_place: bool = True,
     ) -> None:
         from . import silero_vad as _sv  # here: silero_vad re-exports this module's names
 
@@ -95,7 +98,9 @@ class SileroBatchedStep(PooledStep):
         pool = Tensor.placeholder([rows, self.row_width], name="pool")
         prob, new_pool = _sv.build_step_slots(w, samples, slots, pool)
         name = f"silero_vad_slots_{sample_rate}"
-        exe = compile_plan([prob, new_pool], [samples, slots, pool], [b, rows], name=name, donate=[2])
+        exe = compile_plan(
+            [prob, new_pool], [samples, slots, pool], [b, rows], name=name, donate=[2] if in_place else []
+        )
         self.client = client if client is not None else default_client()
         self.plan = self.client.load(exe, device)
         self.device = self.plan.devices()[0]
