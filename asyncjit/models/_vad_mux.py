@@ -174,8 +174,9 @@ def vad_mux(
         max_streams: slots (1,280 bytes each at 16 kHz): the most streams open at once; more
             wait in the backlog. The pool holds only the rows in use so far (it starts at 16
             and doubles, between runs, when a stream takes a slot beyond it; slots are handed
-            out lowest first), because each batch writes a whole new pool (``noalias`` kernels,
-            see ``DevicePool``): a generous ``max_streams`` costs nothing until streams use it.
+            out lowest first): a generous ``max_streams`` costs nothing until streams use it.
+            The pool is updated in place (only the batch's rows are written, see ``DevicePool``),
+            so a step's cost does not grow with the pool either.
         max_batch_size: the most streams per native call (default ``min(max_streams, 256)``).
             With two batches in flight (``StreamMux``'s ``pipeline_depth``) a batch holds at most
             half the open streams, so that one forms while the other computes: 256 streams run

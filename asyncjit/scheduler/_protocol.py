@@ -32,7 +32,7 @@ output of a failed one). ``run`` stays required (``complete(launch(...))``). An 
 it starts, then resets every slot the pool holds (a step may serve one mux after another).
 
 **Optional growing pool.** A step may expose ``pool_rows``, the rows its pool holds now (fewer
-than ``num_slots``: each run copies the whole pool, so it should hold only the rows in use). The
+than ``num_slots``: a step whose runs copy the whole pool should hold only the rows in use). The
 mux hands out the lowest free slots, and for a slot at or beyond ``pool_rows`` it calls
 ``reset_slot`` (between runs) before the slot's first step, which lets the step grow the pool
 (``DevicePool`` does).
