@@ -116,7 +116,8 @@ class DevicePool:
 
     @property
     def pool(self) -> Buffer:
-        """The pool after the last successful step."""
+        """The pool after the last successful step; in place, read it between runs (a run in
+        flight was donated that buffer: its memory is that run's output now)."""
         return self._committed
 
     @property
@@ -368,7 +369,8 @@ class PooledStep:
 
     @property
     def pool(self) -> Buffer:
-        """The slot pool on the device after the last successful run (``pool_rows`` rows)."""
+        """The slot pool on the device after the last successful run (``pool_rows`` rows); read
+        it between runs (a pool updated in place is donated to the next run)."""
         return self._pool.pool
 
     @property
