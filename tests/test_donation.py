@@ -200,3 +200,20 @@ async def test_a_run_that_never_ran_leaves_the_donated_data_to_reclaim(client: C
 
 def _boom(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     raise ValueError("boom")
+
+
+async def test_replicated_executions_update_each_device_in_place(client: Client) -> None:
+    """``execute_replicated(donate=...)``: every device writes its output over its own input."""
+    loaded = client.load(slot_plan([2]), client.devices())
+    per = []
+    wants = []
+    for k, dev in enumerate(client.devices()):
+        x, slots, pool = data(10 + k)
+        bufs = [client.buffer_from_host(a, dev) for a in (x, slots, pool)]
+        per.append(bufs)
+        wants.append(slot_plan([]).run([x, slots, pool], {"b": 3})[1])
+    where = [address(bufs[2]) for bufs in per]
+    outs = await loaded.execute_replicated(per, {"b": 3}, donate=[2])
+    for (_, new), want, addr, bufs in zip(outs, wants, where, per, strict=True):
+        assert new.aliased and address(new) == addr and bufs[2].is_deleted()
+        np.testing.assert_array_equal(await new.to_numpy(), want)

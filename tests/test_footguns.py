@@ -525,3 +525,29 @@ def test_27_a_plan_refuses_a_column_major_buffer_instead_of_misreading_it() -> N
         col = client.buffer_from_host(np.arange(6, dtype=np.float32).reshape(2, 3), layout="col_major")
         with pytest.raises(LayoutError, match="copy_to_device"):
             loaded.execute_blocking([col])
+
+
+def test_28_a_donated_buffer_is_gone_and_forgetting_to_donate_costs_a_copy() -> None:
+    """Donating an input the plan writes over hands its memory to the output: the buffer then
+    raises ``DonatedBufferError`` (a ``BufferDeletedError``) instead of reading the output's data,
+    and the caller's own copy made before stays as it was. Not donating keeps the input intact
+    (the plan copies it first), so forgetting ``donate=`` costs a copy, never a wrong answer."""
+    from asyncjit import Client
+    from asyncjit.compiler import compile as aj_compile
+    from asyncjit.errors import BufferDeletedError, DonatedBufferError
+
+    x = Tensor.placeholder((4,), name="x")
+    plan = aj_compile([x * 2], [x], donate=[0])
+    with Client() as client:
+        loaded = client.load(plan)
+        buf = client.buffer_from_host(np.arange(4, dtype=np.float32))
+        (kept,) = loaded.execute_blocking([buf])
+        np.testing.assert_array_equal(buf.to_numpy_blocking(), [0, 1, 2, 3])
+        (out,) = loaded.execute_blocking([buf], donate=[0])
+        assert out.aliased
+        np.testing.assert_array_equal(out.to_numpy_blocking(), [0, 2, 4, 6])
+        with pytest.raises(DonatedBufferError):
+            buf.to_numpy_blocking()
+        with pytest.raises(BufferDeletedError):
+            loaded.execute_blocking([buf])
+        np.testing.assert_array_equal(kept.to_numpy_blocking(), [0, 2, 4, 6])
