@@ -495,8 +495,11 @@ def _k_scalar_binary(b: _Builder) -> None:
             n: str = name,
             f: DimValue = d.value,
             r: bool = reverse,
+            static: bool = isinstance(d.dim, int),
         ) -> np.ndarray:
-            v = np.array(f(bb)).astype(a[0].dtype)  # a dim takes the tensor's dtype (weak)
+            # a symbolic dim takes the tensor's dtype (weak); a dim that is a plain int is a
+            # Python int to the Tensor API (``x ** 2`` is ``x * x``, keeping an int dtype)
+            v: Any = f(bb) if static else np.array(f(bb)).astype(a[0].dtype)
             return oracle_binary(n, v, a[0]) if r else oracle_binary(n, a[0], v)
 
         b.add(out, f"{name}{'_r' if reverse else ''}[{d.dim}]", (i,), dim_oracle)
