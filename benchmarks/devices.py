@@ -18,7 +18,8 @@ Then a two-stage ``Pipeline`` (``relu(x @ w1)`` then ``relu(h @ w2)``, x ``[256,
 ``[512, 512]``, 48 items): stage 1 on cpu:0 and stage 2 on cpu:1 (each item handed over by a
 device-to-device copy on cpu:1's queue) vs both stages on cpu:0; items per second (goal >= 1.6x).
 
-The load average is printed next to the figures: on a shared machine the ratio, not the times,
+Each timed call starts after 50 ms idle (``SETTLE_S``), so a peer's spinning thread pool does not
+take the cores of the case that follows it. The load average is printed next to the figures: on a shared machine the ratio, not the times,
 is the result.
 """
 
@@ -51,7 +52,14 @@ def f(x: Any, w: Any) -> Any:
     return (x @ w).relu()
 
 
+SETTLE_S = 0.05
+"""Idle time before each timed call: numpy's OpenBLAS and JAX's thread pools spin-wait on the
+cores for a while after their own calls, and a two-device case that follows them interleaved
+would otherwise measure their spinning (sharded ran at 0.93x one device that way, 1.9x alone)."""
+
+
 def _timed(call: Callable[[], Any]) -> float:
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     call()
     return time.perf_counter() - t0
@@ -99,6 +107,7 @@ def pipeline_section(client: Client, rounds: int) -> None:
         run(a, b)  # warm up
     for _ in range(rounds):
         for name, (a, b) in cases.items():
+            time.sleep(SETTLE_S)
             rates[name].append(run(a, b))
     base = statistics.median(rates["one device"])
     print(f"Pipeline relu(x @ w1) -> relu(h @ w2), x [{rows}, {width}], {n_items} items, {rounds} rounds")
