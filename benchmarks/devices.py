@@ -19,8 +19,8 @@ Then a two-stage ``Pipeline`` (``relu(x @ w1)`` then ``relu(h @ w2)``, x ``[256,
 device-to-device copy on cpu:1's queue) vs both stages on cpu:0; items per second (goal >= 1.6x).
 
 Each timed call starts after 50 ms idle (``SETTLE_S``), so a peer's spinning thread pool does not
-take the cores of the case that follows it. The load average is printed next to the figures: on a shared machine the ratio, not the times,
-is the result.
+take the cores of the case that follows it. The load average is printed next to the figures: on
+a shared machine the ratio, not the times, is the result.
 """
 
 from __future__ import annotations
