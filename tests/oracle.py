@@ -11,7 +11,6 @@ import numpy as np
 
 from asyncjit import Tensor
 
-RANK = {"bool": 0, "int32": 1, "int64": 2, "float16": 3, "float32": 4}
 NP_TYPES = {
     "bool": np.bool_,
     "int32": np.int32,
@@ -21,8 +20,24 @@ NP_TYPES = {
 }
 
 
+def _promote2(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
+    """numpy's promotion, but an int meeting a float takes the float (as JAX) and uint64 with a
+    signed int gives int64 (numpy goes to float64): the two places the spec parts from numpy."""
+    if a.kind == "f" and b.kind in "biu":
+        return a
+    if b.kind == "f" and a.kind in "biu":
+        return b
+    if {a.kind, b.kind} == {"i", "u"} and np.dtype(np.uint64) in (a, b):
+        return np.dtype(np.int64)
+    return np.promote_types(a, b)
+
+
 def promote(*dtypes: np.dtype[Any]) -> np.dtype[Any]:
-    return np.dtype(max((d.name for d in dtypes), key=RANK.__getitem__))
+    """The dtype of a binary op on arrays of ``dtypes`` (every dtype, any mix)."""
+    out = np.dtype(dtypes[0])
+    for d in dtypes[1:]:
+        out = _promote2(out, np.dtype(d))
+    return out
 
 
 def weak_dtype(value: object, other: np.dtype[Any]) -> np.dtype[Any]:

@@ -27,7 +27,6 @@ from oracle import (
     BINARY_NAMES,
     FLOAT_UNARY_ORACLE,
     NP_TYPES,
-    RANK,
     binary_tensor,
     oracle_binary,
     oracle_cast,
@@ -1304,11 +1303,10 @@ NN_KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
 }
 KIND_BUILDERS.update(NN_KIND_BUILDERS)
 NN_KINDS = tuple(NN_KIND_BUILDERS)
-# The wider ints, each drawn on its own (with bool) by ``graph_cases(dtypes=...)``: one int
-# dtype per graph keeps the oracle's promotion (``RANK``) a total order.
+# The wider ints, each drawn on its own (with bool) by ``graph_cases(dtypes=...)``; index
+# placeholders (int32/int64) still meet them, which the oracle's ``promote`` handles.
 WIDE_INT_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
 for _d in WIDE_INT_DTYPES:
-    RANK.setdefault(_d.name, 1)
     NP_TYPES.setdefault(_d.name, _d.type)
 
 

@@ -177,6 +177,31 @@ async def test_a_buffer_another_device_still_reads_is_not_donated(client: Client
     assert new.aliased and pool_buf.is_deleted()
 
 
+async def test_a_reader_awaited_no_longer_counts_against_a_donation(client: Client) -> None:
+    """A command's uses drop before its event fires: a task that awaited the copy reading the
+    pool may donate the pool at once. Repeated, because the opposite order loses a race only
+    now and then (the worker thread releasing after the event woke the task)."""
+    d0, d1 = client.devices()
+    x, slots, pool = data(4)
+    loaded = client.load(slot_plan([2]), d0)
+    xb, sb = client.buffer_from_host(x, d0), client.buffer_from_host(slots, d0)
+    want = slot_plan([]).run([x, slots, pool], {"b": 3})[1]
+    for _ in range(100):
+        gate = Gate()
+        held = client.load(host_plan("gated", gate, n_in=2, width=WIDTH), d1)
+        blocker = client.buffer_from_host(np.ones((3, WIDTH), np.float32), d1)
+        pool_buf = client.buffer_from_host(pool, d0)
+        await held.execute([blocker, blocker], {"t": 3})
+        copy = pool_buf.copy_to_device(d1)  # runs on device 1's worker thread, after the gate
+        gate.open()
+        with anyio.fail_after(10):
+            await copy.ready()
+        _, new = await loaded.execute([xb, sb, pool_buf], {"b": 3}, donate=[2])
+        assert new.aliased and pool_buf.is_deleted()
+        np.testing.assert_array_equal(await new.to_numpy(), want)
+        np.testing.assert_array_equal(await copy.to_numpy(), pool)
+
+
 async def test_a_run_that_never_ran_leaves_the_donated_data_to_reclaim(client: Client) -> None:
     """An execution whose input was poisoned does not run: its aliased output fails, and its
     memory, taken back with ``reclaim``, still holds the donated pool."""

@@ -10,6 +10,7 @@ nest (a child inside its parent) or do not overlap.
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from asyncjit.cli import main
 from asyncjit.models import read_wav, speech_sample_path
 from asyncjit.models.silero_vad import SileroVad, vad_mux
 from asyncjit.profiler import _state, trace
+from asyncjit.runtime import Client
+from asyncjit.testing import Gate, host_plan
 
 EPS_US = 0.01  # float rounding of microsecond timestamps
 
@@ -83,7 +86,19 @@ def test_trace_of_jit_silero_and_mux(tmp_path: Path) -> None:
     untraced = [vad(c) for c in chunks]
     vad.reset()
 
+    async def wakeup() -> None:
+        """One wake-up of the loop by a device worker, for certain: the mux alone may run every
+        step inline on the loop (its auto inline policy), and then no worker ever wakes it."""
+        with Client("cpu") as client:
+            gate = Gate()
+            held = client.load(host_plan("gated", gate), client.devices()[0])
+            ones = client.buffer_from_host(np.ones((3, 4), np.float32), client.devices()[0])
+            (gated,) = await held.execute([ones, ones], {"t": 3})
+            threading.Timer(0.05, gate.open).start()
+            await gated.ready()
+
     async def streams() -> None:
+        await wakeup()
         async with vad_mux(16000, max_streams=4, idle_timeout=None) as mux, anyio.create_task_group() as tg:
 
             async def one(k: int) -> None:

@@ -147,9 +147,11 @@ class Command:
             self.event.set()
 
     def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
-        """``signal``, then drop the uses of every buffer (memory of deleted ones is freed)."""
-        self.signal(error, poisoned_by)
+        """Drop the uses of every buffer (memory of deleted ones is freed), then ``signal``: a
+        task woken by the event must already see the command gone from its buffers' use counts
+        (it may donate one of them at once)."""
         release_command_uses(self.inputs, self.outputs)
+        self.signal(error, poisoned_by)
 
 
 class Noop(Command):

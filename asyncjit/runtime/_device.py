@@ -394,18 +394,22 @@ class Device:
                 self._slot_event = None
             else:
                 slot = None
+        # Uses drop before events fire (as ``Command.finish``): a task woken by an event may
+        # donate a buffer at once and must not count the finished command as still reading it.
         held: list[Buffer] = []
         written: list[Buffer] = []
-        for cmd, error, bad in done:
-            if type(cmd) is ExecuteCommand:  # the common case: signal now, release uses below
-                cmd.signal(error, bad)
+        for cmd, _, _ in done:
+            if type(cmd) is ExecuteCommand:  # the common case: one lock round trip for the batch
                 held += cmd.inputs
                 held += cmd.outputs
                 written += cmd.outputs
-            else:
-                cmd.finish(error, bad)
         if held:
             release_uses(held, written)
+        for cmd, error, bad in done:
+            if type(cmd) is ExecuteCommand:
+                cmd.signal(error, bad)
+            else:
+                cmd.finish(error, bad)
         if slot is not None:
             slot.set()
 
