@@ -48,6 +48,15 @@ def median_time(fn: Callable[[], object], calls: int) -> float:
     return float(np.median(times))
 
 
+def interleaved(fns: dict[str, tuple[Callable[[], object], int]], rounds: int = 5) -> dict[str, float]:
+    """Each function's median call time per round, rounds interleaved; the median of rounds."""
+    per: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, (fn, calls) in fns.items():
+            per[k].append(median_time(fn, max(calls // rounds, 5)))
+    return {k: float(np.median(v)) for k, v in per.items()}
+
+
 def prepare_times(path: str, dims: dict[str, Any], values: dict[str, int]) -> tuple[float, float]:
     """Seconds to build a session in a fresh process: empty compile cache, then warm."""
     code = (
@@ -93,19 +102,26 @@ def silero_rows(calls: int) -> list[str]:
     x32 = np.stack([wave[i * 512 : i * 512 + 576] for i in range(32)])
     s32 = np.zeros((2, 32, 128), np.float32)
     sr = np.array(16000, np.int64)
-    ours1 = median_time(lambda: sess.run(None, {"input": x1, "state": s1}), calls)
-    ours32 = median_time(lambda: sess.run(None, {"input": x32, "state": s32}), calls // 4)
     hand = SileroVad(16000)
     chunk = wave[16000:16512]
-    hand1 = median_time(lambda: hand(chunk), calls)
+    orts = {threads: ort_session(path, threads) for threads in (1, 0)}
+    f1, f32 = {"input": x1, "state": s1}, {"input": x32, "state": s32}
+    o1, o32 = {**f1, "sr": sr}, {**f32, "sr": sr}
+    # interleaved rounds: a shared machine's drift hits every contestant alike
+    t = interleaved(
+        {
+            "ours1": (lambda: sess.run(None, f1), calls),
+            "hand1": (lambda: hand(chunk), calls),
+            "ort1_1": (lambda: orts[1].run(None, o1), calls),
+            "ort0_1": (lambda: orts[0].run(None, o1), calls),
+            "ours32": (lambda: sess.run(None, f32), calls // 4),
+            "ort1_32": (lambda: orts[1].run(None, o32), calls // 4),
+            "ort0_32": (lambda: orts[0].run(None, o32), calls // 4),
+        }
+    )
+    ours1, ours32, hand1 = t["ours1"], t["ours32"], t["hand1"]
+    peers = {1: (t["ort1_1"], t["ort1_32"]), 0: (t["ort0_1"], t["ort0_32"])}
     rows = []
-    peers = {}
-    for threads in (1, 0):
-        o = ort_session(path, threads)
-        peers[threads] = (
-            median_time(lambda o=o: o.run(None, {"input": x1, "state": s1, "sr": sr}), calls),
-            median_time(lambda o=o: o.run(None, {"input": x32, "state": s32, "sr": sr}), calls // 4),
-        )
     cold, warm = prepare_times(path, dims, values)
     rows.append(
         f"| silero_vad_16k_op15 (generic import) | {ours1 * 1e3:.3f} | {peers[1][0] * 1e3:.3f} | "
@@ -242,7 +258,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     if "silero" in chosen:
-        for row in silero_rows(calls):
+        for row in silero_rows(calls * 10):  # 50-150 us calls: many, for stable medians
             print(row, flush=True)
     if "--kernels" in sys.argv:
         calls = 10 if QUICK else 30

@@ -111,6 +111,19 @@ def test_run_replays_on_the_callers_thread_per_feed_shape() -> None:
         sess.run(None, {"x": np.zeros((2, 3, 4), np.float32)})
     with pytest.raises(DTypeMismatchError):
         sess.run(None, {"x": feeds[0].astype(np.float64)})
+    # a feed like one already run replays without the checks: any layout of the same shape,
+    # outputs by name, and the checks still run for a name or shape not seen
+    (by_name,) = sess.run(["y"], {"x": np.asfortranarray(feeds[0])})
+    (by_name_again,) = sess.run(("y",), {"x": feeds[0][..., ::-1][..., ::-1]})
+    np.testing.assert_array_equal(by_name, (feeds[0] * 2).reshape(2, -1))
+    np.testing.assert_array_equal(by_name_again, by_name)
+    assert not np.shares_memory(by_name, by_name_again)
+    with pytest.raises(InputBufferNotFoundError, match="no output named 'z'"):
+        sess.run(["z"], {"x": feeds[0]})
+    with pytest.raises(InputBufferNotFoundError, match="no input named 'w'"):
+        sess.run(None, {"x": feeds[0], "w": feeds[0]})
+    with pytest.raises(VarBoundsError):
+        sess.run(None, {"x": np.zeros((5, 3, 3), np.float32)})
 
     errors: list[BaseException] = []
 
