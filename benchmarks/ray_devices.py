@@ -62,27 +62,28 @@ def overhead(calls: int) -> None:
         times["bare"].append(t1 - t0)
         times["run"].append(time.perf_counter() - t1)
 
-    async def loop_times(ours: bool) -> list[float]:
-        """Round trips awaited on the running loop: ours through asyncjit's events; the bare call
+    async def loop_times() -> tuple[list[float], list[float]]:
+        """Round trips awaited on the running loop, ours and bare alternating call by call (a
+        shared machine's drift hits both alike): ours through asyncjit's events; the bare call
         as Ray offers it there (``await ref`` on asyncio, ``ray.get`` in a worker thread on trio)."""
         import sniffio
 
         on_asyncio = sniffio.current_async_library() == "asyncio"
-        out = []
+        bare_t, ours_t = [], []
         for _ in range(calls):
             t0 = time.perf_counter()
-            if ours:
-                await remote.run_async([data])
-            elif on_asyncio:
+            if on_asyncio:
                 await bare.f.remote(data)
             else:
                 await anyio.to_thread.run_sync(ray.get, bare.f.remote(data))
-            out.append(time.perf_counter() - t0)
-        return out
+            t1 = time.perf_counter()
+            await remote.run_async([data])
+            ours_t.append(time.perf_counter() - t1)
+            bare_t.append(t1 - t0)
+        return bare_t, ours_t
 
     for backend in ("asyncio", "trio"):
-        times[f"bare ({backend})"] = anyio.run(loop_times, False, backend=backend)
-        times[f"run_async ({backend})"] = anyio.run(loop_times, True, backend=backend)
+        times[f"bare ({backend})"], times[f"run_async ({backend})"] = anyio.run(loop_times, backend=backend)
     print(f"\nper-step round trip, median of {calls} (x*2+1 on 512 float32), ours vs bare Ray; goal < 1.2x:")
     for ours, bare_name, label in [
         ("run", "bare", "blocking: RemoteExecutable.run vs ray.get(actor.f.remote(x))"),
