@@ -1,4 +1,4 @@
-"""Front-end benchmarks (issue 5): an LSTM cell step read back every step, and 100 input lengths.
+"""Front-end benchmarks: an LSTM cell step read back every step, and 100 input lengths.
 
 Run: ``.venv/bin/python benchmarks/frontends.py`` (about 1 min, of which JAX's 100 compiles take
 20-40 s; ``--quick`` shortens only the LSTM rounds).

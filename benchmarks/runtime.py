@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/runtime.py`` (about 10 s; ``--quick``: about 4 s, fewer rounds).
 Prints, for asyncio and for trio, figures and ratios against a yardstick measured in the same
 run: a bare ctypes call of the same native kernel plus one loop checkpoint (``asyncio.sleep(0)``
-/ ``trio.lowlevel.checkpoint()``). Goals (issue 4): inline execute + await within 2x of the
+/ ``trio.lowlevel.checkpoint()``). Goals: inline execute + await within 2x of the
 yardstick; queued path amortised below 20 us per execution with 64 in flight; loop lag p99
 below 1 ms while two devices run long kernels.
 

@@ -389,7 +389,8 @@ def test_slot_pool_step_matches_per_stream_runs(session: Any, speech: dict[int, 
 
 
 def test_weights_are_read_only_and_shaped_per_rate() -> None:
-    """Both rates load with the facts issue 6 lists; the arrays cannot be changed by accident."""
+    """Both rates load with the published facts (windows, hops, state shapes); the arrays
+    cannot be changed by accident."""
     w16, w8 = sv.load_weights(16000), sv.load_weights(8000)
     assert w16.stft_basis.shape == (258, 1, 256) and w16.hop == 128 and w16.reflect_pad == 64
     assert w8.stft_basis.shape == (130, 1, 128) and w8.hop == 64 and w8.reflect_pad == 32
