@@ -73,3 +73,12 @@ def test_conformance_compiled_slice_matches_list(runnable: list[Case], expected:
         if (reason is None) != (listed is None):
             mismatched.append(f"{case.name}: got {reason!r}, listed {listed!r}")
     assert not mismatched, "\n".join(mismatched)
+
+
+def test_cli_prints_each_case_with_its_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--verbose`` names every case as it finishes (a slow compile shows which case it is)."""
+    from asyncjit.onnx.conformance import main
+
+    assert main(["--device", "reference", "--kinds", "node", "--match", "test_abs", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   test_abs (" in out and "total: 1/1 runnable cases passed" in out

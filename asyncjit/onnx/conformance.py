@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=",".join(("node", *MODEL_KINDS)))
     parser.add_argument("--match", default="", help="only cases whose name contains this")
     parser.add_argument("--write", metavar="FILE", help="write the failing cases with their reasons")
+    parser.add_argument("--verbose", action="store_true", help="print every case with its seconds")
     args = parser.parse_args(argv)
     import logging
 
@@ -276,12 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         if excluded_reason(case) is not None:
             continue
         runnable += 1
+        case_started = time.perf_counter()
         reason = run_case(case, args.device.upper())
         if reason is None:
             passed += 1
+            if args.verbose:
+                print(f"ok   {case.name} ({time.perf_counter() - case_started:.1f} s)", flush=True)
         else:
             failures[case.name] = reason
-            print(f"FAIL {case.name}: {reason}", flush=True)
+            print(f"FAIL {case.name}: {reason} ({time.perf_counter() - case_started:.1f} s)", flush=True)
     by_kind: dict[str, list[int]] = {}
     for case in cases:
         if excluded_reason(case) is None:
