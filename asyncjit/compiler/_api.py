@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .._log import get_logger
@@ -282,7 +283,7 @@ def _compile(
         loaded=loaded,
         fixed=lowered.fixed,
         flops=_flops(lowered),
-        kernels=kernel_infos(lowered.fusion),
+        kernels=partial(kernel_infos, lowered.fusion),
         segments=segments,
         dispatch=calls,
         payloads=payloads,

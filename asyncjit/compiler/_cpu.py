@@ -176,7 +176,7 @@ class CpuExecutable(Executable):
         loaded: LoadedObject,
         fixed: Mapping[str, int],
         flops: int = 0,
-        kernels: Sequence[KernelInfo] | None = None,
+        kernels: Sequence[KernelInfo] | Callable[[], Sequence[KernelInfo]] | None = None,
         segments: Sequence[tuple[int, int]] = (),
         dispatch: Sequence[DispatchCall] = (),
         payloads: Sequence[Payload] = (),
@@ -209,16 +209,34 @@ class CpuExecutable(Executable):
             self._ticks_address = loaded.address(TICKS)
         except KeyError:  # object code from before the profiled entry existed
             self.profiled_address = self._ticks_address = 0
-        self.kernels: tuple[KernelInfo, ...] = (
+        # kernel records (names, costs) serve profiles only: a callable defers them (building
+        # them is a tenth of loading a cached plan)
+        self._kernels: tuple[KernelInfo, ...] | None = None
+        self._kernels_from = kernels if callable(kernels) else None
+        if not callable(kernels):
+            self._kernels = self._checked_kernels(kernels)
+        self._flops = flops
+        self._local = threading.local()
+        self.chosen_payload = ""  # the CPU payload a bundle load picked ("on-device": compiled here)
+
+    def _checked_kernels(self, kernels: Sequence[KernelInfo] | None) -> tuple[KernelInfo, ...]:
+        out = (
             tuple(kernels)
             if kernels is not None
             else tuple(KernelInfo(n, "", 0, 0) for n in self.kernel_names)
         )
-        if len(self.kernels) != len(self.kernel_names):
-            raise ValueError(f"{len(self.kernels)} kernel records for {len(self.kernel_names)} kernels")
-        self._flops = flops
-        self._local = threading.local()
-        self.chosen_payload = ""  # the CPU payload a bundle load picked ("on-device": compiled here)
+        if len(out) != len(self.kernel_names):
+            raise ValueError(f"{len(out)} kernel records for {len(self.kernel_names)} kernels")
+        return out
+
+    @property
+    def kernels(self) -> tuple[KernelInfo, ...]:
+        """One record per kernel, in execution order: name, kind, bytes and flops over the vars."""
+        if self._kernels is None:
+            assert self._kernels_from is not None
+            self._kernels = self._checked_kernels(self._kernels_from())
+            self._kernels_from = None
+        return self._kernels
 
     def __repr__(self) -> str:
         return (
