@@ -17,20 +17,26 @@ exclusive cumsum, data-dependent ``prefix``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
-from ..errors import CompileError
 from ..graph import Node, reduce_identity
-from ..symbolic import Dim, Var
+from ..symbolic import Var
+from ._stablehlo_nn import NN_LOWERINGS
 from ._types import element_type, tensor_type
+from ._writer import (
+    ExportError,
+    Lower,
+    _arr,
+    _broadcast_scalar,
+    _compare_attrs,
+    _name,
+    _reshape_to,
+    _scalar,
+    _static,
+    _Writer,
+)
 
 __all__ = ["ExportError", "stablehlo"]
-
-
-class ExportError(CompileError):
-    """A graph (or one op of it) has no StableHLO form in this exporter; the message names it."""
 
 
 _UNARY = {
@@ -63,101 +69,6 @@ _COMPARE = {"lt": "LT", "le": "LE", "gt": "GT", "ge": "GE", "eq": "EQ", "ne": "N
 _REDUCER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
-def _arr(values: Sequence[int]) -> str:
-    return "array<i64" + (": " + ", ".join(str(int(v)) for v in values) if len(values) else "") + ">"
-
-
-class _Writer:
-    """Emits one function; ``name(node)`` is its SSA value, ``ty(node)`` its type."""
-
-    def __init__(self, graph_inputs: Sequence[Node]) -> None:
-        self.lines: list[str] = []
-        self.names: dict[int, str] = {}
-        self._fresh = 0
-        # where each var can be read at run time: (argument, axis)
-        self.var_at: dict[str, tuple[str, int]] = {}
-        for k, n in enumerate(graph_inputs):
-            self.names[n.id] = f"%arg{k}"
-            for axis, d in enumerate(n.shape):
-                if isinstance(d, Var):
-                    self.var_at.setdefault(d.name, (f"%arg{k}", axis))
-
-    def fresh(self) -> str:
-        self._fresh += 1
-        return f"%t{self._fresh}"
-
-    def ty(self, node: Node) -> str:
-        return tensor_type(node.shape, node.dtype, stablehlo=True)
-
-    def op(
-        self, result: str, name: str, args: Sequence[str], types: Sequence[str], out: str, attrs: str = ""
-    ) -> str:
-        attr = f" {{{attrs}}}" if attrs else ""
-        self.lines.append(
-            f'    {result} = "stablehlo.{name}"({", ".join(args)}){attr} : ({", ".join(types)}) -> {out}'
-        )
-        return result
-
-    def constant(self, value: np.ndarray, out: str) -> str:
-        name = self.fresh()
-        self.lines.append(f"    {name} = stablehlo.constant {_dense(value)} : {out}")
-        return name
-
-    def shape_of(self, shape: Sequence[Dim], what: str) -> str:
-        """A ``tensor<rank x i32>`` with ``shape``'s run-time value (ints and plain vars)."""
-        parts = []
-        for d in shape:
-            if isinstance(d, int):
-                parts.append(self.constant(np.array([d], np.int32), "tensor<1xi32>"))
-                continue
-            if not isinstance(d, Var) or d.name not in self.var_at:
-                raise ExportError(f"{what}: dim {d} is not an int or a var an argument carries")
-            arg, axis = self.var_at[d.name]
-            size = self.fresh()
-            self.lines.append(
-                f"    {size} = stablehlo.get_dimension_size {arg}, dim = {axis} : "
-                f"({self.arg_type(arg)}) -> tensor<i32>"
-            )
-            parts.append(self.op(self.fresh(), "reshape", [size], ["tensor<i32>"], "tensor<1xi32>"))
-        if len(parts) == 1:
-            return parts[0]
-        out = f"tensor<{len(parts)}xi32>"
-        return self.op(
-            self.fresh(), "concatenate", parts, ["tensor<1xi32>"] * len(parts), out, "dimension = 0 : i64"
-        )
-
-    arg_types: dict[str, str]
-
-    def arg_type(self, arg: str) -> str:
-        return self.arg_types[arg]
-
-
-def _dense(value: np.ndarray) -> str:
-    v = np.asarray(value)
-    if v.dtype == np.bool_:
-        flat = ", ".join("true" if x else "false" for x in v.reshape(-1))
-        return f"dense<{flat}>" if v.ndim == 0 else f"dense<[{flat}]>" if v.ndim == 1 else _nested_bool(v)
-    return (
-        'dense<"0x' + np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<")).tobytes().hex().upper() + '">'
-    )
-
-
-def _nested_bool(v: np.ndarray) -> str:
-    def rec(a: np.ndarray) -> str:
-        if a.ndim == 1:
-            return "[" + ", ".join("true" if x else "false" for x in a) + "]"
-        return "[" + ", ".join(rec(s) for s in a) + "]"
-
-    return f"dense<{rec(v)}>"
-
-
-Lower = Callable[[_Writer, Node], str]
-
-
-def _name(w: _Writer, n: Node) -> str:
-    return w.names[n.id]
-
-
 def _lower_const(w: _Writer, n: Node) -> str:
     return w.constant(np.asarray(n.attrs["value"]), w.ty(n))
 
@@ -175,12 +86,6 @@ def _lower_unary(w: _Writer, n: Node) -> str:
     if n.op == "abs" and n.dtype.is_unsigned:
         return _name(w, x)
     return w.op(w.fresh(), _UNARY[n.op], [_name(w, x)], [w.ty(x)], w.ty(n))
-
-
-def _scalar(w: _Writer, value: float, like: Node) -> str:
-    """A constant ``value`` of ``like``'s dtype, broadcast to its shape."""
-    st = f"tensor<{element_type(like.dtype)}>"
-    return _broadcast_scalar(w, w.constant(np.array(value, like.dtype.np), st), like)
 
 
 def _lower_erf(w: _Writer, n: Node) -> str:
@@ -208,32 +113,6 @@ def _lower_gelu(w: _Writer, n: Node) -> str:
     w.lines.append(f'    {e} = "chlo.erf"({z}) : ({t}) -> {t}')
     half_x = bin("multiply", _scalar(w, 0.5, n), xv)
     return bin("multiply", half_x, bin("add", _scalar(w, 1.0, n), e))
-
-
-def _broadcast_scalar(w: _Writer, scalar: str, like: Node) -> str:
-    st = f"tensor<{element_type(like.dtype)}>"
-    if not like.shape:
-        return scalar
-    if all(isinstance(d, int) for d in like.shape):
-        return w.op(
-            w.fresh(), "broadcast_in_dim", [scalar], [st], w.ty(like), "broadcast_dimensions = array<i64>"
-        )
-    shape = w.shape_of(like.shape, like.op)
-    return w.op(
-        w.fresh(),
-        "dynamic_broadcast_in_dim",
-        [scalar, shape],
-        [st, f"tensor<{like.ndim}xi32>"],
-        w.ty(like),
-        "broadcast_dimensions = array<i64>",
-    )
-
-
-def _compare_attrs(direction: str, kind: str) -> str:
-    return (
-        f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-        f"compare_type = #stablehlo<comparison_type {kind}>"
-    )
 
 
 def _lower_binary(w: _Writer, n: Node) -> str:
@@ -302,13 +181,6 @@ def _lower_reduce(w: _Writer, n: Node) -> str:
     return _reshape_to(w, out, tensor_type(kept, n.dtype, stablehlo=True), n)
 
 
-def _reshape_to(w: _Writer, value: str, value_ty: str, n: Node) -> str:
-    if all(isinstance(d, int) for d in n.shape):
-        return w.op(w.fresh(), "reshape", [value], [value_ty], w.ty(n))
-    shape = w.shape_of(n.shape, n.op)
-    return w.op(w.fresh(), "dynamic_reshape", [value, shape], [value_ty, f"tensor<{n.ndim}xi32>"], w.ty(n))
-
-
 def _lower_matmul(w: _Writer, n: Node) -> str:
     a, b = n.inputs
     r = n.ndim
@@ -347,12 +219,6 @@ def _lower_expand(w: _Writer, n: Node) -> str:
         w.ty(n),
         dims,
     )
-
-
-def _static(values: Sequence[Dim], n: Node) -> list[int]:
-    if not all(isinstance(v, int) for v in values):
-        raise ExportError(f"op {n.op!r}: symbolic bounds {list(values)} (refine the graph first)")
-    return [int(v) for v in values]
 
 
 def _lower_shrink(w: _Writer, n: Node) -> str:
@@ -445,103 +311,8 @@ def _lower_conv1d(w: _Writer, n: Node) -> str:
     return w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
 
 
-def _padding(pairs: Sequence[tuple[int, int]]) -> str:
-    body = ", ".join(f"[{lo}, {hi}]" for lo, hi in pairs)
-    return f"dense<[{body}]> : tensor<{len(pairs)}x2xi64>"
-
-
-def _reduce_window(
-    w: _Writer, n: Node, x: str, x_ty: str, op: str, init: float, window: Sequence[int], **geo: Sequence[int]
-) -> str:
-    """``reduce_window`` of ``x`` with ``op`` (a region), padding with ``init``."""
-    et = f"tensor<{element_type(n.dtype)}>"
-    iv = w.constant(np.array(init, n.dtype.np), et)
-    strides = geo.get("strides", [1] * len(window))
-    dil = geo.get("dilations", [1] * len(window))
-    pads = list(zip(geo.get("lo", [0] * len(window)), geo.get("hi", [0] * len(window)), strict=True))
-    body, res = w.fresh(), w.fresh()
-    w.lines.append(f'    {res} = "stablehlo.reduce_window"({x}, {iv}) ({{')
-    w.lines.append(f"      ^bb0(%lhs: {et}, %rhs: {et}):")
-    w.lines.append(f'        {body} = "stablehlo.{op}"(%lhs, %rhs) : ({et}, {et}) -> {et}')
-    w.lines.append(f'        "stablehlo.return"({body}) : ({et}) -> ()')
-    w.lines.append(
-        f"    }}) {{window_dimensions = {_arr(window)}, window_strides = {_arr(strides)}, "
-        f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {w.ty(n)}"
-    )
-    return res
-
-
-def _lower_pool(w: _Writer, n: Node) -> str:
-    """Max pools (padding never wins: it is -inf / int min, the reduction's identity)."""
-    (x,) = n.inputs
-    if n.attrs["mode"] != "max" or n.attrs["ceil_mode"]:
-        raise ExportError("pool: only max pools without ceil_mode are exported")
-    r = n.ndim - 2
-    pads = [(int(lo), int(hi)) for lo, hi in n.attrs["pads"]]
-    return (
-        _reduce_window(
-            w,
-            n,
-            _name(w, x),
-            w.ty(x),
-            "maximum",
-            float(reduce_identity("max", n.dtype)),
-            [1, 1, *n.attrs["kernel"]],
-            strides=[1, 1, *n.attrs["strides"]],
-            dilations=[1, 1, *n.attrs["dilations"]],
-            lo=[0, 0, *(p[0] for p in pads)],
-            hi=[0, 0, *(p[1] for p in pads)],
-        )
-        if r
-        else _name(w, x)
-    )
-
-
-def _lower_cumsum(w: _Writer, n: Node) -> str:
-    """Inclusive (optionally reversed) running sums as a ``reduce_window`` over the axis."""
-    (x,) = n.inputs
-    if n.attrs.get("exclusive", False):
-        raise ExportError("cumsum: exclusive sums are not exported")
-    axis = int(n.attrs["axis"])
-    size = _static([n.shape[axis]], n)[0]
-    window = [size if a == axis else 1 for a in range(n.ndim)]
-    before = [size - 1 if a == axis else 0 for a in range(n.ndim)]
-    zero = [0] * n.ndim
-    lo, hi = (zero, before) if n.attrs.get("reverse", False) else (before, zero)
-    return _reduce_window(w, n, _name(w, x), w.ty(x), "add", 0.0, window, lo=lo, hi=hi)
-
-
-def _lower_conv(w: _Writer, n: Node) -> str:
-    """N-d convolution (ONNX layout), groups and dilations; a bias is broadcast and added."""
-    x, wt = n.inputs[0], n.inputs[1]
-    r = n.ndim - 2
-    sp = ", ".join(str(i) for i in range(r))
-    pads = [(int(lo), int(hi)) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
-    attrs = (
-        f"dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, "
-        f"window_strides = {_arr(n.attrs['strides'])}, padding = {_padding(pads)}, "
-        f"lhs_dilation = {_arr([1] * r)}, rhs_dilation = {_arr(n.attrs['dilations'])}, "
-        f"feature_group_count = {int(n.attrs['groups'])} : i64, batch_group_count = 1 : i64"
-    )
-    out = w.op(w.fresh(), "convolution", [_name(w, x), _name(w, wt)], [w.ty(x), w.ty(wt)], w.ty(n), attrs)
-    if len(n.inputs) == 3:
-        bias = n.inputs[2]
-        b = w.op(
-            w.fresh(),
-            "broadcast_in_dim",
-            [_name(w, bias)],
-            [w.ty(bias)],
-            w.ty(n),
-            "broadcast_dimensions = array<i64: 1>",
-        )
-        out = w.op(w.fresh(), "add", [out, b], [w.ty(n), w.ty(n)], w.ty(n))
-    return out
-
-
 LOWERINGS: dict[str, Lower] = {
-    "pool": _lower_pool,
-    "cumsum": _lower_cumsum,
-    "conv": _lower_conv,
+    **NN_LOWERINGS,
     "const": _lower_const,
     **{op: _lower_unary for op in (*_UNARY, "relu", "recip")},
     **{op: _lower_binary for op in (*_BINARY, *_COMPARE, "div", "idiv", "mod")},
