@@ -95,6 +95,16 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
     ),
     ("compare_where", [((4, 8), np.float32), ((4, 8), np.float32)], lambda x, y: (x > y).where(x, y * 2)),
     ("int_ops", [((6,), np.int32), ((6,), np.int32)], lambda x, y: (x * y + x - y).maximum(x)),
+    (
+        "int_floordiv_mod",
+        [((40,), np.int32), ((40,), np.int32)],
+        lambda x, y: Tensor.cat([x // y, x % y, x // 3, x % -3, (x * 1000) // -7, y % 2], 0),
+    ),
+    (
+        "uint_floordiv_mod",
+        [((12,), np.uint8), ((12,), np.uint8)],
+        lambda x, y: Tensor.cat([x // y, x % y], 0),
+    ),
     ("logical", [((6,), np.int32)], lambda x: ((x > 0) & (x < 3)) | ~(x == 1)),
     (
         "cast",
@@ -134,10 +144,13 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
     for shape, dtype in specs:
         if name == "gather" and np.dtype(dtype).kind == "i":
             out.append(RNG.integers(-2, 8, shape).astype(dtype))  # out of range: clamped in both
-        elif np.dtype(dtype).kind == "i":
+        elif np.dtype(dtype).kind in "iu":  # negative ints wrap to large unsigned ones
             out.append(RNG.integers(-4, 5, shape).astype(dtype))
         else:
             out.append(_f32(*shape))
+    if name == "int_floordiv_mod":  # INT_MIN // -1 wraps, INT_MIN % -1 is 0; by zero gives 0
+        out[0][:3] = np.iinfo(np.int32).min
+        out[1][:3] = [-1, 0, 3]
     return out
 
 
@@ -185,11 +198,12 @@ def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static(
 
 
 def test_ops_without_a_stablehlo_form_raise_export_error() -> None:
-    """Integer floor division, data-dependent sizes and the like are ExportErrors naming the op."""
-    x = Tensor.placeholder((4,), asyncjit.int32, name="x")
-    with pytest.raises(ExportError, match="idiv"):
-        stablehlo(Graph.of([(x // 3).node], [x.node]))
+    """Data-dependent sizes (and nonzero) are ExportErrors naming the op and saying why."""
     f = Tensor.placeholder((4,), name="f")
+    with pytest.raises(ExportError, match=r"'prefix' is not exported: its output dim is data-dependent"):
+        stablehlo(Graph.of([f.prefix((f > 0).cast(asyncjit.int64).sum()).node], [f.node]))
+    with pytest.raises(ExportError, match="'nonzero' is not exported"):
+        stablehlo(Graph.of([f.nonzero(size=2)[0].node], [f.node]))
     with pytest.raises(ExportError, match=r"nonzero|prefix"):
         stablehlo(Graph.of([f[f > 0].node], [f.node]))
 

@@ -8,8 +8,10 @@ StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unb
 exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine_shapes``) to
 get static shapes that any XLA compiles.
 
-Semantics follow asyncjit's op table; where StableHLO's differ they are not exported (an
-``ExportError`` names the op): integer floor division and modulo, reflect/edge pads,
+Semantics follow asyncjit's op table; where StableHLO's differ the lowering composes them
+(integer ``//`` and ``%`` floor like Python and give 0 by zero, never reaching StableHLO's
+undefined division cases) or the op is not exported (an ``ExportError`` names the op):
+float ``//`` and ``%``, reflect/edge pads,
 float-to-int casts outside the int's range are left to XLA (StableHLO leaves them undefined),
 and ops without a StableHLO form here (scatter, nonzero, topk, argmax/argmin, average pools,
 exclusive cumsum, data-dependent ``prefix``).
@@ -31,6 +33,7 @@ from ._writer import (
     _compare_attrs,
     _name,
     _reshape_to,
+    _Same,
     _scalar,
     _static,
     _Writer,
@@ -127,6 +130,8 @@ def _lower_binary(w: _Writer, n: Node) -> str:
         )
         attrs = _compare_attrs(_COMPARE[n.op], kind)
         return w.op(w.fresh(), "compare", [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n), attrs)
+    if n.op in ("idiv", "mod") and n.dtype.is_int:
+        return _lower_int_divmod(w, n)
     if n.op == "div" and n.dtype.is_float:
         name = "divide"
     elif n.op in _BINARY and not (n.op == "pow" and not n.dtype.is_float):
@@ -134,6 +139,36 @@ def _lower_binary(w: _Writer, n: Node) -> str:
     else:
         raise ExportError(f"op {n.op!r} on {n.dtype.name} has no StableHLO form with asyncjit's semantics")
     return w.op(w.fresh(), name, [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n))
+
+
+def _lower_int_divmod(w: _Writer, n: Node) -> str:
+    """Python's floor ``//`` and ``%`` on ints, as asyncjit defines them where StableHLO does not:
+    by zero both give 0, ``INT_MIN // -1`` wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0. The
+    divisor is 1 there (``-x`` is selected for ``// -1``), so ``divide``/``remainder`` never see
+    an undefined case; then a remainder whose sign differs from the divisor's moves the
+    truncated quotient down by one and the remainder by the divisor."""
+    a, b = n.inputs
+    e = _Same(w, n.shape, n.dtype)
+    x, y = _name(w, a), _name(w, b)
+    zero, one = _scalar(w, 0, n), _scalar(w, 1, n)
+    by_zero = e.cmp("EQ", y, zero)
+    special, by_m1 = by_zero, ""
+    if not n.dtype.is_unsigned:
+        by_m1 = e.cmp("EQ", y, _scalar(w, -1, n))
+        special = e.logic("or", by_zero, by_m1)
+    d = e.sel(special, one, y)
+    q = e.bin("divide", x, d) if n.op == "idiv" else ""
+    r = e.bin("remainder", x, d)  # 0 where the divisor was made 1
+    if not n.dtype.is_unsigned:
+        signs = w.op(
+            w.fresh(), "compare", [e.cmp("LT", r, zero), e.cmp("LT", d, zero)], [e.b, e.b], e.b,
+            _compare_attrs("NE", "UNSIGNED"),
+        )  # fmt: skip
+        fix = e.logic("and", e.cmp("NE", r, zero), signs)
+        if n.op == "mod":
+            return e.sel(fix, e.bin("add", r, d), r)
+        q = e.sel(by_m1, e.un("negate", x), e.sel(fix, e.bin("subtract", q, one), q))
+    return e.sel(by_zero, zero, q) if n.op == "idiv" else r
 
 
 def _lower_where(w: _Writer, n: Node) -> str:
@@ -335,6 +370,16 @@ LOWERINGS: dict[str, Lower] = {
 }
 
 
+_NOT_EXPORTED = {
+    "prefix": (
+        "its output dim is data-dependent (a size the run computes: x[:count], nonzero() without "
+        "a size, boolean masks, unique), and a StableHLO type has only static dims and dynamic "
+        "ones read from an argument; without a bound there is no static or bounded form to write"
+    ),
+    "nonzero": "nonzero(size=...) has no StableHLO lowering here yet (a data-dependent row order)",
+}
+
+
 def stablehlo(graph: object, name: str = "main") -> str:
     """The graph (a ``passes.Graph``) as a StableHLO module with one public function ``name``.
 
@@ -353,7 +398,8 @@ def stablehlo(graph: object, name: str = "main") -> str:
             continue
         lower = LOWERINGS.get(n.op)
         if lower is None:
-            raise ExportError(f"op {n.op!r} has no StableHLO lowering in asyncjit.export")
+            why = _NOT_EXPORTED.get(n.op, "it has no StableHLO lowering in asyncjit.export")
+            raise ExportError(f"op {n.op!r} is not exported: {why}")
         w.names[n.id] = lower(w, n)
     args = ", ".join(f"%arg{k}: {w.ty(n)}" for k, n in enumerate(graph.inputs))
     outs = ", ".join(w.ty(o) for o in graph.outputs)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..dtypes import DType, bool_
 from ..errors import CompileError
 from ..graph import Node
 from ..symbolic import Dim, Var
@@ -183,3 +184,35 @@ def _reduce_window(
         f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {w.ty(n)}"
     )
     return res
+
+
+def _kind(dtype: DType) -> str:
+    """StableHLO's comparison type for ``dtype`` (bools compare as unsigned)."""
+    return "FLOAT" if dtype.is_float else "UNSIGNED" if dtype.is_unsigned or dtype.is_bool else "SIGNED"
+
+
+class _Same:
+    """Elementwise ops on values of one shape and dtype (``bin``, ``cmp``, ``sel``, ``un``), so a
+    lowering that composes several reads as the formula it implements."""
+
+    def __init__(self, w: _Writer, shape: Sequence[Dim], dtype: DType) -> None:
+        self.w, self.dtype = w, dtype
+        self.t = tensor_type(shape, dtype, stablehlo=True)
+        self.b = tensor_type(shape, bool_, stablehlo=True)
+
+    def bin(self, op: str, a: str, b: str) -> str:
+        return self.w.op(self.w.fresh(), op, [a, b], [self.t, self.t], self.t)
+
+    def un(self, op: str, a: str) -> str:
+        return self.w.op(self.w.fresh(), op, [a], [self.t], self.t)
+
+    def cmp(self, direction: str, a: str, b: str) -> str:
+        attrs = _compare_attrs(direction, _kind(self.dtype))
+        return self.w.op(self.w.fresh(), "compare", [a, b], [self.t, self.t], self.b, attrs)
+
+    def sel(self, c: str, a: str, b: str) -> str:
+        return self.w.op(self.w.fresh(), "select", [c, a, b], [self.b, self.t, self.t], self.t)
+
+    def logic(self, op: str, a: str, b: str) -> str:
+        """``and``/``or``/``xor`` of two bool values of this shape."""
+        return self.w.op(self.w.fresh(), op, [a, b], [self.b, self.b], self.b)
