@@ -121,6 +121,14 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
     ("expand", [((4, 1), np.float32)], lambda x: x + Tensor.const(_f32(1, 5))),
     ("slice", [((8, 6), np.float32)], lambda x: x[1:7:2, ::3] + 1),
     ("pad", [((3, 4), np.float32)], lambda x: x.pad([(1, 2), (0, 1)], value=-1.5)),
+    (
+        "reflect_edge_pad",
+        [((3, 4, 5), np.float32)],
+        lambda x: (
+            x.pad([(2, 1), (0, 3), (1, 1)], mode="reflect") * 2 + x.pad([(1, 2), (3, 0), (2, 0)], mode="edge")
+        ),
+    ),
+    ("int_edge_pad", [((2, 3), np.int32)], lambda x: x.pad([(1, 1), (2, 2)], mode="edge")),
     ("cat", [((3, 4), np.float32), ((2, 4), np.float32)], lambda x, y: Tensor.cat([x, y], 0)),
     ("gather", [((6, 3), np.float32), ((4,), np.int32)], lambda x, i: x.gather(0, i)),
     ("arange", [((5,), np.float32)], lambda x: x + Tensor.arange(5, asyncjit.float32)),

@@ -10,11 +10,11 @@ get static shapes that any XLA compiles.
 
 Semantics follow asyncjit's op table; where StableHLO's differ the lowering composes them
 (integer ``//`` and ``%`` floor like Python and give 0 by zero, never reaching StableHLO's
-undefined division cases) or the op is not exported (an ``ExportError`` names the op):
-float ``//`` and ``%``, reflect/edge pads,
-float-to-int casts outside the int's range are left to XLA (StableHLO leaves them undefined),
-and ops without a StableHLO form here (scatter, nonzero, topk, argmax/argmin, average pools,
-exclusive cumsum, data-dependent ``prefix``).
+undefined division cases; reflect/edge pads are slices, reverses and
+broadcasts concatenated) or the op is not exported (an ``ExportError`` names the op):
+float ``//`` and ``%``; float-to-int casts outside the int's range are left to XLA
+(StableHLO leaves them undefined), and ops without a StableHLO form here (scatter, nonzero,
+topk, argmax/argmin, average pools, exclusive cumsum, data-dependent ``prefix``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ._writer import (
     _reshape_to,
     _Same,
     _scalar,
+    _slice_axis,
     _static,
     _Writer,
 )
@@ -269,7 +270,7 @@ def _lower_shrink(w: _Writer, n: Node) -> str:
 def _lower_pad(w: _Writer, n: Node) -> str:
     (x,) = n.inputs
     if n.attrs.get("mode", "constant") != "constant":
-        raise ExportError(f"pad mode {n.attrs['mode']!r} has no StableHLO op (only constant)")
+        return _lower_border_pad(w, n)
     from ..graph import cast_scalar
 
     value = np.array(cast_scalar(n.attrs.get("value", 0), n.dtype), dtype=n.dtype.np)
@@ -283,6 +284,47 @@ def _lower_pad(w: _Writer, n: Node) -> str:
     return w.op(
         w.fresh(), "pad", [_name(w, x), pv], [w.ty(x), f"tensor<{element_type(n.dtype)}>"], w.ty(n), attrs
     )
+
+
+def _lower_border_pad(w: _Writer, n: Node) -> str:
+    """Reflect and edge pads, one axis after another as numpy pads them (an axis's border rows
+    include the earlier axes' padding): the border rows reversed (reflect: the edge row itself
+    left out) or the edge row broadcast (edge), concatenated on either side."""
+    (x,) = n.inputs
+    reflect = n.attrs["mode"] == "reflect"
+    shape = _static(list(x.shape), n)
+    cur = _name(w, x)
+    for axis, (lo, hi) in enumerate(n.attrs["pads"]):
+        lo, hi = _static([lo, hi], n)
+        if not (lo or hi):
+            continue
+        size, cur_ty = shape[axis], tensor_type(shape, n.dtype, stablehlo=True)
+        pieces, types = [cur], [cur_ty]
+        for width, at_end in ((lo, False), (hi, True)):
+            if not width:
+                continue
+            if reflect:
+                start = size - 1 - width if at_end else 1
+                part, part_shape = _slice_axis(w, cur, shape, n.dtype, axis, start, start + width)
+                part_ty = tensor_type(part_shape, n.dtype, stablehlo=True)
+                part = w.op(w.fresh(), "reverse", [part], [part_ty], part_ty, f"dimensions = {_arr([axis])}")
+            else:
+                start = size - 1 if at_end else 0
+                edge, edge_shape = _slice_axis(w, cur, shape, n.dtype, axis, start, start + 1)
+                part_shape = [width if a == axis else d for a, d in enumerate(shape)]
+                part_ty = tensor_type(part_shape, n.dtype, stablehlo=True)
+                part = w.op(
+                    w.fresh(), "broadcast_in_dim", [edge], [tensor_type(edge_shape, n.dtype, stablehlo=True)],
+                    part_ty, f"broadcast_dimensions = {_arr(range(len(shape)))}",
+                )  # fmt: skip
+            pieces.insert(len(pieces) if at_end else 0, part)
+            types.insert(len(types) if at_end else 0, part_ty)
+        shape = [size + lo + hi if a == axis else d for a, d in enumerate(shape)]
+        cur = w.op(
+            w.fresh(), "concatenate", pieces, types, tensor_type(shape, n.dtype, stablehlo=True),
+            f"dimension = {axis} : i64",
+        )  # fmt: skip
+    return cur
 
 
 def _lower_cat(w: _Writer, n: Node) -> str:

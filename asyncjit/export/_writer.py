@@ -216,3 +216,17 @@ class _Same:
     def logic(self, op: str, a: str, b: str) -> str:
         """``and``/``or``/``xor`` of two bool values of this shape."""
         return self.w.op(self.w.fresh(), op, [a, b], [self.b, self.b], self.b)
+
+
+def _slice_axis(
+    w: _Writer, v: str, shape: Sequence[int], dtype: DType, axis: int, start: int, stop: int
+) -> tuple[str, list[int]]:
+    """``v[start:stop]`` along ``axis`` of a static ``shape``: the value and its shape."""
+    out = [stop - start if a == axis else d for a, d in enumerate(shape)]
+    attrs = (
+        f"start_indices = {_arr([start if a == axis else 0 for a in range(len(shape))])}, "
+        f"limit_indices = {_arr([stop if a == axis else d for a, d in enumerate(shape)])}, "
+        f"strides = {_arr([1] * len(shape))}"
+    )
+    ty = tensor_type(shape, dtype, stablehlo=True)
+    return w.op(w.fresh(), "slice", [v], [ty], tensor_type(out, dtype, stablehlo=True), attrs), out
