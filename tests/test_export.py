@@ -143,7 +143,49 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         [((1, 2, 7, 6), np.float32)],
         lambda x: x.max_pool([3, 2], strides=[2, 2], pads=[(1, 1), (0, 1)]),
     ),
+    (
+        "ceil_max_pool",
+        [((1, 2, 7, 6), np.float32)],
+        lambda x: x.max_pool([3, 2], strides=[2, 2], pads=[(1, 0), (0, 1)], ceil_mode=True),
+    ),
+    ("int_max_pool", [((2, 1, 10), np.int32)], lambda x: x.max_pool([3], strides=[2], ceil_mode=True)),
+    (
+        "avg_pool",
+        [((2, 3, 7, 6), np.float32)],
+        lambda x: (
+            x.avg_pool([3, 2], strides=[2, 1], pads=[(1, 1), (0, 1)])
+            + x.avg_pool([3, 2], strides=[2, 1], pads=[(1, 1), (0, 1)], count_include_pad=True)
+        ),
+    ),
+    (
+        "avg_pool_ceil",
+        [((1, 2, 8, 7), np.float32)],
+        lambda x: Tensor.cat(
+            [
+                x.avg_pool([3, 3], strides=[2, 2], pads=[(0, 0), (1, 0)], ceil_mode=True),
+                x.avg_pool(
+                    [2, 3],
+                    strides=[2, 2],
+                    pads=[(0, 0), (0, 1)],
+                    dilations=[2, 1],
+                    ceil_mode=True,
+                    count_include_pad=True,
+                ),
+            ],
+            1,
+        ),
+    ),
     ("cumsum", [((3, 6), np.float32)], lambda x: x.cumsum(1) + x.cumsum(0, reverse=True)),
+    (
+        "exclusive_cumsum",
+        [((3, 6), np.float32)],
+        lambda x: x.cumsum(1, exclusive=True) + x.cumsum(0, exclusive=True, reverse=True) * 2,
+    ),
+    (
+        "int_exclusive_cumsum",
+        [((4, 5), np.int32)],
+        lambda x: x.cumsum(1, exclusive=True, reverse=True) - x.cumsum(0, exclusive=True),
+    ),
 ]
 
 

@@ -3,48 +3,92 @@ and cumulative sums as windows, registered into the exporter's table."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..dtypes import float16, float32, float64
 from ..graph import Node, reduce_identity
-from ._writer import ExportError, Lower, _arr, _name, _padding, _reduce_window, _static, _Writer
+from ._types import tensor_type
+from ._writer import Lower, _arr, _convert, _name, _padding, _reduce_window, _slice_axis, _static, _Writer
+
+
+def _pool_counts(n: Node, size: Sequence[int], pads: Sequence[tuple[int, int]]) -> np.ndarray:
+    """How many taps of each window an average divides by, as asyncjit counts them: the input
+    elements in it, or with ``count_include_pad`` the taps inside the padded input (the
+    ceil-mode overhang never counts). A product over the spatial axes, known when exporting."""
+    include = n.attrs["count_include_pad"]
+    per_axis = []
+    for ax, (length, (lo, hi)) in enumerate(zip(size, pads, strict=True)):
+        k, s, d = (int(n.attrs[a][ax]) for a in ("kernel", "strides", "dilations"))
+        first, stop = (0, length + lo + hi) if include else (lo, lo + length)
+        taps = [[o * s + t * d for t in range(k)] for o in range(int(n.shape[2 + ax]))]
+        per_axis.append(np.array([sum(first <= p < stop for p in win) for win in taps], np.float64))
+    count = per_axis[0]
+    for c in per_axis[1:]:
+        count = np.multiply.outer(count, c)
+    return np.asarray(count)
 
 
 def _lower_pool(w: _Writer, n: Node) -> str:
-    """Max pools (padding never wins: it is -inf / int min, the reduction's identity)."""
+    """Max and average pools as ``reduce_window``. Padding is the reduction's identity (never a
+    max, nothing in a sum); ceil mode pads the far end up to the last window's end. Averages
+    sum in float64 and divide by the counts asyncjit uses (a constant), as the op table does."""
     (x,) = n.inputs
-    if n.attrs["mode"] != "max" or n.attrs["ceil_mode"]:
-        raise ExportError("pool: only max pools without ceil_mode are exported")
-    r = n.ndim - 2
-    pads = [(int(lo), int(hi)) for lo, hi in n.attrs["pads"]]
-    return (
-        _reduce_window(
-            w,
-            n,
-            _name(w, x),
-            w.ty(x),
-            "maximum",
-            float(reduce_identity("max", n.dtype)),
-            [1, 1, *n.attrs["kernel"]],
-            strides=[1, 1, *n.attrs["strides"]],
-            dilations=[1, 1, *n.attrs["dilations"]],
-            lo=[0, 0, *(p[0] for p in pads)],
-            hi=[0, 0, *(p[1] for p in pads)],
-        )
-        if r
-        else _name(w, x)
-    )
+    size = _static(list(x.shape[2:]), n)
+    out = _static(list(n.shape), n)
+    pads = [(lo, hi) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
+    k, s, d = (list(n.attrs[a]) for a in ("kernel", "strides", "dilations"))
+    over = [
+        max(0, ss * (o - 1) + dd * (kk - 1) + 1 - (length + lo + hi))
+        for ss, o, dd, kk, length, (lo, hi) in zip(s, out[2:], d, k, size, pads, strict=True)
+    ]
+    geo = {
+        "strides": [1, 1, *s],
+        "dilations": [1, 1, *d],
+        "lo": [0, 0, *(lo for lo, _ in pads)],
+        "hi": [0, 0, *(hi + e for (_, hi), e in zip(pads, over, strict=True))],
+    }
+    window = [1, 1, *k]
+    if n.attrs["mode"] == "max":
+        ident = float(reduce_identity("max", n.dtype))
+        return _reduce_window(w, _name(w, x), n.dtype, (x.shape, out), "maximum", ident, window, **geo)
+    xv = _convert(w, _name(w, x), x.shape, x.dtype, float64)
+    total = _reduce_window(w, xv, float64, (x.shape, out), "add", 0.0, window, **geo)
+    counts = np.maximum(_pool_counts(n, size, pads), 1.0)  # an empty window's sum is 0
+    c_ty = tensor_type(counts.shape, float64, stablehlo=True)
+    out_ty = tensor_type(out, float64, stablehlo=True)
+    c = w.op(
+        w.fresh(), "broadcast_in_dim", [w.constant(counts, c_ty)], [c_ty], out_ty,
+        f"broadcast_dimensions = {_arr(range(2, len(out)))}",
+    )  # fmt: skip
+    avg = w.op(w.fresh(), "divide", [total, c], [out_ty, out_ty], out_ty)
+    return _convert(w, avg, out, float64, n.dtype)
 
 
 def _lower_cumsum(w: _Writer, n: Node) -> str:
-    """Inclusive (optionally reversed) running sums as a ``reduce_window`` over the axis."""
+    """Running sums as a ``reduce_window`` as long as the axis, padded before it (after it when
+    reversed); exclusive sums pad one more and drop the element's own end. float16 sums in
+    float32, as asyncjit does."""
     (x,) = n.inputs
-    if n.attrs.get("exclusive", False):
-        raise ExportError("cumsum: exclusive sums are not exported")
     axis = int(n.attrs["axis"])
-    size = _static([n.shape[axis]], n)[0]
+    shape = _static(list(x.shape), n)
+    size = shape[axis]
+    if size == 0:
+        return _name(w, x)
+    exclusive, reverse = bool(n.attrs.get("exclusive", False)), bool(n.attrs.get("reverse", False))
+    acc = float32 if n.dtype == float16 else n.dtype
+    pad = size if exclusive else size - 1
     window = [size if a == axis else 1 for a in range(n.ndim)]
-    before = [size - 1 if a == axis else 0 for a in range(n.ndim)]
+    before = [pad if a == axis else 0 for a in range(n.ndim)]
     zero = [0] * n.ndim
-    lo, hi = (zero, before) if n.attrs.get("reverse", False) else (before, zero)
-    return _reduce_window(w, n, _name(w, x), w.ty(x), "add", 0.0, window, lo=lo, hi=hi)
+    lo, hi = (zero, before) if reverse else (before, zero)
+    out = [size + 1 if exclusive and a == axis else d for a, d in enumerate(shape)]
+    xv = _convert(w, _name(w, x), shape, n.dtype, acc)
+    sums = _reduce_window(w, xv, acc, (shape, out), "add", 0.0, window, lo=lo, hi=hi)
+    if exclusive:  # the sum that includes the element itself is the one dropped
+        sums, _ = _slice_axis(w, sums, out, acc, axis, int(reverse), size + int(reverse))
+    return _convert(w, sums, shape, acc, n.dtype)
 
 
 def _lower_conv(w: _Writer, n: Node) -> str:

@@ -166,14 +166,23 @@ def _padding(pairs: Sequence[tuple[int, int]]) -> str:
 
 
 def _reduce_window(
-    w: _Writer, n: Node, x: str, x_ty: str, op: str, init: float, window: Sequence[int], **geo: Sequence[int]
+    w: _Writer,
+    x: str,
+    dtype: DType,
+    shapes: tuple[Sequence[Dim], Sequence[Dim]],
+    op: str,
+    init: float,
+    window: Sequence[int],
+    **geo: Sequence[int],
 ) -> str:
-    """``reduce_window`` of ``x`` with ``op`` (a region), padding with ``init``."""
-    et = f"tensor<{element_type(n.dtype)}>"
-    iv = w.constant(np.array(init, n.dtype.np), et)
+    """``reduce_window`` of ``x`` (``dtype``; ``shapes`` in and out) with ``op`` (a region),
+    padding with ``init``."""
+    et = f"tensor<{element_type(dtype)}>"
+    iv = w.constant(np.array(init, dtype.np), et)
     strides = geo.get("strides", [1] * len(window))
     dil = geo.get("dilations", [1] * len(window))
     pads = list(zip(geo.get("lo", [0] * len(window)), geo.get("hi", [0] * len(window)), strict=True))
+    x_ty, out_ty = (tensor_type(s, dtype, stablehlo=True) for s in shapes)
     body, res = w.fresh(), w.fresh()
     w.lines.append(f'    {res} = "stablehlo.reduce_window"({x}, {iv}) ({{')
     w.lines.append(f"      ^bb0(%lhs: {et}, %rhs: {et}):")
@@ -181,9 +190,17 @@ def _reduce_window(
     w.lines.append(f'        "stablehlo.return"({body}) : ({et}) -> ()')
     w.lines.append(
         f"    }}) {{window_dimensions = {_arr(window)}, window_strides = {_arr(strides)}, "
-        f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {w.ty(n)}"
+        f"window_dilations = {_arr(dil)}, padding = {_padding(pads)}}} : ({x_ty}, {et}) -> {out_ty}"
     )
     return res
+
+
+def _convert(w: _Writer, v: str, shape: Sequence[Dim], src: DType, dst: DType) -> str:
+    """``v`` converted from ``src`` to ``dst`` (itself when they are one dtype)."""
+    if src == dst:
+        return v
+    ty = (tensor_type(shape, t, stablehlo=True) for t in (src, dst))
+    return w.op(w.fresh(), "convert", [v], [next(ty)], next(ty))
 
 
 def _kind(dtype: DType) -> str:
