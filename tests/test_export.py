@@ -132,6 +132,31 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
     ("cat", [((3, 4), np.float32), ((2, 4), np.float32)], lambda x, y: Tensor.cat([x, y], 0)),
     ("gather", [((6, 3), np.float32), ((4,), np.int32)], lambda x, i: x.gather(0, i)),
     ("arange", [((5,), np.float32)], lambda x: x + Tensor.arange(5, asyncjit.float32)),
+    (
+        "argmax_argmin_ties",
+        [((5, 7), np.float32)],
+        lambda x: Tensor.cat(
+            [
+                x.argmax(1, keepdims=True),
+                x.argmin(1, keepdims=True),
+                x.argmax(1, keepdims=True, last=True),
+                x.argmin(1, keepdims=True, last=True),
+                x.argmax(0, keepdims=True).permute(1, 0)[:5],
+            ],
+            1,
+        ),
+    ),
+    (
+        "int_argmax_ties",
+        [((6, 5), np.int32)],
+        lambda x: Tensor.stack([x.argmax(0), x.argmin(0, last=True), x.argmin(1)[:5]], 0),
+    ),
+    (
+        "topk_ties",
+        [((4, 9), np.float32)],
+        lambda x: Tensor.cat([x.topk(5, 1)[1], x.topk(6, 1, largest=False)[1]], 1),
+    ),
+    ("int_topk_ties", [((7, 3), np.int32)], lambda x: x.topk(4, 0)[1] * 10 + x.topk(4, 0, largest=False)[1]),
     ("conv1d", [((2, 3, 10), np.float32)], lambda x: x.conv1d(Tensor.const(K), padding=1)),
     (
         "conv2d",
@@ -198,6 +223,13 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
             out.append(RNG.integers(-4, 5, shape).astype(dtype))
         else:
             out.append(_f32(*shape))
+    if name.endswith("_ties"):  # few distinct values (ties); float rows with NaNs, one all NaN
+        out = [np.round(RNG.integers(-2, 3, a.shape) * 0.5, 1).astype(a.dtype) for a in out]
+        if out[0].dtype.kind == "f":
+            out[0][0, :] = np.nan
+            out[0][1, [1, 4]] = np.nan
+            out[0][2, -1] = np.nan
+            out[0][3, 2] = np.inf
     if name == "int_floordiv_mod":  # INT_MIN // -1 wraps, INT_MIN % -1 is 0; by zero gives 0
         out[0][:3] = np.iinfo(np.int32).min
         out[1][:3] = [-1, 0, 3]

@@ -7,10 +7,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import float16, float32, float64
+from ..dtypes import float16, float32, float64, int64
 from ..graph import Node, reduce_identity
-from ._types import tensor_type
-from ._writer import Lower, _arr, _convert, _name, _padding, _reduce_window, _slice_axis, _static, _Writer
+from ._types import element_type, tensor_type
+from ._writer import (
+    Lower,
+    _arr,
+    _convert,
+    _name,
+    _padding,
+    _reduce_window,
+    _region_op,
+    _Same,
+    _slice_axis,
+    _static,
+    _Writer,
+)
 
 
 def _pool_counts(n: Node, size: Sequence[int], pads: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -118,8 +130,87 @@ def _lower_conv(w: _Writer, n: Node) -> str:
     return out
 
 
+def _iota(w: _Writer, shape: Sequence[int], axis: int) -> str:
+    """int64 positions along ``axis`` of a static ``shape``."""
+    ty = tensor_type(shape, int64, stablehlo=True)
+    return w.op(w.fresh(), "iota", [], [], ty, f"iota_dimension = {axis} : i64")
+
+
+def _ranks_before(e: _Same, a: str, b: str, direction: str, nan_first: bool) -> tuple[str, str]:
+    """``(before, same)`` for scalars ``a`` and ``b`` in asyncjit's ranking: ``a`` compares
+    ``direction`` (``GT``/``LT``) to ``b``, or only ``a`` is NaN (``nan_first``: argmax,
+    argmin and largest topk) or only ``b`` is (smallest topk); two NaNs tie."""
+    before = e.cmp(direction, a, b)
+    same = e.cmp("EQ", a, b)
+    if e.dtype.is_float:
+        a_nan, b_nan = e.cmp("NE", a, a), e.cmp("NE", b, b)
+        one_nan = (
+            e.logic("and", a_nan, e.cmp("EQ", b, b))
+            if nan_first
+            else e.logic("and", e.cmp("EQ", a, a), b_nan)
+        )
+        before = e.logic("or", before, one_nan)
+        same = e.logic("or", same, e.logic("and", a_nan, b_nan))
+    return before, same
+
+
+def _lower_argext(w: _Writer, n: Node) -> str:
+    """Index of the first (``last``: the last) extreme along the axis: a two-operand ``reduce``
+    over (value, position) that keeps the more extreme pair (NaN first of all, as numpy's
+    argmax/argmin) and on ties the lower (higher) position. That order is total, so the reduce
+    may combine in any order; the initial pair loses to every element."""
+    (x,) = n.inputs
+    axis, op, last = int(n.attrs["axis"]), n.attrs["op"], bool(n.attrs.get("last", False))
+    shape = _static(list(x.shape), n)
+    kept = [d for a, d in enumerate(shape) if a != axis]
+    et, it = f"tensor<{element_type(x.dtype)}>", "tensor<i64>"
+    init_v = w.constant(np.array(reduce_identity(op, x.dtype), x.dtype.np), et)
+    init_i = w.constant(np.array(-1 if last else np.iinfo(np.int64).max, np.int64), it)
+    v, i = _Same(w, (), x.dtype), _Same(w, (), int64)
+
+    def keep(args: list[str]) -> list[str]:
+        a, ai, b, bi = args
+        better, same = _ranks_before(v, a, b, "GT" if op == "max" else "LT", True)
+        pick = v.logic("or", better, v.logic("and", same, i.cmp("GT" if last else "LT", ai, bi)))
+        return [v.sel(pick, a, b), i.sel(pick, ai, bi)]
+
+    out_v, out_i = (tensor_type(kept, t, stablehlo=True) for t in (x.dtype, int64))
+    res = _region_op(
+        w, "reduce",
+        [(_name(w, x), w.ty(x)), (_iota(w, shape, axis), tensor_type(shape, int64, stablehlo=True)),
+         (init_v, et), (init_i, it)],
+        [out_v, out_i], ([et, it, et, it], keep, [et, it]), f"dimensions = {_arr([axis])}",
+    )  # fmt: skip
+    return w.op(w.fresh(), "reshape", [f"{res}#1"], [out_i], w.ty(n))
+
+
+def _lower_topk(w: _Writer, n: Node) -> str:
+    """Indices of the ``k`` best along the axis: ``sort`` of (value, position) in asyncjit's
+    order (largest: descending with NaN first; smallest: ascending with NaN last; ties to the
+    lower position, so the order is total), positions sliced to ``k``."""
+    (x,) = n.inputs
+    axis, k, largest = int(n.attrs["axis"]), int(n.attrs["k"]), bool(n.attrs.get("largest", True))
+    shape = _static(list(x.shape), n)
+    et, it = f"tensor<{element_type(x.dtype)}>", "tensor<i64>"
+    v, i = _Same(w, (), x.dtype), _Same(w, (), int64)
+
+    def before(args: list[str]) -> list[str]:
+        a, b, ai, bi = args
+        better, same = _ranks_before(v, a, b, "GT" if largest else "LT", largest)
+        return [v.logic("or", better, v.logic("and", same, i.cmp("LT", ai, bi)))]
+
+    idx_ty = tensor_type(shape, int64, stablehlo=True)
+    res = _region_op(
+        w, "sort", [(_name(w, x), w.ty(x)), (_iota(w, shape, axis), idx_ty)], [w.ty(x), idx_ty],
+        ([et, et, it, it], before, ["tensor<i1>"]), f"dimension = {axis} : i64, is_stable = true",
+    )  # fmt: skip
+    return _slice_axis(w, f"{res}#1", shape, int64, axis, 0, k)[0]
+
+
 NN_LOWERINGS: dict[str, Lower] = {
     "pool": _lower_pool,
     "cumsum": _lower_cumsum,
     "conv": _lower_conv,
+    "argext": _lower_argext,
+    "topk": _lower_topk,
 }

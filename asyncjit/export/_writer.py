@@ -247,3 +247,28 @@ def _slice_axis(
     )
     ty = tensor_type(shape, dtype, stablehlo=True)
     return w.op(w.fresh(), "slice", [v], [ty], tensor_type(out, dtype, stablehlo=True), attrs), out
+
+
+def _region_op(
+    w: _Writer,
+    name: str,
+    operands: Sequence[tuple[str, str]],
+    results: Sequence[str],
+    body: tuple[Sequence[str], Callable[[list[str]], Sequence[str]], Sequence[str]],
+    attrs: str,
+) -> str:
+    """An op with one region (``reduce``, ``sort``, ``scatter``): ``operands`` are (value,
+    type) pairs and ``results`` the result types; ``body`` is (block argument types, a function
+    from the block's arguments to the values it yields, their types). Returns the result's name
+    (``name#k`` reads result ``k`` of several)."""
+    res = w.fresh()
+    head = res if len(results) == 1 else f"{res}:{len(results)}"
+    block, build, yields = body
+    w.lines.append(f'    {head} = "stablehlo.{name}"({", ".join(v for v, _ in operands)}) ({{')
+    params = [w.fresh() for _ in block]
+    w.lines.append(f"      ^bb0({', '.join(f'{p}: {t}' for p, t in zip(params, block, strict=True))}):")
+    outs = build(params)
+    w.lines.append(f'        "stablehlo.return"({", ".join(outs)}) : ({", ".join(yields)}) -> ()')
+    out = results[0] if len(results) == 1 else f"({', '.join(results)})"
+    w.lines.append(f"    }}) {{{attrs}}} : ({', '.join(t for _, t in operands)}) -> {out}")
+    return res
