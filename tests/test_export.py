@@ -34,6 +34,7 @@ def _xla_worker(text: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
     from jax._src.lib import xla_client as xc
     from jax._src.lib.mlir import ir
 
+    jax_.config.update("jax_enable_x64", True)  # int64 arguments stay int64 in device_put
     cpu = jax_.devices("cpu")[0]
     if not text:
         return []
@@ -157,6 +158,31 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         lambda x: Tensor.cat([x.topk(5, 1)[1], x.topk(6, 1, largest=False)[1]], 1),
     ),
     ("int_topk_ties", [((7, 3), np.int32)], lambda x: x.topk(4, 0)[1] * 10 + x.topk(4, 0, largest=False)[1]),
+    (
+        "take_along_axis",
+        [((4, 6), np.float32), ((4, 3), np.int32)],
+        lambda x, i: (
+            x.take_along_axis(i, 1) + x.permute(1, 0).take_along_axis(i.permute(1, 0), 0).permute(1, 0)
+        ),
+    ),
+    ("topk_values", [((3, 8), np.float32)], lambda x: x.topk(3, 1)[0] - x.topk(2, 0, largest=False)[0].sum()),
+    (
+        "scatter",
+        [((5, 3), np.float32), ((7,), np.int32), ((7, 3), np.float32)],
+        lambda x, i, s: x.scatter(0, i, s),
+    ),
+    (
+        "scatter_reduce",
+        [((3, 6), np.float32), ((8,), np.int64), ((3, 8), np.float32)],
+        lambda x, i, s: Tensor.cat(
+            [x.scatter(1, i, s, reduce=r) for r in ("add", "mul", "max", "min")] + [x.scatter(1, i, s)], 0
+        ),
+    ),
+    (
+        "int_scatter",
+        [((6,), np.int32), ((9,), np.uint8), ((9,), np.int32)],
+        lambda x, i, s: Tensor.stack([x.scatter(0, i, s), x.scatter(0, i, s, reduce="add")], 0),
+    ),
     ("conv1d", [((2, 3, 10), np.float32)], lambda x: x.conv1d(Tensor.const(K), padding=1)),
     (
         "conv2d",
@@ -217,12 +243,15 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
 def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarray]:
     out = []
     for shape, dtype in specs:
-        if name == "gather" and np.dtype(dtype).kind == "i":
+        if name in ("gather", "take_along_axis") and np.dtype(dtype).kind == "i":
             out.append(RNG.integers(-2, 8, shape).astype(dtype))  # out of range: clamped in both
         elif np.dtype(dtype).kind in "iu":  # negative ints wrap to large unsigned ones
             out.append(RNG.integers(-4, 5, shape).astype(dtype))
         else:
             out.append(_f32(*shape))
+    if "scatter" in name:  # repeated, negative and past-the-end indices (uint8: 255 and 252)
+        out[1][:] = RNG.permutation(np.resize(np.array([0, 2, 2, -1, 2, 9, 0, -4, 1], np.int64), len(out[1])))
+        out[1] = out[1].astype(specs[1][1])
     if name.endswith("_ties"):  # few distinct values (ties); float rows with NaNs, one all NaN
         out = [np.round(RNG.integers(-2, 3, a.shape) * 0.5, 1).astype(a.dtype) for a in out]
         if out[0].dtype.kind == "f":

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import float16, float32, float64, int64
+from ..dtypes import bool_, float16, float32, float64, int64
 from ..graph import Node, reduce_identity
 from ._types import element_type, tensor_type
 from ._writer import (
@@ -207,10 +207,110 @@ def _lower_topk(w: _Writer, n: Node) -> str:
     return _slice_axis(w, f"{res}#1", shape, int64, axis, 0, k)[0]
 
 
+def _lower_take(w: _Writer, n: Node) -> str:
+    """``x`` read at ``index`` along the axis and at each element's own position elsewhere: the
+    index clamped into the axis (as asyncjit clamps it, in its own dtype so no wide unsigned
+    value wraps), iotas for the other axes, one full index vector per element for ``gather``."""
+    x, idx = n.inputs
+    axis = int(n.attrs["axis"])
+    xs, ishape = _static(list(x.shape), n), _static(list(idx.shape), n)
+    r = len(xs)
+    st = f"tensor<{element_type(idx.dtype)}>"
+    top = min(xs[axis] - 1, (1 << (8 * idx.dtype.np.itemsize - idx.dtype.is_signed)) - 1)
+    lo, hi = (w.constant(np.array(v, idx.dtype.np), st) for v in (0, top))
+    clamped = w.op(w.fresh(), "clamp", [lo, _name(w, idx), hi], [st, w.ty(idx), st], w.ty(idx))
+    col = [*ishape, 1]
+    col_ty = tensor_type(col, int64, stablehlo=True)
+    at = _convert(w, clamped, ishape, idx.dtype, int64)
+    cols = [w.op(w.fresh(), "reshape", [at], [tensor_type(ishape, int64, stablehlo=True)], col_ty)]
+    cols = [cols[0] if a == axis else _iota(w, col, a) for a in range(r)]
+    full_ty = tensor_type([*ishape, r], int64, stablehlo=True)
+    full = w.op(w.fresh(), "concatenate", cols, [col_ty] * r, full_ty, f"dimension = {r} : i64")
+    every = ", ".join(map(str, range(r)))
+    attrs = (
+        f"dimension_numbers = #stablehlo.gather<offset_dims = [], collapsed_slice_dims = [{every}], "
+        f"start_index_map = [{every}], index_vector_dim = {r}>, "
+        f"slice_sizes = {_arr([1] * r)}, indices_are_sorted = false"
+    )
+    return w.op(w.fresh(), "gather", [_name(w, x), full], [w.ty(x), full_ty], w.ty(n), attrs)
+
+
+_COMBINE = {"none": "", "add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _lower_scatter(w: _Writer, n: Node) -> str:
+    """asyncjit's scatter: indices out of range (negative ones too) are dropped, and repeated
+    ones apply in index order (a plain write: the last wins). ``x`` gets one spare row along
+    the axis; dropped updates, and plain writes a later one overwrites, are sent there, and the
+    row is sliced off after. So the cases StableHLO leaves to the implementation (an update
+    out of bounds, the order of repeated indices with a non-commutative update) never arise.
+    Reductions combine repeated indices in an order XLA picks: exact for ints, max and min;
+    float sums and products may round differently from asyncjit's index order."""
+    x, idx, src = n.inputs
+    axis, how = int(n.attrs["axis"]), n.attrs.get("reduce", "none")
+    xs = _static(list(x.shape), n)
+    size, (m,) = xs[axis], _static(list(idx.shape), n)
+    i = _Same(w, (m,), int64)
+
+    def full(value: int) -> str:
+        one = w.constant(np.array(value, np.int64), "tensor<i64>")
+        return w.op(
+            w.fresh(), "broadcast_in_dim", [one], ["tensor<i64>"], i.t, "broadcast_dimensions = array<i64>"
+        )
+
+    at = _convert(w, _name(w, idx), (m,), idx.dtype, int64)  # a huge unsigned one turns negative
+    spare = full(size)
+    at = i.sel(i.logic("and", i.cmp("GE", at, full(0)), i.cmp("LT", at, spare)), at, spare)
+    if how == "none" and m > 1:  # overwritten: a later update has the same index
+        sq, sq_b = (tensor_type((m, m), t, stablehlo=True) for t in (int64, bool_))
+        rows, cols = (
+            w.op(w.fresh(), "broadcast_in_dim", [at], [i.t], sq, f"broadcast_dimensions = {_arr([d])}")
+            for d in (0, 1)
+        )
+        later = _Same(w, (m, m), int64)
+        dup = later.logic(
+            "and", later.cmp("EQ", rows, cols), later.cmp("GT", _iota(w, (m, m), 1), _iota(w, (m, m), 0))
+        )
+        b = _Same(w, (), bool_)
+        no = w.constant(np.array(False), "tensor<i1>")
+        over = _region_op(
+            w, "reduce", [(dup, sq_b), (no, "tensor<i1>")], [i.b],
+            ([b.t, b.t], lambda a: [b.logic("or", *a)], [b.t]), "dimensions = array<i64: 1>",
+        )  # fmt: skip
+        at = i.sel(over, spare, at)
+    grown = [size + 1 if a == axis else d for a, d in enumerate(xs)]
+    et = f"tensor<{element_type(n.dtype)}>"
+    zero = w.constant(np.zeros((), n.dtype.np), et)
+    pads = (
+        f"edge_padding_low = {_arr([0] * len(xs))}, "
+        f"edge_padding_high = {_arr([int(a == axis) for a in range(len(xs))])}, "
+        f"interior_padding = {_arr([0] * len(xs))}"
+    )
+    g_ty = tensor_type(grown, n.dtype, stablehlo=True)
+    xg = w.op(w.fresh(), "pad", [_name(w, x), zero], [w.ty(x), et], g_ty, pads)
+    at_ty = tensor_type((m, 1), int64, stablehlo=True)
+    at_col = w.op(w.fresh(), "reshape", [at], [i.t], at_ty)
+    window = ", ".join(str(a) for a in range(len(xs)) if a != axis)
+    attrs = (
+        f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [{window}], "
+        f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], "
+        "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false"
+    )
+    v = _Same(w, (), n.dtype)
+    combine = _COMBINE[how]
+    body = ([v.t, v.t], lambda a: [v.bin(combine, *a) if combine else a[1]], [v.t])
+    res = _region_op(
+        w, "scatter", [(xg, g_ty), (at_col, at_ty), (_name(w, src), w.ty(src))], [g_ty], body, attrs
+    )
+    return _slice_axis(w, res, grown, n.dtype, axis, 0, size)[0]
+
+
 NN_LOWERINGS: dict[str, Lower] = {
     "pool": _lower_pool,
     "cumsum": _lower_cumsum,
     "conv": _lower_conv,
     "argext": _lower_argext,
     "topk": _lower_topk,
+    "take_along_axis": _lower_take,
+    "scatter": _lower_scatter,
 }
