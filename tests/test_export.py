@@ -226,6 +226,19 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
             1,
         ),
     ),
+    (
+        "float16_pool_cumsum",
+        [((1, 2, 6, 5), np.float16)],
+        lambda x: Tensor.cat(
+            [
+                x.avg_pool([2, 2], strides=[2, 2], pads=[(1, 0), (0, 0)], ceil_mode=True).reshape(-1),
+                x.max_pool([2, 3], strides=[2, 2], ceil_mode=True).reshape(-1),
+                x.cumsum(3, exclusive=True).reshape(-1),
+                x.cumsum(2).reshape(-1),
+            ],
+            0,
+        ),
+    ),
     ("cumsum", [((3, 6), np.float32)], lambda x: x.cumsum(1) + x.cumsum(0, reverse=True)),
     (
         "exclusive_cumsum",
@@ -245,8 +258,8 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
     for shape, dtype in specs:
         if name in ("gather", "take_along_axis") and np.dtype(dtype).kind == "i":
             out.append(RNG.integers(-2, 8, shape).astype(dtype))  # out of range: clamped in both
-        elif np.dtype(dtype).kind in "iu":  # negative ints wrap to large unsigned ones
-            out.append(RNG.integers(-4, 5, shape).astype(dtype))
+        elif np.dtype(dtype).kind in "iu" or dtype == np.float16:  # negative ints wrap in uints;
+            out.append(RNG.integers(-4, 5, shape).astype(dtype))  # float16 sums of these are exact
         else:
             out.append(_f32(*shape))
     if "scatter" in name:  # repeated, negative and past-the-end indices (uint8: 255 and 252)
@@ -306,6 +319,18 @@ def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static(
     (want,) = compile([y], [x]).run([xv])
     (got,) = _xla_run(xla, stablehlo(optimize_graph(static)), [xv])
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_integer_floor_division_exports_over_a_bounded_dim(
+    xla: concurrent.futures.ProcessPoolExecutor,
+) -> None:
+    """Integer ``//`` and ``%`` broadcast their constants over a bounded dim: valid MLIR."""
+    t = Var("t", 1, 64)
+    x = Tensor.placeholder((t,), asyncjit.int32, name="x")
+    y = Tensor.placeholder((t,), asyncjit.int32, name="y")
+    text = stablehlo(optimize_graph(Graph.of([(x // y + x % y).node], [x.node, y.node])))
+    assert "dynamic_broadcast_in_dim" in text and '"stablehlo.remainder"' in text
+    _parses(xla, text)
 
 
 def test_ops_without_a_stablehlo_form_raise_export_error() -> None:
