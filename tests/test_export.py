@@ -81,7 +81,7 @@ K = _f32(4, 3, 3)
 K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
 B2 = _f32(6)
 
-# (name, input specs, function): 28 graphs over every exported op family
+# (name, input specs, function): 48 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),

@@ -8,13 +8,18 @@ StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unb
 exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine_shapes``) to
 get static shapes that any XLA compiles.
 
-Semantics follow asyncjit's op table; where StableHLO's differ the lowering composes them
-(integer ``//`` and ``%`` floor like Python and give 0 by zero, never reaching StableHLO's
-undefined division cases; reflect/edge pads are slices, reverses and
-broadcasts concatenated) or the op is not exported (an ``ExportError`` names the op):
-float ``//`` and ``%``; float-to-int casts outside the int's range are left to XLA
-(StableHLO leaves them undefined), and ops without a StableHLO form here (scatter, nonzero,
-topk, argmax/argmin, average pools, exclusive cumsum, data-dependent ``prefix``).
+Semantics follow asyncjit's op table. Where StableHLO's differ or are undefined, a lowering
+composes asyncjit's from defined pieces: integer ``//`` and ``%`` floor like Python and give 0
+by zero (StableHLO's undefined divisions never run); argmax/argmin, topk and scatter fix their
+tie and repeat order themselves; take_along_axis clamps indices and scatter drops out-of-range
+ones (``_stablehlo_nn`` holds those, pools and cumsums); only scatter's float ``add``/``mul``
+may round repeated indices in another order than asyncjit's. Static shapes are needed by pads of
+other modes than constant, pools, cumsums and the select/index ops (refine first).
+
+Not exported (an ``ExportError`` names the op and says why): float ``//`` and ``%``,
+``bitcast``, ``nonzero`` and ``prefix`` (a data-dependent dim: x[:count], boolean masks,
+``unique``). Float-to-int casts outside the int's range are left to XLA (StableHLO leaves
+them undefined; asyncjit saturates).
 """
 
 from __future__ import annotations

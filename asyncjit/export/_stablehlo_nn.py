@@ -1,5 +1,8 @@
-"""StableHLO lowerings of the neural-network ops (``asyncjit.graph._nn``): convolutions, pools
-and cumulative sums as windows, registered into the exporter's table."""
+"""StableHLO lowerings of the neural-network and index ops, registered into the exporter's
+table: convolutions; pools and cumulative sums as ``reduce_window``; argmax/argmin and topk as a
+``reduce``/``sort`` over (value, position) in asyncjit's total order, so ties and NaNs land
+where asyncjit puts them whatever order XLA combines in; take_along_axis as ``gather``; scatter
+as ``scatter`` with a spare row that takes what asyncjit drops."""
 
 from __future__ import annotations
 
