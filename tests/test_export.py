@@ -81,7 +81,7 @@ K = _f32(4, 3, 3)
 K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
 B2 = _f32(6)
 
-# (name, input specs, function): 48 graphs over every exported op family
+# (name, input specs, function): 49 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
@@ -111,6 +111,15 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         "cast",
         [((4, 3), np.float32)],
         lambda x: (x * 4).cast(asyncjit.int32).cast(asyncjit.float32) + (x > 0).cast(asyncjit.float32),
+    ),
+    (
+        "saturating_cast",
+        [((12,), np.float32)],
+        lambda x: Tensor.stack(
+            [x.cast(t).cast(asyncjit.int64) for t in (asyncjit.int32, asyncjit.uint8, asyncjit.int8)]
+            + [x.cast(asyncjit.uint32).cast(asyncjit.int64), x.cast(asyncjit.int64)],
+            0,
+        ),
     ),
     ("cast_bool", [((5,), np.int32)], lambda x: x.cast(asyncjit.bool_).cast(asyncjit.int32)),
     ("sum", [((4, 8), np.float32)], lambda x: x.sum(1) + x.mean(1)),
@@ -272,6 +281,8 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
             out[0][1, [1, 4]] = np.nan
             out[0][2, -1] = np.nan
             out[0][3, 2] = np.inf
+    if name == "saturating_cast":  # NaN, infinities and values past each int's range
+        out[0][:] = [np.nan, np.inf, -np.inf, 1e10, -1e10, 3e9, -3e9, 255.7, -0.7, 127.5, -128.9, 2.5]
     if name == "int_floordiv_mod":  # INT_MIN // -1 wraps, INT_MIN % -1 is 0; by zero gives 0
         out[0][:3] = np.iinfo(np.int32).min
         out[1][:3] = [-1, 0, 3]

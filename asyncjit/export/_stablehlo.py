@@ -18,14 +18,15 @@ other modes than constant, pools, cumsums and the select/index ops (refine first
 
 Not exported (an ``ExportError`` names the op and says why): float ``//`` and ``%``,
 ``bitcast``, ``nonzero`` and ``prefix`` (a data-dependent dim: x[:count], boolean masks,
-``unique``). Float-to-int casts outside the int's range are left to XLA (StableHLO leaves
-them undefined; asyncjit saturates).
+``unique``). Float-to-int casts saturate as asyncjit's do (StableHLO's ``convert`` leaves NaN and
+out-of-range values undefined: they are selected, never converted).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import float64
 from ..graph import Node, reduce_identity
 from ..symbolic import Var
 from ._stablehlo_nn import NN_LOWERINGS
@@ -36,6 +37,8 @@ from ._writer import (
     _arr,
     _broadcast_scalar,
     _compare_attrs,
+    _convert,
+    _fill,
     _name,
     _reshape_to,
     _Same,
@@ -191,7 +194,26 @@ def _lower_cast(w: _Writer, n: Node) -> str:
         kind = "FLOAT" if x.dtype.is_float else "UNSIGNED" if x.dtype.is_unsigned else "SIGNED"
         attrs = _compare_attrs("NE", kind)
         return w.op(w.fresh(), "compare", [_name(w, x), zero], [w.ty(x), w.ty(x)], w.ty(n), attrs)
+    if x.dtype.is_float and n.dtype.is_int:
+        return _lower_float_to_int(w, n)
     return w.op(w.fresh(), "convert", [_name(w, x)], [w.ty(x)], w.ty(n))
+
+
+def _lower_float_to_int(w: _Writer, n: Node) -> str:
+    """asyncjit's saturating float-to-int cast (NaN to 0, out of range to the int's min or max,
+    as LLVM's ``fptosi.sat``), where StableHLO's ``convert`` is undefined: compared in float64,
+    which holds every bound exactly, only in-range values reach ``convert``."""
+    (x,) = n.inputs
+    bits, signed = 8 * n.dtype.np.itemsize, n.dtype.is_signed
+    lo, top = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2**bits)
+    f = _Same(w, x.shape, float64)
+    xv = _convert(w, _name(w, x), x.shape, x.dtype, float64)
+    low, high = f.cmp("LT", xv, _fill(w, lo, float64, x)), f.cmp("GE", xv, _fill(w, top, float64, x))
+    out = f.logic("or", f.logic("or", low, high), f.cmp("NE", xv, xv))
+    safe = f.sel(out, _fill(w, 0, float64, x), xv)
+    i = _Same(w, n.shape, n.dtype)
+    c = w.op(w.fresh(), "convert", [safe], [f.t], i.t)
+    return i.sel(high, _fill(w, top - 1, n.dtype, n), i.sel(low, _fill(w, lo, n.dtype, n), c))
 
 
 def _lower_reduce(w: _Writer, n: Node) -> str:

@@ -272,3 +272,18 @@ def _region_op(
     out = results[0] if len(results) == 1 else f"({', '.join(results)})"
     w.lines.append(f"    }}) {{{attrs}}} : ({', '.join(t for _, t in operands)}) -> {out}")
     return res
+
+
+def _fill(w: _Writer, value: float, dtype: DType, like: Node) -> str:
+    """A constant ``value`` of ``dtype`` at ``like``'s shape (static, or read from the arguments)."""
+    st = f"tensor<{element_type(dtype)}>"
+    scalar = w.constant(np.array(value, dtype.np), st)
+    if not like.shape:
+        return scalar
+    ty, dims = tensor_type(like.shape, dtype, stablehlo=True), "broadcast_dimensions = array<i64>"
+    if all(isinstance(d, int) for d in like.shape):
+        return w.op(w.fresh(), "broadcast_in_dim", [scalar], [st], ty, dims)
+    shape = w.shape_of(like.shape, like.op)
+    return w.op(
+        w.fresh(), "dynamic_broadcast_in_dim", [scalar, shape], [st, f"tensor<{like.ndim}xi32>"], ty, dims
+    )
