@@ -81,7 +81,7 @@ K = _f32(4, 3, 3)
 K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
 B2 = _f32(6)
 
-# (name, input specs, function): 49 graphs over every exported op family
+# (name, input specs, function): 50 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
@@ -118,6 +118,17 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         lambda x: Tensor.stack(
             [x.cast(t).cast(asyncjit.int64) for t in (asyncjit.int32, asyncjit.uint8, asyncjit.int8)]
             + [x.cast(asyncjit.uint32).cast(asyncjit.int64), x.cast(asyncjit.int64)],
+            0,
+        ),
+    ),
+    (
+        "bitcast",
+        [((6,), np.float32), ((6,), np.int16)],
+        lambda x, y: Tensor.cat(
+            [
+                (x.bitcast(asyncjit.int32) + 1).bitcast(asyncjit.float32) - x,
+                y.bitcast(asyncjit.float16).cast(asyncjit.float32),
+            ],
             0,
         ),
     ),

@@ -17,7 +17,7 @@ may round repeated indices in another order than asyncjit's. Static shapes are n
 other modes than constant, pools, cumsums and the select/index ops (refine first).
 
 Not exported (an ``ExportError`` names the op and says why): float ``//`` and ``%``,
-``bitcast``, ``nonzero`` and ``prefix`` (a data-dependent dim: x[:count], boolean masks,
+``nonzero`` and ``prefix`` (a data-dependent dim: x[:count], boolean masks,
 ``unique``). Float-to-int casts saturate as asyncjit's do (StableHLO's ``convert`` leaves NaN and
 out-of-range values undefined: they are selected, never converted).
 """
@@ -214,6 +214,12 @@ def _lower_float_to_int(w: _Writer, n: Node) -> str:
     i = _Same(w, n.shape, n.dtype)
     c = w.op(w.fresh(), "convert", [safe], [f.t], i.t)
     return i.sel(high, _fill(w, top - 1, n.dtype, n), i.sel(low, _fill(w, lo, n.dtype, n), c))
+
+
+def _lower_bitcast(w: _Writer, n: Node) -> str:
+    """The same bits read as another dtype of one size (NaN payloads kept)."""
+    (x,) = n.inputs
+    return w.op(w.fresh(), "bitcast_convert", [_name(w, x)], [w.ty(x)], w.ty(n))
 
 
 def _lower_reduce(w: _Writer, n: Node) -> str:
@@ -424,6 +430,7 @@ LOWERINGS: dict[str, Lower] = {
     "gelu": _lower_gelu,
     "where": _lower_where,
     "cast": _lower_cast,
+    "bitcast": _lower_bitcast,
     "reduce": _lower_reduce,
     "matmul": _lower_matmul,
     "reshape": _lower_reshape,
