@@ -81,7 +81,7 @@ K = _f32(4, 3, 3)
 K2 = _f32(6, 2, 3, 2)  # groups=2 below: 4 input channels, 2 per group
 B2 = _f32(6)
 
-# (name, input specs, function): 50 graphs over every exported op family
+# (name, input specs, function): 54 graphs over every exported op family
 CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]] = [
     ("unary", [((5, 8), np.float32)], lambda x: (x.exp() + x.sin() * x.cos()).tanh()),
     ("sqrt_log", [((4, 8), np.float32)], lambda x: (x.abs() + 1).sqrt().log() + (x.abs() + 1).rsqrt()),
@@ -100,6 +100,16 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         "int_floordiv_mod",
         [((40,), np.int32), ((40,), np.int32)],
         lambda x, y: Tensor.cat([x // y, x % y, x // 3, x % -3, (x * 1000) // -7, y % 2], 0),
+    ),
+    (
+        "float_floordiv_mod",
+        [((16,), np.float32), ((16,), np.float32)],
+        lambda x, y: Tensor.cat([x // y, x % y, 1.0 / (x // y), 1.0 / (x % y)], 0),  # 1/r: zero signs
+    ),
+    (
+        "float16_floordiv_mod",
+        [((16,), np.float16), ((16,), np.float16)],
+        lambda x, y: Tensor.cat([x // y, x % y, 1.0 / (x // y), 1.0 / (x % y)], 0),
     ),
     (
         "uint_floordiv_mod",
@@ -203,6 +213,18 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         [((6,), np.int32), ((9,), np.uint8), ((9,), np.int32)],
         lambda x, i, s: Tensor.stack([x.scatter(0, i, s), x.scatter(0, i, s, reduce="add")], 0),
     ),
+    (
+        "nonzero_size",
+        [((3, 4), np.float32)],
+        lambda x: Tensor.cat(
+            [x.relu().nonzero(size=4, fill_value=-1)[0], (x > 0.5).nonzero(size=9, fill_value=7)[0]], 0
+        ),
+    ),
+    (
+        "int_nonzero_size",
+        [((11,), np.int32)],
+        lambda x: Tensor.cat([x.nonzero(size=14)[0], x.nonzero(size=3)[0]], 0),
+    ),
     ("conv1d", [((2, 3, 10), np.float32)], lambda x: x.conv1d(Tensor.const(K), padding=1)),
     (
         "conv2d",
@@ -294,6 +316,26 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
             out[0][3, 2] = np.inf
     if name == "saturating_cast":  # NaN, infinities and values past each int's range
         out[0][:] = [np.nan, np.inf, -np.inf, 1e10, -1e10, 3e9, -3e9, 255.7, -0.7, 127.5, -128.9, 2.5]
+    if name.startswith("float") and "floordiv" in name:  # signs, zeros, inf, NaN, quotients to snap
+        out[0][:] = [
+            7.5,
+            -7.5,
+            7.5,
+            -7.5,
+            1.0,
+            0.0,
+            -0.0,
+            5,
+            -5,
+            np.inf,
+            np.nan,
+            3,
+            1e-3,
+            -2,
+            9.4012299,
+            -4364.3525,
+        ]
+        out[1][:] = [2, 2, -2, -2, 0.1, 3, -3, np.inf, np.inf, 2, 1, 0, 3, -0.0, -0.10365402, -1.2404418]
     if name == "int_floordiv_mod":  # INT_MIN // -1 wraps, INT_MIN % -1 is 0; by zero gives 0
         out[0][:3] = np.iinfo(np.int32).min
         out[1][:3] = [-1, 0, 3]
@@ -356,14 +398,14 @@ def test_integer_floor_division_exports_over_a_bounded_dim(
 
 
 def test_ops_without_a_stablehlo_form_raise_export_error() -> None:
-    """Data-dependent sizes (and nonzero) are ExportErrors naming the op and saying why."""
+    """Data-dependent sizes are ExportErrors naming the op and saying why."""
     f = Tensor.placeholder((4,), name="f")
     with pytest.raises(ExportError, match=r"'prefix' is not exported: its output dim is data-dependent"):
         stablehlo(Graph.of([f.prefix((f > 0).cast(asyncjit.int64).sum()).node], [f.node]))
-    with pytest.raises(ExportError, match="'nonzero' is not exported"):
-        stablehlo(Graph.of([f.nonzero(size=2)[0].node], [f.node]))
-    with pytest.raises(ExportError, match=r"nonzero|prefix"):
+    with pytest.raises(ExportError, match="'prefix'"):
         stablehlo(Graph.of([f[f > 0].node], [f.node]))
+    with pytest.raises(ExportError, match="'prefix'"):
+        stablehlo(Graph.of([f.nonzero().node], [f.node]))
 
 
 def test_dump_is_stable_and_shows_bounds() -> None:

@@ -10,23 +10,25 @@ get static shapes that any XLA compiles.
 
 Semantics follow asyncjit's op table. Where StableHLO's differ or are undefined, a lowering
 composes asyncjit's from defined pieces: integer ``//`` and ``%`` floor like Python and give 0
-by zero (StableHLO's undefined divisions never run); argmax/argmin, topk and scatter fix their
-tie and repeat order themselves; take_along_axis clamps indices and scatter drops out-of-range
-ones (``_stablehlo_nn`` holds those, pools and cumsums); only scatter's float ``add``/``mul``
-may round repeated indices in another order than asyncjit's. Static shapes are needed by pads of
-other modes than constant, pools, cumsums and the select/index ops (refine first).
+by zero (StableHLO's undefined divisions never run), float ones follow numpy's ``divmod`` step
+by step (signed zeros, snapped quotients), float-to-int casts saturate (NaN and out-of-range
+values are selected, never converted); argmax/argmin, topk, scatter and ``nonzero(size=)`` fix
+their tie and repeat order themselves; take_along_axis clamps indices and scatter drops
+out-of-range ones (``_stablehlo_nn`` holds those, pools and cumsums). Only scatter's float
+``add``/``mul`` may round repeated indices in another order than asyncjit's. Static shapes are
+needed by reflect/edge pads, pools, cumsums and the select and index ops (refine first).
 
-Not exported (an ``ExportError`` names the op and says why): float ``//`` and ``%``,
-``nonzero`` and ``prefix`` (a data-dependent dim: x[:count], boolean masks,
-``unique``). Float-to-int casts saturate as asyncjit's do (StableHLO's ``convert`` leaves NaN and
-out-of-range values undefined: they are selected, never converted).
+Not exported (an ``ExportError`` names it and says why): ``prefix``, the data-dependent dim of
+``x[:count]``, ``nonzero()`` without a size, boolean masks and ``unique``: the exporter reads
+every dynamic dim from an argument, and a size the graph computes has no such source (its
+padded form, ``nonzero(size=)`` and a count, exports).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import float64
+from ..dtypes import float16, float32, float64, int32, int64
 from ..graph import Node, reduce_identity
 from ..symbolic import Var
 from ._stablehlo_nn import NN_LOWERINGS
@@ -139,8 +141,8 @@ def _lower_binary(w: _Writer, n: Node) -> str:
         )
         attrs = _compare_attrs(_COMPARE[n.op], kind)
         return w.op(w.fresh(), "compare", [_name(w, a), _name(w, b)], [w.ty(a), w.ty(b)], w.ty(n), attrs)
-    if n.op in ("idiv", "mod") and n.dtype.is_int:
-        return _lower_int_divmod(w, n)
+    if n.op in ("idiv", "mod"):
+        return _lower_int_divmod(w, n) if n.dtype.is_int else _lower_float_divmod(w, n)
     if n.op == "div" and n.dtype.is_float:
         name = "divide"
     elif n.op in _BINARY and not (n.op == "pow" and not n.dtype.is_float):
@@ -178,6 +180,46 @@ def _lower_int_divmod(w: _Writer, n: Node) -> str:
             return e.sel(fix, e.bin("add", r, d), r)
         q = e.sel(by_m1, e.un("negate", x), e.sel(fix, e.bin("subtract", q, one), q))
     return e.sel(by_zero, zero, q) if n.op == "idiv" else r
+
+
+def _lower_float_divmod(w: _Writer, n: Node) -> str:
+    """Python's (numpy's) float ``//`` and ``%``, step by step as numpy's ``divmod``: the exact
+    ``fmod`` moved by the divisor when the signs differ, the quotient ``(x - mod) / y`` snapped
+    to an integer, zeros signed like Python's; by zero ``x / 0`` and NaN. float16 computes in
+    float32, as asyncjit does."""
+    a, b = n.inputs
+    acc = float32 if n.dtype == float16 else n.dtype
+    e = _Same(w, n.shape, acc)
+    x, y = (_convert(w, _name(w, v), n.shape, n.dtype, acc) for v in (a, b))
+    zero = _fill(w, 0, acc, n)
+    bits = int32 if acc == float32 else int64
+    mask = _fill(w, -(2 ** (8 * bits.np.itemsize - 1)), bits, n)
+    i = _Same(w, n.shape, bits)
+
+    def signed_zero(v: str) -> str:  # copysign(0, v)
+        sign = i.bin("and", w.op(w.fresh(), "bitcast_convert", [v], [e.t], i.t), mask)
+        return w.op(w.fresh(), "bitcast_convert", [sign], [i.t], e.t)
+
+    mod = e.bin("remainder", x, y)
+    by_zero, has_mod = e.cmp("EQ", y, zero), e.cmp("NE", mod, zero)  # NaN has a mod
+    signs = w.op(
+        w.fresh(), "compare", [e.cmp("LT", y, zero), e.cmp("LT", mod, zero)], [e.b, e.b], e.b,
+        _compare_attrs("NE", "UNSIGNED"),
+    )  # fmt: skip
+    move = e.logic("and", has_mod, signs)
+    if n.op == "mod":
+        out = e.sel(has_mod, e.sel(move, e.bin("add", mod, y), mod), signed_zero(y))
+        out = e.sel(by_zero, mod, out)
+    else:
+        one = _fill(w, 1, acc, n)
+        div = e.bin("divide", e.bin("subtract", x, mod), y)
+        div = e.sel(move, e.bin("subtract", div, one), div)
+        floor = e.un("floor", div)
+        up = e.cmp("GT", e.bin("subtract", div, floor), _fill(w, 0.5, acc, n))
+        snapped = e.sel(up, e.bin("add", floor, one), floor)
+        quotient = e.bin("divide", x, y)
+        out = e.sel(by_zero, quotient, e.sel(e.cmp("NE", div, zero), snapped, signed_zero(quotient)))
+    return _convert(w, out, n.shape, acc, n.dtype)
 
 
 def _lower_where(w: _Writer, n: Node) -> str:
@@ -448,11 +490,11 @@ LOWERINGS: dict[str, Lower] = {
 
 _NOT_EXPORTED = {
     "prefix": (
-        "its output dim is data-dependent (a size the run computes: x[:count], nonzero() without "
-        "a size, boolean masks, unique), and a StableHLO type has only static dims and dynamic "
-        "ones read from an argument; without a bound there is no static or bounded form to write"
+        "its output dim is data-dependent (a size the graph computes: x[:count], nonzero() "
+        "without a size, boolean masks, unique); every dynamic dim of an exported module is read "
+        "from an argument, and a computed size has no static or bounded StableHLO form here "
+        "(export the padded form instead: nonzero(size=...) and its count)"
     ),
-    "nonzero": "nonzero(size=...) has no StableHLO lowering here yet (a data-dependent row order)",
 }
 
 

@@ -308,6 +308,66 @@ def _lower_scatter(w: _Writer, n: Node) -> str:
     return _slice_axis(w, res, grown, n.dtype, axis, 0, size)[0]
 
 
+def _lower_nonzero(w: _Writer, n: Node) -> str:
+    """The first ``size`` nonzero positions in row-major order, rows past the count ``fill``:
+    each nonzero element's row is the count of nonzeros before it (an exclusive running sum);
+    ``scatter`` writes its coordinates there, into a spare row once the rows are full or for a
+    zero element, and the spare row is sliced off."""
+    (x,) = n.inputs
+    size, nd = _static(list(n.shape), n)
+    xs = _static(list(x.shape), n) or [1]
+    count = int(np.prod(xs))
+    fill = w.constant(np.array(n.attrs.get("fill", 0), np.int64), "tensor<i64>")
+    rows_ty = tensor_type((size + 1, nd), int64, stablehlo=True)
+    rows = w.op(
+        w.fresh(), "broadcast_in_dim", [fill], ["tensor<i64>"], rows_ty, "broadcast_dimensions = array<i64>"
+    )
+    if size == 0 or count == 0:
+        return _slice_axis(w, rows, (size + 1, nd), int64, 0, 0, size)[0]
+    flat_x = w.op(
+        w.fresh(), "reshape", [_name(w, x)], [w.ty(x)], tensor_type((count,), x.dtype, stablehlo=True)
+    )
+    xe, i = _Same(w, (count,), x.dtype), _Same(w, (count,), int64)
+    zero = w.constant(np.zeros((), x.dtype.np), f"tensor<{element_type(x.dtype)}>")
+    dims = "broadcast_dimensions = array<i64>"
+    nonzero = xe.cmp(
+        "NE",
+        flat_x,
+        w.op(w.fresh(), "broadcast_in_dim", [zero], [f"tensor<{element_type(x.dtype)}>"], xe.t, dims),
+    )
+    ones = w.op(w.fresh(), "convert", [nonzero], [i.b], i.t)
+    before = _reduce_window(w, ones, int64, ((count,), (count + 1,)), "add", 0.0, [count], lo=[count], hi=[0])
+    before, _ = _slice_axis(w, before, (count + 1,), int64, 0, 0, count)
+
+    def full(value: int) -> str:
+        c = w.constant(np.array(value, np.int64), "tensor<i64>")
+        return w.op(w.fresh(), "broadcast_in_dim", [c], ["tensor<i64>"], i.t, dims)
+
+    spare = full(size)
+    at = i.sel(i.logic("and", nonzero, i.cmp("LT", before, spare)), before, spare)
+    flat = _iota(w, (count,), 0)
+    col_ty = tensor_type((count, 1), int64, stablehlo=True)
+    cols = []
+    for axis in range(nd):
+        stride = int(np.prod(xs[axis + 1 :]))
+        coord = i.bin("remainder", i.bin("divide", flat, full(stride)), full(xs[axis]))
+        cols.append(w.op(w.fresh(), "reshape", [coord], [i.t], col_ty))
+    coords_ty = tensor_type((count, nd), int64, stablehlo=True)
+    coords = w.op(w.fresh(), "concatenate", cols, [col_ty] * nd, coords_ty, "dimension = 1 : i64")
+    at_col = w.op(w.fresh(), "reshape", [at], [i.t], col_ty)
+    attrs = (
+        "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], "
+        "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
+        "indices_are_sorted = false, unique_indices = false"
+    )
+    v = _Same(w, (), int64)
+    res = _region_op(
+        w, "scatter", [(rows, rows_ty), (at_col, col_ty), (coords, coords_ty)], [rows_ty],
+        ([v.t, v.t], lambda a: [a[1]], [v.t]), attrs,
+    )  # fmt: skip
+    return _slice_axis(w, res, (size + 1, nd), int64, 0, 0, size)[0]
+
+
 NN_LOWERINGS: dict[str, Lower] = {
     "pool": _lower_pool,
     "cumsum": _lower_cumsum,
@@ -316,4 +376,5 @@ NN_LOWERINGS: dict[str, Lower] = {
     "topk": _lower_topk,
     "take_along_axis": _lower_take,
     "scatter": _lower_scatter,
+    "nonzero": _lower_nonzero,
 }
