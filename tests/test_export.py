@@ -385,15 +385,25 @@ def test_bounded_dims_export_as_stablehlo_bounds_and_refine_to_static(
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
-def test_integer_floor_division_exports_over_a_bounded_dim(
+def test_elementwise_and_window_ops_export_over_a_bounded_dim(
     xla: concurrent.futures.ProcessPoolExecutor,
 ) -> None:
-    """Integer ``//`` and ``%`` broadcast their constants over a bounded dim: valid MLIR."""
+    """Integer ``//`` and ``%`` broadcast their constants over a bounded dim; pools and
+    inclusive cumsums keep a bounded batch (average and ceil-mode windows over static axes, max
+    pools over bounded ones too): valid MLIR."""
     t = Var("t", 1, 64)
     x = Tensor.placeholder((t,), asyncjit.int32, name="x")
     y = Tensor.placeholder((t,), asyncjit.int32, name="y")
     text = stablehlo(optimize_graph(Graph.of([(x // y + x % y).node], [x.node, y.node])))
     assert "dynamic_broadcast_in_dim" in text and '"stablehlo.remainder"' in text
+    _parses(xla, text)
+    im = Tensor.placeholder((t, 2, 6, 5), name="im")
+    outs = [im.max_pool([2, 2], ceil_mode=True), im.avg_pool([3, 2], pads=[(1, 1), (0, 0)]), im.cumsum(3)]
+    s = Var("s", 4, 32)  # a max pool without ceil_mode needs no static spatial size
+    seq = Tensor.placeholder((t, 2, s), name="seq")
+    outs.append(seq.max_pool([3], strides=[2], pads=[(1, 1)]))
+    text = stablehlo(optimize_graph(Graph.of([o.node for o in outs], [im.node, seq.node])))
+    assert "#stablehlo.bounds<64, ?, ?, ?>" in text and "dynamic_broadcast_in_dim" in text
     _parses(xla, text)
 
 

@@ -16,6 +16,7 @@ from ._types import element_type, tensor_type
 from ._writer import (
     Lower,
     _arr,
+    _broadcast_to,
     _convert,
     _name,
     _padding,
@@ -50,14 +51,15 @@ def _lower_pool(w: _Writer, n: Node) -> str:
     max, nothing in a sum); ceil mode pads the far end up to the last window's end. Averages
     sum in float64 and divide by the counts asyncjit uses (a constant), as the op table does."""
     (x,) = n.inputs
-    size = _static(list(x.shape[2:]), n)
-    out = _static(list(n.shape), n)
     pads = [(lo, hi) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
     k, s, d = (list(n.attrs[a]) for a in ("kernel", "strides", "dilations"))
-    over = [
-        max(0, ss * (o - 1) + dd * (kk - 1) + 1 - (length + lo + hi))
-        for ss, o, dd, kk, length, (lo, hi) in zip(s, out[2:], d, k, size, pads, strict=True)
-    ]
+    over = [0] * len(k)
+    if n.attrs["ceil_mode"] or n.attrs["mode"] == "avg":  # spatial sizes needed: static
+        size, spatial = _static(list(x.shape[2:]), n), _static(list(n.shape[2:]), n)
+        over = [
+            max(0, ss * (o - 1) + dd * (kk - 1) + 1 - (length + lo + hi))
+            for ss, o, dd, kk, length, (lo, hi) in zip(s, spatial, d, k, size, pads, strict=True)
+        ]
     geo = {
         "strides": [1, 1, *s],
         "dilations": [1, 1, *d],
@@ -67,18 +69,15 @@ def _lower_pool(w: _Writer, n: Node) -> str:
     window = [1, 1, *k]
     if n.attrs["mode"] == "max":
         ident = float(reduce_identity("max", n.dtype))
-        return _reduce_window(w, _name(w, x), n.dtype, (x.shape, out), "maximum", ident, window, **geo)
+        return _reduce_window(w, _name(w, x), n.dtype, (x.shape, n.shape), "maximum", ident, window, **geo)
     xv = _convert(w, _name(w, x), x.shape, x.dtype, float64)
-    total = _reduce_window(w, xv, float64, (x.shape, out), "add", 0.0, window, **geo)
-    counts = np.maximum(_pool_counts(n, size, pads), 1.0)  # an empty window's sum is 0
+    total = _reduce_window(w, xv, float64, (x.shape, n.shape), "add", 0.0, window, **geo)
+    counts = np.maximum(_pool_counts(n, _static(list(x.shape[2:]), n), pads), 1.0)  # empty: sum 0
     c_ty = tensor_type(counts.shape, float64, stablehlo=True)
-    out_ty = tensor_type(out, float64, stablehlo=True)
-    c = w.op(
-        w.fresh(), "broadcast_in_dim", [w.constant(counts, c_ty)], [c_ty], out_ty,
-        f"broadcast_dimensions = {_arr(range(2, len(out)))}",
-    )  # fmt: skip
+    out_ty = tensor_type(n.shape, float64, stablehlo=True)
+    c = _broadcast_to(w, w.constant(counts, c_ty), c_ty, n.shape, float64, range(2, n.ndim), n.op)
     avg = w.op(w.fresh(), "divide", [total, c], [out_ty, out_ty], out_ty)
-    return _convert(w, avg, out, float64, n.dtype)
+    return _convert(w, avg, n.shape, float64, n.dtype)
 
 
 def _lower_cumsum(w: _Writer, n: Node) -> str:
@@ -87,11 +86,11 @@ def _lower_cumsum(w: _Writer, n: Node) -> str:
     float32, as asyncjit does."""
     (x,) = n.inputs
     axis = int(n.attrs["axis"])
-    shape = _static(list(x.shape), n)
-    size = shape[axis]
+    exclusive, reverse = bool(n.attrs.get("exclusive", False)), bool(n.attrs.get("reverse", False))
+    shape = _static(list(x.shape), n) if exclusive else list(x.shape)  # exclusive slices
+    size = _static([shape[axis]], n)[0]
     if size == 0:
         return _name(w, x)
-    exclusive, reverse = bool(n.attrs.get("exclusive", False)), bool(n.attrs.get("reverse", False))
     acc = float32 if n.dtype == float16 else n.dtype
     pad = size if exclusive else size - 1
     window = [size if a == axis else 1 for a in range(n.ndim)]
@@ -102,7 +101,7 @@ def _lower_cumsum(w: _Writer, n: Node) -> str:
     xv = _convert(w, _name(w, x), shape, n.dtype, acc)
     sums = _reduce_window(w, xv, acc, (shape, out), "add", 0.0, window, lo=lo, hi=hi)
     if exclusive:  # the sum that includes the element itself is the one dropped
-        sums, _ = _slice_axis(w, sums, out, acc, axis, int(reverse), size + int(reverse))
+        sums, _ = _slice_axis(w, sums, _static(out, n), acc, axis, int(reverse), size + int(reverse))
     return _convert(w, sums, shape, acc, n.dtype)
 
 

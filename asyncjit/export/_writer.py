@@ -3,7 +3,7 @@ the helpers that several op lowerings use (scalar broadcasts, compares, reshapes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -286,4 +286,18 @@ def _fill(w: _Writer, value: float, dtype: DType, like: Node) -> str:
     shape = w.shape_of(like.shape, like.op)
     return w.op(
         w.fresh(), "dynamic_broadcast_in_dim", [scalar, shape], [st, f"tensor<{like.ndim}xi32>"], ty, dims
+    )
+
+
+def _broadcast_to(
+    w: _Writer, v: str, v_ty: str, shape: Sequence[Dim], dtype: DType, dims: Iterable[int], what: str
+) -> str:
+    """``v`` broadcast to ``shape`` (its dims land on ``dims``); a symbolic ``shape`` is read
+    from the arguments (``dynamic_broadcast_in_dim``)."""
+    ty, attrs = tensor_type(shape, dtype, stablehlo=True), f"broadcast_dimensions = {_arr(list(dims))}"
+    if all(isinstance(d, int) for d in shape):
+        return w.op(w.fresh(), "broadcast_in_dim", [v], [v_ty], ty, attrs)
+    size = w.shape_of(shape, what)
+    return w.op(
+        w.fresh(), "dynamic_broadcast_in_dim", [v, size], [v_ty, f"tensor<{len(shape)}xi32>"], ty, attrs
     )
