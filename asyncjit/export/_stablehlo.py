@@ -16,7 +16,8 @@ values are selected, never converted); argmax/argmin, topk, scatter and ``nonzer
 their tie and repeat order themselves; take_along_axis clamps indices and scatter drops
 out-of-range ones (``_stablehlo_nn`` holds those, pools and cumsums). Only scatter's float
 ``add``/``mul`` may round repeated indices in another order than asyncjit's. Static shapes are
-needed by reflect/edge pads, pools, cumsums and the select and index ops (refine first).
+needed by reflect/edge pads, the select and index ops and exclusive cumsums; average and
+ceil-mode pools need static spatial axes, inclusive cumsums a static summed axis (refine first).
 
 Not exported (an ``ExportError`` names it and says why): ``prefix``, the data-dependent dim of
 ``x[:count]``, ``nonzero()`` without a size, boolean masks and ``unique``: the exporter reads

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import bool_, float16, float32, float64, int64
+from ..dtypes import DType, bool_, float16, float32, float64, int64
 from ..graph import Node, reduce_identity
 from ._types import element_type, tensor_type
 from ._writer import (
@@ -130,6 +130,12 @@ def _lower_conv(w: _Writer, n: Node) -> str:
         )
         out = w.op(w.fresh(), "add", [out, b], [w.ty(n), w.ty(n)], w.ty(n))
     return out
+
+
+def _const(w: _Writer, value: float, dtype: DType, shape: Sequence[int]) -> str:
+    """``value`` as ``dtype`` at a static ``shape``."""
+    st = f"tensor<{element_type(dtype)}>"
+    return _broadcast_to(w, w.constant(np.array(value, dtype.np), st), st, shape, dtype, (), "const")
 
 
 def _iota(w: _Writer, shape: Sequence[int], axis: int) -> str:
@@ -253,16 +259,9 @@ def _lower_scatter(w: _Writer, n: Node) -> str:
     xs = _static(list(x.shape), n)
     size, (m,) = xs[axis], _static(list(idx.shape), n)
     i = _Same(w, (m,), int64)
-
-    def full(value: int) -> str:
-        one = w.constant(np.array(value, np.int64), "tensor<i64>")
-        return w.op(
-            w.fresh(), "broadcast_in_dim", [one], ["tensor<i64>"], i.t, "broadcast_dimensions = array<i64>"
-        )
-
     at = _convert(w, _name(w, idx), (m,), idx.dtype, int64)  # a huge unsigned one turns negative
-    spare = full(size)
-    at = i.sel(i.logic("and", i.cmp("GE", at, full(0)), i.cmp("LT", at, spare)), at, spare)
+    spare = _const(w, size, int64, (m,))
+    at = i.sel(i.logic("and", i.cmp("GE", at, _const(w, 0, int64, (m,))), i.cmp("LT", at, spare)), at, spare)
     if how == "none" and m > 1:  # overwritten: a later update has the same index
         sq, sq_b = (tensor_type((m, m), t, stablehlo=True) for t in (int64, bool_))
         rows, cols = (
@@ -316,40 +315,27 @@ def _lower_nonzero(w: _Writer, n: Node) -> str:
     size, nd = _static(list(n.shape), n)
     xs = _static(list(x.shape), n) or [1]
     count = int(np.prod(xs))
-    fill = w.constant(np.array(n.attrs.get("fill", 0), np.int64), "tensor<i64>")
     rows_ty = tensor_type((size + 1, nd), int64, stablehlo=True)
-    rows = w.op(
-        w.fresh(), "broadcast_in_dim", [fill], ["tensor<i64>"], rows_ty, "broadcast_dimensions = array<i64>"
-    )
+    rows = _const(w, n.attrs.get("fill", 0), int64, (size + 1, nd))
     if size == 0 or count == 0:
         return _slice_axis(w, rows, (size + 1, nd), int64, 0, 0, size)[0]
     flat_x = w.op(
         w.fresh(), "reshape", [_name(w, x)], [w.ty(x)], tensor_type((count,), x.dtype, stablehlo=True)
     )
     xe, i = _Same(w, (count,), x.dtype), _Same(w, (count,), int64)
-    zero = w.constant(np.zeros((), x.dtype.np), f"tensor<{element_type(x.dtype)}>")
-    dims = "broadcast_dimensions = array<i64>"
-    nonzero = xe.cmp(
-        "NE",
-        flat_x,
-        w.op(w.fresh(), "broadcast_in_dim", [zero], [f"tensor<{element_type(x.dtype)}>"], xe.t, dims),
-    )
+    nonzero = xe.cmp("NE", flat_x, _const(w, 0, x.dtype, (count,)))
     ones = w.op(w.fresh(), "convert", [nonzero], [i.b], i.t)
     before = _reduce_window(w, ones, int64, ((count,), (count + 1,)), "add", 0.0, [count], lo=[count], hi=[0])
     before, _ = _slice_axis(w, before, (count + 1,), int64, 0, 0, count)
-
-    def full(value: int) -> str:
-        c = w.constant(np.array(value, np.int64), "tensor<i64>")
-        return w.op(w.fresh(), "broadcast_in_dim", [c], ["tensor<i64>"], i.t, dims)
-
-    spare = full(size)
+    spare = _const(w, size, int64, (count,))
     at = i.sel(i.logic("and", nonzero, i.cmp("LT", before, spare)), before, spare)
     flat = _iota(w, (count,), 0)
     col_ty = tensor_type((count, 1), int64, stablehlo=True)
     cols = []
     for axis in range(nd):
         stride = int(np.prod(xs[axis + 1 :]))
-        coord = i.bin("remainder", i.bin("divide", flat, full(stride)), full(xs[axis]))
+        coord = i.bin("divide", flat, _const(w, stride, int64, (count,)))
+        coord = i.bin("remainder", coord, _const(w, xs[axis], int64, (count,)))
         cols.append(w.op(w.fresh(), "reshape", [coord], [i.t], col_ty))
     coords_ty = tensor_type((count, nd), int64, stablehlo=True)
     coords = w.op(w.fresh(), "concatenate", cols, [col_ty] * nd, coords_ty, "dimension = 1 : i64")
