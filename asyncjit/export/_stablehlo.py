@@ -5,7 +5,8 @@ MLIR's generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``), which every
 StableHLO version parses. Bounded dims are ``?`` with ``#stablehlo.bounds``, unbounded ones plain
 ``?``; ops that build a shape (broadcasts of constants, reshapes, iotas) over a var take it with
 ``get_dimension_size`` from the argument that carries it (``dynamic_broadcast_in_dim``, as JAX
-exports shape-polymorphic code). Refine a graph (``refine_arguments`` + ``refine_shapes``) to
+exports shape-polymorphic code), and sizes that are expressions over vars compute them with
+integer ops. Refine a graph (``refine_arguments`` + ``refine_shapes``) to
 get static shapes that any XLA compiles.
 
 Semantics follow asyncjit's op table. Where StableHLO's differ or are undefined, a lowering
@@ -31,7 +32,6 @@ import numpy as np
 
 from ..dtypes import float16, float32, float64, int32, int64
 from ..graph import Node, reduce_identity
-from ..symbolic import Var
 from ._stablehlo_nn import NN_LOWERINGS
 from ._types import element_type, tensor_type
 from ._writer import (
@@ -442,11 +442,7 @@ def _lower_dim(w: _Writer, n: Node) -> str:
     expr = n.attrs["expr"]
     if isinstance(expr, int):
         return w.constant(np.array(expr, dtype=n.dtype.np), w.ty(n))
-    if isinstance(expr, Var) and expr.name in w.var_at:
-        size = w.shape_of((expr,), "dim")
-        scalar = w.op(w.fresh(), "reshape", [size], ["tensor<1xi32>"], "tensor<i32>")
-        return w.op(w.fresh(), "convert", [scalar], ["tensor<i32>"], w.ty(n))
-    raise ExportError(f"dim {expr}: only ints and vars an argument carries are exported")
+    return w.op(w.fresh(), "convert", [w.dim_value(expr, "dim")], ["tensor<i32>"], w.ty(n))
 
 
 def _lower_conv1d(w: _Writer, n: Node) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 from ..dtypes import DType, bool_
 from ..errors import CompileError
 from ..graph import Node
-from ..symbolic import Dim, Var
+from ..symbolic import Dim, FloorDiv, Max, Min, Mod, Prod, Sum, Var
 from ._types import element_type, tensor_type
 
 __all__ = ["ExportError"]
@@ -61,27 +61,76 @@ class _Writer:
         return name
 
     def shape_of(self, shape: Sequence[Dim], what: str) -> str:
-        """A ``tensor<rank x i32>`` with ``shape``'s run-time value (ints and plain vars)."""
-        parts = []
-        for d in shape:
-            if isinstance(d, int):
-                parts.append(self.constant(np.array([d], np.int32), "tensor<1xi32>"))
-                continue
-            if not isinstance(d, Var) or d.name not in self.var_at:
-                raise ExportError(f"{what}: dim {d} is not an int or a var an argument carries")
-            arg, axis = self.var_at[d.name]
-            size = self.fresh()
-            self.lines.append(
-                f"    {size} = stablehlo.get_dimension_size {arg}, dim = {axis} : "
-                f"({self.arg_type(arg)}) -> tensor<i32>"
-            )
-            parts.append(self.op(self.fresh(), "reshape", [size], ["tensor<i32>"], "tensor<1xi32>"))
+        """A ``tensor<rank x i32>`` with ``shape``'s run-time value: ints, and expressions (sums,
+        products, floor divisions, remainders, min/max) over vars an argument carries."""
+        parts = [
+            self.constant(np.array([d], np.int32), "tensor<1xi32>")
+            if isinstance(d, int)
+            else self.op(self.fresh(), "reshape", [self.dim_value(d, what)], ["tensor<i32>"], "tensor<1xi32>")
+            for d in shape
+        ]
         if len(parts) == 1:
             return parts[0]
         out = f"tensor<{len(parts)}xi32>"
         return self.op(
             self.fresh(), "concatenate", parts, ["tensor<1xi32>"] * len(parts), out, "dimension = 0 : i64"
         )
+
+    def dim_value(self, d: Dim, what: str) -> str:
+        """``d``'s run-time value as a ``tensor<i32>`` (floor semantics as ``asyncjit.symbolic``).
+
+        Raises:
+            ExportError: ``d`` reads a var no argument carries (or an index or data-dependent size).
+        """
+        i32 = "tensor<i32>"
+
+        def const(v: int) -> str:
+            return self.constant(np.array(v, np.int32), i32)
+
+        def binary(name: str, a: str, b: str) -> str:
+            return self.op(self.fresh(), name, [a, b], [i32, i32], i32)
+
+        if isinstance(d, int):
+            return const(d)
+        if isinstance(d, Var) and d.name in self.var_at:
+            arg, axis = self.var_at[d.name]
+            size = self.fresh()
+            self.lines.append(
+                f"    {size} = stablehlo.get_dimension_size {arg}, dim = {axis} : "
+                f"({self.arg_type(arg)}) -> {i32}"
+            )
+            return size
+        if isinstance(d, Sum):
+            acc = const(d.const)
+            for atom, coeff in d.terms:
+                term = self.dim_value(atom, what)
+                if coeff != 1:
+                    term = binary("multiply", term, const(coeff))
+                acc = binary("add", acc, term)
+            return acc
+        if isinstance(d, Prod):
+            acc = self.dim_value(d.factors[0], what)
+            for f in d.factors[1:]:
+                acc = binary("multiply", acc, self.dim_value(f, what))
+            return acc
+        if isinstance(d, FloorDiv | Mod):
+            # floor remainder r = rem + den where rem < 0 (den > 0); floor quotient (num - r) / den
+            num, den = self.dim_value(d.num, what), const(d.den)
+            rem = binary("remainder", num, den)
+            negative = self.op(
+                self.fresh(), "compare", [rem, const(0)], [i32, i32], "tensor<i1>",
+                "comparison_direction = #stablehlo<comparison_direction LT>",
+            )  # fmt: skip
+            fixed = binary("add", rem, den)
+            r = self.op(self.fresh(), "select", [negative, fixed, rem], ["tensor<i1>", i32, i32], i32)
+            return r if isinstance(d, Mod) else binary("divide", binary("subtract", num, r), den)
+        if isinstance(d, Min | Max):
+            name = "minimum" if isinstance(d, Min) else "maximum"
+            acc = self.dim_value(d.args[0], what)
+            for a in d.args[1:]:
+                acc = binary(name, acc, self.dim_value(a, what))
+            return acc
+        raise ExportError(f"{what}: dim {d} is not an expression over vars an argument carries")
 
     arg_types: dict[str, str]
 
