@@ -195,6 +195,11 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
             x.take_along_axis(i, 1) + x.permute(1, 0).take_along_axis(i.permute(1, 0), 0).permute(1, 0)
         ),
     ),
+    (
+        "take_along_axis_uint64",  # an index past 2**63 - 1 is read by its bits: negative, clamped to 0
+        [((2, 5), np.float32), ((2, 3), np.uint64)],
+        lambda x, i: x.take_along_axis(i, 1),
+    ),
     ("topk_values", [((3, 8), np.float32)], lambda x: x.topk(3, 1)[0] - x.topk(2, 0, largest=False)[0].sum()),
     (
         "scatter",
@@ -304,6 +309,8 @@ def _feed(specs: list[tuple[tuple[int, ...], Any]], name: str) -> list[np.ndarra
             out.append(RNG.integers(-4, 5, shape).astype(dtype))  # float16 sums of these are exact
         else:
             out.append(_f32(*shape))
+    if name == "take_along_axis_uint64":
+        out[1][:] = np.array([[2**63, 3, 2**64 - 1], [7, 2**63 + 5, 1]], np.uint64)
     if "scatter" in name:  # repeated, negative and past-the-end indices (uint8: 255 and 252)
         out[1][:] = RNG.permutation(np.resize(np.array([0, 2, 2, -1, 2, 9, 0, -4, 1], np.int64), len(out[1])))
         out[1] = out[1].astype(specs[1][1])

@@ -79,6 +79,7 @@ def _refine_and_run(text: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
     from jax._src.lib import xla_client as xc
     from jax._src.lib.mlir import ir
 
+    jax.config.update("jax_enable_x64", True)  # int64 arguments stay int64
     cpu = jax.devices("cpu")[0]
     with mlir.make_ir_context():
         module = mlir.refine_polymorphic_shapes(ir.Module.parse(text))
@@ -109,6 +110,7 @@ CASES: list[tuple[str, list[tuple[object, ...]], type, Callable[..., Tensor]]] =
     ("int", [(T, 4)], np.int32, lambda x: (x * x - x).sum(1)),
     ("keepdims", [(T, 6)], np.float32, lambda x: x - x.mean(1, keepdims=True)),
     ("dim_value", [(T, 3)], np.int32, lambda x: x * (T * 3 - 1) + T // 2 - T % 3),
+    ("dim_int64", [(T,)], np.int64, lambda x: x + Tensor.from_dim(T * T * 70000 * 70000, asyncjit.int64)),
     ("iota_expr", [(T,)], np.float32, lambda x: x.reshape(1, T) + Tensor.arange(2 * T - T, asyncjit.float32)),
 ]
 
@@ -128,7 +130,7 @@ def test_one_dynamic_module_runs_on_xla_at_every_size(
     plan = compile([out], ins)
     for t in (1, 3, 17):
         concrete = [tuple(t if d is T else d for d in s) for s in shapes]
-        ints = dtype is np.int32
+        ints = np.dtype(dtype).kind == "i"
         feed = [(RNG.integers(-4, 5, c) if ints else RNG.standard_normal(c)).astype(dtype) for c in concrete]
         (want,) = plan.run(feed, {"t": t})
         (got,) = xla.submit(_refine_and_run, static_arguments(text, concrete), feed).result(timeout=300)

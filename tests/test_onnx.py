@@ -120,6 +120,8 @@ def test_run_replays_on_the_callers_thread_per_feed_shape() -> None:
     assert not np.shares_memory(by_name, by_name_again)
     with pytest.raises(InputBufferNotFoundError, match="no output named 'z'"):
         sess.run(["z"], {"x": feeds[0]})
+    with pytest.raises(InputBufferNotFoundError, match="no output named"):
+        sess.run([["y"]], {"x": feeds[0]})  # type: ignore[list-item]
     with pytest.raises(InputBufferNotFoundError, match="no input named 'w'"):
         sess.run(None, {"x": feeds[0], "w": feeds[0]})
     with pytest.raises(VarBoundsError):

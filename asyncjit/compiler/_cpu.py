@@ -232,11 +232,11 @@ class CpuExecutable(Executable):
     @property
     def kernels(self) -> tuple[KernelInfo, ...]:
         """One record per kernel, in execution order: name, kind, bytes and flops over the vars."""
-        if self._kernels is None:
+        kernels = self._kernels
+        if kernels is None:  # two threads may both build them: the same records either way
             assert self._kernels_from is not None
-            self._kernels = self._checked_kernels(self._kernels_from())
-            self._kernels_from = None
-        return self._kernels
+            kernels = self._kernels = self._checked_kernels(self._kernels_from())
+        return kernels
 
     def __repr__(self) -> str:
         return (

@@ -441,8 +441,11 @@ def _lower_arange(w: _Writer, n: Node) -> str:
 def _lower_dim(w: _Writer, n: Node) -> str:
     expr = n.attrs["expr"]
     if isinstance(expr, int):
-        return w.constant(np.array(expr, dtype=n.dtype.np), w.ty(n))
-    return w.op(w.fresh(), "convert", [w.dim_value(expr, "dim")], ["tensor<i32>"], w.ty(n))
+        try:
+            return w.constant(np.array(expr, dtype=n.dtype.np), w.ty(n))
+        except OverflowError:
+            raise ExportError(f"dim {expr} does not fit {n.dtype.name}") from None
+    return w.op(w.fresh(), "convert", [w.dim_value(expr, "dim")], ["tensor<i64>"], w.ty(n))
 
 
 def _lower_conv1d(w: _Writer, n: Node) -> str:

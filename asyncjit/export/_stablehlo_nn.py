@@ -18,6 +18,7 @@ from ._writer import (
     _arr,
     _broadcast_to,
     _convert,
+    _index64,
     _name,
     _padding,
     _reduce_window,
@@ -217,19 +218,18 @@ def _lower_topk(w: _Writer, n: Node) -> str:
 
 def _lower_take(w: _Writer, n: Node) -> str:
     """``x`` read at ``index`` along the axis and at each element's own position elsewhere: the
-    index clamped into the axis (as asyncjit clamps it, in its own dtype so no wide unsigned
-    value wraps), iotas for the other axes, one full index vector per element for ``gather``."""
+    index read as asyncjit reads it (``_index64``: uint64 by its bits) and clamped into the
+    axis, iotas for the other axes, one full index vector per element for ``gather``."""
     x, idx = n.inputs
     axis = int(n.attrs["axis"])
     xs, ishape = _static(list(x.shape), n), _static(list(idx.shape), n)
     r = len(xs)
-    st = f"tensor<{element_type(idx.dtype)}>"
-    top = min(xs[axis] - 1, (1 << (8 * idx.dtype.np.itemsize - idx.dtype.is_signed)) - 1)
-    lo, hi = (w.constant(np.array(v, idx.dtype.np), st) for v in (0, top))
-    clamped = w.op(w.fresh(), "clamp", [lo, _name(w, idx), hi], [st, w.ty(idx), st], w.ty(idx))
+    st, i64 = "tensor<i64>", tensor_type(ishape, int64, stablehlo=True)
+    lo, hi = (w.constant(np.array(v, np.int64), st) for v in (0, max(xs[axis] - 1, 0)))
+    wide = _index64(w, _name(w, idx), ishape, idx.dtype)
+    at = w.op(w.fresh(), "clamp", [lo, wide, hi], [st, i64, st], i64)
     col = [*ishape, 1]
     col_ty = tensor_type(col, int64, stablehlo=True)
-    at = _convert(w, clamped, ishape, idx.dtype, int64)
     cols = [w.op(w.fresh(), "reshape", [at], [tensor_type(ishape, int64, stablehlo=True)], col_ty)]
     cols = [cols[0] if a == axis else _iota(w, col, a) for a in range(r)]
     full_ty = tensor_type([*ishape, r], int64, stablehlo=True)
@@ -259,7 +259,7 @@ def _lower_scatter(w: _Writer, n: Node) -> str:
     xs = _static(list(x.shape), n)
     size, (m,) = xs[axis], _static(list(idx.shape), n)
     i = _Same(w, (m,), int64)
-    at = _convert(w, _name(w, idx), (m,), idx.dtype, int64)  # a huge unsigned one turns negative
+    at = _index64(w, _name(w, idx), (m,), idx.dtype)  # a huge uint64 one turns negative
     spare = _const(w, size, int64, (m,))
     at = i.sel(i.logic("and", i.cmp("GE", at, _const(w, 0, int64, (m,))), i.cmp("LT", at, spare)), at, spare)
     if how == "none" and m > 1:  # overwritten: a later update has the same index

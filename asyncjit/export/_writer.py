@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..dtypes import DType, bool_
+from ..dtypes import DType, bool_, int64
 from ..errors import CompileError
 from ..graph import Node
 from ..symbolic import Dim, FloorDiv, Max, Min, Mod, Prod, Sum, Var
@@ -63,12 +63,13 @@ class _Writer:
     def shape_of(self, shape: Sequence[Dim], what: str) -> str:
         """A ``tensor<rank x i32>`` with ``shape``'s run-time value: ints, and expressions (sums,
         products, floor divisions, remainders, min/max) over vars an argument carries."""
-        parts = [
-            self.constant(np.array([d], np.int32), "tensor<1xi32>")
-            if isinstance(d, int)
-            else self.op(self.fresh(), "reshape", [self.dim_value(d, what)], ["tensor<i32>"], "tensor<1xi32>")
-            for d in shape
-        ]
+        parts = []
+        for d in shape:
+            if isinstance(d, int):
+                parts.append(self.constant(np.array([d], np.int32), "tensor<1xi32>"))
+                continue
+            size = self.op(self.fresh(), "convert", [self.dim_value(d, what)], ["tensor<i64>"], "tensor<i32>")
+            parts.append(self.op(self.fresh(), "reshape", [size], ["tensor<i32>"], "tensor<1xi32>"))
         if len(parts) == 1:
             return parts[0]
         out = f"tensor<{len(parts)}xi32>"
@@ -77,18 +78,22 @@ class _Writer:
         )
 
     def dim_value(self, d: Dim, what: str) -> str:
-        """``d``'s run-time value as a ``tensor<i32>`` (floor semantics as ``asyncjit.symbolic``).
+        """``d``'s run-time value as a ``tensor<i64>`` (int64 and floor semantics, as asyncjit
+        evaluates dims).
 
         Raises:
-            ExportError: ``d`` reads a var no argument carries (or an index or data-dependent size).
+            ExportError: ``d`` reads a var no argument carries (or an index or data-dependent
+                size), or holds an int outside int64.
         """
-        i32 = "tensor<i32>"
+        i64 = "tensor<i64>"
 
         def const(v: int) -> str:
-            return self.constant(np.array(v, np.int32), i32)
+            if not -(1 << 63) <= v < 1 << 63:
+                raise ExportError(f"{what}: dim {d} holds {v}, outside int64")
+            return self.constant(np.array(v, np.int64), i64)
 
         def binary(name: str, a: str, b: str) -> str:
-            return self.op(self.fresh(), name, [a, b], [i32, i32], i32)
+            return self.op(self.fresh(), name, [a, b], [i64, i64], i64)
 
         if isinstance(d, int):
             return const(d)
@@ -97,9 +102,9 @@ class _Writer:
             size = self.fresh()
             self.lines.append(
                 f"    {size} = stablehlo.get_dimension_size {arg}, dim = {axis} : "
-                f"({self.arg_type(arg)}) -> {i32}"
+                f"({self.arg_type(arg)}) -> tensor<i32>"
             )
-            return size
+            return self.op(self.fresh(), "convert", [size], ["tensor<i32>"], i64)
         if isinstance(d, Sum):
             acc = const(d.const)
             for atom, coeff in d.terms:
@@ -118,11 +123,11 @@ class _Writer:
             num, den = self.dim_value(d.num, what), const(d.den)
             rem = binary("remainder", num, den)
             negative = self.op(
-                self.fresh(), "compare", [rem, const(0)], [i32, i32], "tensor<i1>",
+                self.fresh(), "compare", [rem, const(0)], [i64, i64], "tensor<i1>",
                 "comparison_direction = #stablehlo<comparison_direction LT>",
             )  # fmt: skip
             fixed = binary("add", rem, den)
-            r = self.op(self.fresh(), "select", [negative, fixed, rem], ["tensor<i1>", i32, i32], i32)
+            r = self.op(self.fresh(), "select", [negative, fixed, rem], ["tensor<i1>", i64, i64], i64)
             return r if isinstance(d, Mod) else binary("divide", binary("subtract", num, r), den)
         if isinstance(d, Min | Max):
             name = "minimum" if isinstance(d, Min) else "maximum"
@@ -250,6 +255,16 @@ def _convert(w: _Writer, v: str, shape: Sequence[Dim], src: DType, dst: DType) -
         return v
     ty = (tensor_type(shape, t, stablehlo=True) for t in (src, dst))
     return w.op(w.fresh(), "convert", [v], [next(ty)], next(ty))
+
+
+def _index64(w: _Writer, v: str, shape: Sequence[Dim], src: DType) -> str:
+    """An integer index ``v`` as int64 the way asyncjit reads indices: every int dtype by value,
+    but uint64 by its bits (``bitcast_convert``: a value past ``2**63 - 1`` is negative, which
+    StableHLO's ``convert`` leaves undefined)."""
+    if src.np == np.uint64:
+        ty = (tensor_type(shape, t, stablehlo=True) for t in (src, int64))
+        return w.op(w.fresh(), "bitcast_convert", [v], [next(ty)], next(ty))
+    return _convert(w, v, shape, src, int64)
 
 
 def _kind(dtype: DType) -> str:

@@ -320,7 +320,12 @@ class InferenceSession:
         key = tuple([(k, v.shape, v.dtype) if type(v) is np.ndarray else None for k, v in feed.items()])
         if None in key:
             return None
-        return key, None if output_names is None else tuple(output_names)
+        names = None if output_names is None else tuple(output_names)
+        try:
+            hash(names)
+        except TypeError:  # not names at all: the full path says so
+            return None
+        return key, names
 
     def _remember_replay(
         self,
@@ -393,6 +398,7 @@ class InferenceSession:
             ]
             if len(self._bound) >= 8:
                 self._bound.clear()
+                self._replays.clear()  # they hold bound calls too
             entry = self._bound[key] = (exe.bind(ins, outs, values), ins, outs)
         call, ins, _ = entry
         for dst, src in zip(ins, arrays, strict=True):

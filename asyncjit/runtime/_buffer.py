@@ -435,7 +435,7 @@ class Buffer:
         if ev._error is None or not self._aliased:
             raise DonationError(f"{self!r}: only a failed output written over a donated input is reclaimed")
         with _uses_lock:
-            # its producer may not have dropped its use yet (it signals first): that one is done
+            # its producer dropped its use before it signalled: any use left is another command's
             if self._deleted is not None or self._uses - self._writing:
                 raise DonationError(f"{self!r} is still used by a pending command; it cannot be reclaimed")
             block, self._block = self._block, None
