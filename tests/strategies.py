@@ -646,7 +646,7 @@ def _matmul_ok(a: Sequence[Dim], c: Sequence[Dim]) -> bool:
 
 
 def _k_conv1d(b: _Builder) -> None:
-    k = b.draw(st.integers(1, 3))
+    k = b.draw(st.one_of(st.integers(1, 3), st.integers(9, 12)))  # long kernels loop over taps
     dilation = b.draw(st.integers(1, 2))
     stride = b.draw(st.integers(1, 2))
     groups = b.draw(st.sampled_from([1, 2]))
@@ -1200,7 +1200,8 @@ def _k_conv2d(b: _Builder) -> None:
 
 def _k_pool(b: _Builder) -> None:
     mode = b.draw(st.sampled_from(["max", "avg"]))
-    k, s = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
+    # windows past the codegen's unroll limit (8 taps) loop over their taps at run time
+    k, s = b.draw(st.one_of(st.integers(1, 3), st.integers(9, 12))), b.draw(st.integers(1, 3))
     pad = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
     ceil, include = b.draw(st.booleans()), b.draw(st.booleans())
     extra = max(k - 1 - pad[0] - pad[1], 0)

@@ -181,6 +181,38 @@ def test_pools_match_ort_and_compile(case: tuple[Any, ...]) -> None:
     check_compiled(ti.max_pool(k, s, p, d, bool(ceil)), [ti], [xi])
 
 
+def test_a_large_pool_window_loops_instead_of_unrolling() -> None:
+    """A 30x40 window (dilated, strided, padded, as ONNX's MaxPool2d_stride_padding_dilation case
+    has 60x80) compiles to loops over its taps: the IR stays the size of a small window's, where
+    1,200 unrolled tap loops took LLVM's optimizer many minutes. Results equal ORT's."""
+    x = RNG.standard_normal((1, 2, 120, 150)).astype(np.float32)
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    attrs = dict(kernel_shape=(30, 40), strides=(5, 5), dilations=(3, 3), pads=(5, 10, 5, 10))
+    mx = xt.max_pool((30, 40), (5, 5), (5, 10, 5, 10), (3, 3))
+    av = xt.avg_pool((30, 40), (5, 5), (5, 10, 5, 10), (1, 1), False, True)
+    got = check_compiled((mx, av), [xt], [x])
+    np.testing.assert_array_equal(got[0], run_ort("MaxPool", [x], attrs, [np.float32])[0])
+    ort_avg = dict(kernel_shape=(30, 40), strides=(5, 5), pads=(5, 10, 5, 10), count_include_pad=1)
+    want_avg = run_ort("AveragePool", [x], ort_avg, [np.float32])[0]
+    np.testing.assert_allclose(got[1], want_avg, rtol=1e-5, atol=1e-6)
+    small = compile(xt.max_pool((3, 3), (5, 5), (1, 1, 1, 1), (3, 3)), [xt], cache_dir="off")
+    large = compile(mx, [xt], cache_dir="off")
+    assert len(large.ir_text) < 2 * len(small.ir_text)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+@pytest.mark.parametrize("k", [3, 40])
+def test_direct_conv1d_short_and_long_kernels(dtype: Any, k: int) -> None:
+    """The direct conv1d (other dtypes than float32) unrolls short kernels and loops over long
+    ones: both equal the reference, over a symbolic length too."""
+    n = Var("n", 80, 200)
+    x = RNG.standard_normal((2, 3, 90)).astype(dtype)
+    wv = (RNG.standard_normal((4, 3, k)) / k).astype(dtype)
+    xt = Tensor.placeholder((2, 3, n), dtype, "x")
+    y = xt.conv1d(Tensor.const(wv), stride=2, padding=k // 2, dilation=2)
+    check_compiled(y, [xt], [x], {"n": 90}, tol=1e-2 if dtype == np.float16 else 1e-9)
+
+
 def test_pool_edges() -> None:
     """A window of padding only: max gives -inf, avg 0; a symbolic length in ceil mode."""
     x = RNG.standard_normal((1, 1, 2)).astype(np.float32)

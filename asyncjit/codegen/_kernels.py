@@ -25,7 +25,7 @@ from ._dynamic import emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
-from ._nnkernels import emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
+from ._nnkernels import UNROLL_TAPS, emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._reduce_rows import emit_reduce_rows, rows_worthwhile
 from ._scalar import combine, double_to_half, intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
@@ -435,7 +435,8 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
         b.store(ir.Constant(acc_ty, 0.0), acc)
         ov = em.dim(o)
         g = b.udiv(ov, i64(og))
-        for kk in range(k):
+
+        def tap(kk: Dim) -> None:
             pos: Dim = ll * stride + kk * dilation - pl
             valid = em.in_range(pos, length)
             posv = em.dim(pos)
@@ -444,7 +445,7 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
             posv = b.select(b.icmp_signed("<", posv, i64(0)), i64(0), posv)
             p_atom = em.bind(posv, length)
 
-            def chan(c: Index, p_atom: Index = p_atom, valid: ir.Value = valid, kk: int = kk) -> None:
+            def chan(c: Index) -> None:
                 cin = em.bind(b.add(b.mul(g, i64(cin_g)), em.dim(c)), cin_g * groups)
                 xv = em.load(x, (nn, cin, p_atom))
                 wv = em.load(w, (o, c, kk))
@@ -455,6 +456,12 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
                 b.store(b.fadd(cur, b.fmul(xv, wv, flags=("contract",)), flags=_REDUCE_FLAGS), acc)
 
             ctx.loop(cin_g, chan)
+
+        if k <= UNROLL_TAPS:  # short kernels unroll (each tap's bounds fold); long ones loop
+            for kk in range(k):
+                tap(kk)
+        else:
+            ctx.loop(k, tap)
         out = b.load(acc, typ=acc_ty)
         if node.dtype.name == "float16":
             out = b.fptrunc(out, F16)

@@ -9,7 +9,7 @@ results of loops bounded by the axis.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -216,18 +216,22 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
     ident = ir.Constant(F32, float(reduce_identity("max", node.dtype)) if mode == "max" else 0.0)
     last = r - 1
 
-    def tap_range(ax: int, o: ir.Value, t: int) -> tuple[ir.Value, ir.Value]:
-        pos = b.sub(b.add(b.mul(o, i64(strides[ax])), i64(t * dils[ax])), los[ax])
+    def tap_range(ax: int, o: ir.Value, t: ir.Value) -> tuple[ir.Value, ir.Value]:
+        pos = b.sub(b.add(b.mul(o, i64(strides[ax])), b.mul(t, i64(dils[ax]))), los[ax])
         return pos, b.and_(b.icmp_signed(">=", pos, i64(0)), b.icmp_signed("<", pos, sizes[ax]))
 
     def count(ax: int, o: ir.Value) -> ir.Value:
-        total: ir.Value = i64(0)
-        for t in range(ks[ax]):
+        total = ctx.alloca(I64)
+        b.store(i64(0), total)
+
+        def one(t: ir.Value) -> None:
             pos, ok = tap_range(ax, o, t)
             if include:
                 ok = b.icmp_signed("<", pos, b.add(sizes[ax], his[ax]))
-            total = b.add(total, b.zext(ok, I64))
-        return total
+            b.store(b.add(b.load(total, typ=I64), b.zext(ok, I64)), total)
+
+        _taps(b, ks[ax], one, f"c{ax}")
+        return b.load(total, typ=I64)
 
     with for_range(b, i64(0), chans, name="nc") as nc:
         xplane = b.gep(xbuf, [b.mul(nc, in_plane)], source_etype=F32)
@@ -255,8 +259,9 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
 
             def outer_taps(level: int, src: ir.Value) -> None:
                 if level == len(outer_ok):
-                    for t in range(ks[last]):
-                        off = b.sub(i64(t * dils[last]), los[last])
+
+                    def last_tap(t: ir.Value) -> None:
+                        off = b.sub(b.mul(t, i64(dils[last])), los[last])
                         lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
                         with for_range(b, lo, hi, name="j") as j:
                             xi = b.add(src, b.add(b.mul(j, i64(strides[last])), off))
@@ -265,15 +270,20 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                             cur = b.load(yp, typ=F32, align=4)
                             new = _max(b, "max", cur, v) if mode == "max" else b.fadd(cur, v)
                             b.store(new, yp, align=4)
+
+                    _taps(b, ks[last], last_tap, "tl")
                     return
                 ax2, o = outer_ok[level]
                 xstride: ir.Value = i64(1)
                 for a2 in range(ax2 + 1, r):
                     xstride = b.mul(xstride, sizes[a2])
-                for t in range(n_outer[level]):
+
+                def outer_tap(t: ir.Value) -> None:
                     pos, ok = tap_range(ax2, o, t)
                     with b.if_then(ok):
                         outer_taps(level + 1, b.add(src, b.mul(pos, xstride)))
+
+                _taps(b, n_outer[level], outer_tap, f"t{level}")
 
             outer_taps(0, xoff)
             if mode == "avg":
@@ -284,6 +294,22 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                     b.store(b.select(b.icmp_signed(">", n, i64(0)), q, ir.Constant(F32, 0.0)), yp, align=4)
 
         rows(0, i64(0), i64(0), i64(1), [])
+
+
+UNROLL_TAPS = 8
+"""Window axes up to this many taps are unrolled (each tap's valid range folds at compile time);
+longer ones loop at run time, so a large window (a 60x80 pool) cannot blow up the IR (thousands of
+unrolled loops took LLVM's optimizer tens of minutes)."""
+
+
+def _taps(b: ir.IRBuilder, n: int, body: Callable[[ir.Value], None], name: str) -> None:
+    """``body(t)`` for every tap ``t`` in ``[0, n)``: unrolled up to ``UNROLL_TAPS``, else a loop."""
+    if n <= UNROLL_TAPS:
+        for t in range(n):
+            body(i64(t))
+        return
+    with for_range(b, i64(0), i64(n), name=name) as t:
+        body(t)
 
 
 def _outer(node: Node, axis: int) -> list[Dim]:
