@@ -22,7 +22,7 @@ from ._stream import DONE, OPEN, MuxStream, StepFuture
 if TYPE_CHECKING:
     from ._mux import StreamMux
 
-__all__ = ["StepGroup", "submit_many", "submit_many_nowait", "wait_all"]
+__all__ = ["StepGroup", "notify_when_done", "submit_many", "submit_many_nowait", "unnotify", "wait_all"]
 
 
 class StepGroup:
@@ -113,3 +113,26 @@ async def wait_all(mux: StreamMux, futures: Sequence[StepFuture]) -> None:
             if f._state < DONE:
                 f._abandon()
         raise
+
+
+def notify_when_done(futures: Sequence[StepFuture], signal: Signal) -> list[StepFuture]:
+    """Set ``signal`` once every future is done, without a task waiting for it meanwhile (a
+    server's responder parked on its own signal): the futures it watches (none: set now)."""
+    left = [f for f in futures if f._state < DONE]
+    if not left:
+        signal.set()
+        return left
+    group = StepGroup(len(left), signal)
+    for f in left:
+        if f._group is not None:
+            raise RuntimeError(f"{f!r} is already awaited by another wait_all")
+        f._group = group
+    return left
+
+
+def unnotify(futures: Sequence[StepFuture]) -> None:
+    """Undo ``notify_when_done`` (its waiter was cancelled): abandon what is still unfinished."""
+    for f in futures:
+        f._group = None
+        if f._state < DONE:
+            f._abandon()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -31,6 +32,8 @@ from ..audio import PcmConverter, PcmFormat
 from ..errors import AudioFormatError, JitError, WouldBlock
 from ..models._speech_tracker import SpeechEdge, SpeechTracker
 from ..scheduler import MuxStream, Rechunker, StepFuture
+from ..scheduler._many import notify_when_done, unnotify
+from ..scheduler._signal import Signal, signal_factory
 from ._errors import ClientError
 
 if TYPE_CHECKING:
@@ -95,7 +98,15 @@ class Connection(abc.ABC):
         self.reason: tuple[str, str] | None = None  # set by whoever decides the connection ends
         self.read_scope = anyio.CancelScope()
         self.scope = anyio.CancelScope()
-        self._send, self._recv = anyio.create_memory_object_stream[list[tuple[Any, ...]]](OUTBOX_ITEMS)
+        # the outbox: items of ops from the reader to the responder, at most OUTBOX_ITEMS
+        self._outbox: deque[list[tuple[Any, ...]]] = deque()
+        self._outbox_closed = False
+        self._signal = signal_factory()
+        self._room: Signal | None = None  # the reader waits for room in the outbox
+        self._wake: Signal | None = None  # the responder waits for work
+        self._watched: list[StepFuture] = []  # ... set when these steps are done
+        self._transport = getattr(stream, "_transport", None)  # anyio's asyncio stream: written directly
+        self._raw = None if self._transport is not None else _raw_socket(stream)
         self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
         self._wbuf = bytearray()
         self._streams: set[MuxStream] = set()
@@ -106,7 +117,7 @@ class Connection(abc.ABC):
 
     def idle(self) -> bool:
         """Waiting for the client (nothing of ours queued or being written)."""
-        return not self.writing and self._send.statistics().current_buffer_used == 0
+        return not self.writing and not self._outbox
 
     # -- provided by each protocol (abstract: a subclass missing one cannot be made) --------
     @abc.abstractmethod
@@ -147,14 +158,38 @@ class Connection(abc.ABC):
         self._ops.append(item)
 
     async def commit(self) -> None:
-        """Send the queued ops as one outbox item (waits while the outbox is full: backpressure)."""
+        """Send the queued ops as one outbox item (waits while the outbox is full: backpressure).
+
+        A responder parked for work is woken when the item's steps are done, not before: it
+        would only park again on them (one task switch per read saved)."""
         ops = self._ops
-        if ops:
-            self._ops = []
+        if not ops:
+            return
+        self._ops = []
+        outbox = self._outbox
+        while len(outbox) >= OUTBOX_ITEMS and not self._outbox_closed:
+            room = self._room = self._signal()
             try:
-                self._send.send_nowait(ops)
-            except anyio.WouldBlock:
-                await self._send.send(ops)
+                await room.wait()
+            finally:
+                self._room = None
+        if self._outbox_closed:
+            raise anyio.BrokenResourceError("the responder is gone")
+        outbox.append(ops)
+        wake = self._wake
+        if wake is not None and not self._watched:
+            futures = [fut for op in ops if op[0] == AUDIO for fut in op[2]]
+            if futures:
+                self._watched = notify_when_done(futures, wake)
+            else:
+                wake.set()
+
+    def _close_outbox(self) -> None:
+        """No more items: the responder answers what is queued and returns."""
+        self._outbox_closed = True
+        for signal in (self._room, None if self._watched else self._wake):
+            if signal is not None:
+                signal.set()
 
     async def put(self, item: tuple[Any, ...]) -> None:
         """Queue one op and commit."""
@@ -224,25 +259,34 @@ class Connection(abc.ABC):
                 self.reason = ("done", "the client went away")
             self.scope.cancel()
 
+    async def _park(self) -> None:
+        """Wait for the reader's next item (woken when its steps are done: see ``commit``)."""
+        wake = self._wake = self._signal()
+        try:
+            await wake.wait()
+        except BaseException:
+            unnotify(self._watched)
+            raise
+        finally:
+            self._wake = None
+            self._watched = []
+
     async def _respond_loop(self) -> None:
-        recv, metrics = self._recv, self.server.metrics
+        outbox, metrics = self._outbox, self.server.metrics
         while True:
-            try:
-                ops = recv.receive_nowait()
-            except anyio.WouldBlock:
+            if not outbox:
                 if self._wbuf:
                     await self.flush()
-                try:
-                    ops = await recv.receive()
-                except anyio.EndOfStream:
+                elif self._outbox_closed:
                     return
-            except anyio.EndOfStream:
-                return
-            while True:  # the items ready now are answered together: one wait, one write
-                try:
-                    ops += recv.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
+                else:
+                    await self._park()
+                continue
+            ops = outbox.popleft()
+            while outbox:  # the items ready now are answered together: one wait, one write
+                ops += outbox.popleft()
+            if self._room is not None:
+                self._room.set()
             waiting = [fut for op in ops if op[0] == AUDIO for fut in op[2] if not fut.done()]
             if waiting:
                 if self._wbuf:  # write what is ready before waiting (under load the outbox
@@ -301,9 +345,33 @@ class Connection(abc.ABC):
         data = bytes(self._wbuf)
         self._wbuf.clear()
         self.writing = True
-        await self.stream.send(data)
+        rest = self._write_now(data)
+        if rest is not None:
+            await self.stream.send(rest)
         self.writing = False
         self.written += 1
+
+    def _write_now(self, data: bytes) -> bytes | None:
+        """Write without the checkpoint a stream's ``send`` makes (a loop iteration per write):
+        what ``send`` must still do (nothing: None; b"" on asyncio: wait until the transport's
+        buffer drains, as ``send`` would, so a client that does not read still stalls us)."""
+        transport = self._transport
+        if transport is not None:
+            proto = getattr(self.stream, "_protocol", None)
+            event = getattr(proto, "write_event", None)
+            if event is None or not event.is_set() or transport.is_closing():
+                return data
+            transport.write(data)
+            return None if event.is_set() else b""
+        if self._raw is None:
+            return data
+        try:
+            sent = self._raw.send(data)
+        except (BlockingIOError, InterruptedError):
+            return data
+        except OSError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from exc
+        return data[sent:] if sent < len(data) else None
 
     def write(self, data: bytes) -> None:
         self._wbuf += data
@@ -321,8 +389,7 @@ class Connection(abc.ABC):
             with self.scope:
                 await self._run()
         finally:
-            self._send.close()
-            self._recv.close()
+            self._close_outbox()
             for stream in list(self._streams):
                 self._close_stream(stream)
             code, message = self.reason or ("internal_error", "cancelled")
@@ -401,4 +468,14 @@ class Connection(abc.ABC):
                 await self.finish()  # the client hung up mid-utterance: answer what it sent
             self.utt = None
             await self.put((CLOSE, code, message))
-            self._send.close()
+            self._close_outbox()
+
+
+def _raw_socket(stream: anyio.abc.ByteStream) -> Any:
+    """The socket under anyio's trio socket stream, written directly (None: not one)."""
+    if type(stream).__module__ != "anyio._backends._trio":
+        return None
+    try:
+        return stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    except anyio.TypedAttributeLookupError:
+        return None
