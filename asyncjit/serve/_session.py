@@ -105,7 +105,9 @@ class Connection(abc.ABC):
         self._room: Signal | None = None  # the reader waits for room in the outbox
         self._wake: Signal | None = None  # the responder waits for work
         self._watched: list[StepFuture] = []  # ... set when these steps are done
-        self._transport = getattr(stream, "_transport", None)  # anyio's asyncio stream: written directly
+        # anyio's asyncio socket stream: read and written through its transport directly
+        self._proto = getattr(stream, "_protocol", None)
+        self._transport = getattr(stream, "_transport", None) if hasattr(self._proto, "read_queue") else None
         self._raw = None if self._transport is not None else _raw_socket(stream)
         self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
         self._wbuf = bytearray()
@@ -147,6 +149,40 @@ class Connection(abc.ABC):
         it sends through the outbox (``put((RAW, data))``), as the responder already runs."""
 
     # -- the reader's side -----------------------------------------------------------------
+    async def receive(self, max_bytes: int = READ_BYTES) -> bytes:
+        """``stream.receive``, but on anyio's asyncio stream the transport keeps reading between
+        calls instead of being paused after each one and resumed before the next (two
+        ``epoll_ctl`` calls and their Python per read). It pauses when bytes are left over (a
+        backlog: take it first) and before the reader waits for room (``_hold``), so a
+        connection's memory stays bounded as with ``stream.receive``.
+        """
+        transport = self._transport
+        proto = self._proto
+        if transport is None or proto is None:
+            return await self.stream.receive(max_bytes)
+        queue = proto.read_queue
+        if not queue:
+            if proto.is_at_eof or proto.exception is not None or transport.is_closing():
+                return await self.stream.receive(max_bytes)  # raises as the stream would
+            transport.resume_reading()
+            await proto.read_event.wait()
+            if not queue:  # the end of the stream, or an error: the stream says which
+                return await self.stream.receive(max_bytes)
+        chunk: bytes = queue.popleft()
+        if len(chunk) > max_bytes:
+            queue.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        if queue:
+            transport.pause_reading()
+        else:
+            proto.read_event.clear()
+        return chunk
+
+    def _hold(self) -> None:
+        """The reader is about to wait (for room): stop reading the socket meanwhile."""
+        if self._transport is not None:
+            self._transport.pause_reading()
+
     def end(self, code: str, message: str) -> None:
         """Decide why the connection ends (the first reason wins) and stop the reader."""
         if self.reason is None:
@@ -168,6 +204,7 @@ class Connection(abc.ABC):
         self._ops = []
         outbox = self._outbox
         while len(outbox) >= OUTBOX_ITEMS and not self._outbox_closed:
+            self._hold()
             room = self._room = self._signal()
             try:
                 await room.wait()
@@ -177,7 +214,7 @@ class Connection(abc.ABC):
             raise anyio.BrokenResourceError("the responder is gone")
         outbox.append(ops)
         wake = self._wake
-        if wake is not None and not self._watched:
+        if wake is not None and not self._watched and not wake.is_set():
             futures = [fut for op in ops if op[0] == AUDIO for fut in op[2]]
             if futures:
                 self._watched = notify_when_done(futures, wake)
@@ -205,6 +242,7 @@ class Connection(abc.ABC):
         except AudioFormatError as exc:
             raise ClientError("bad_audio", str(exc)) from None
         stream = self.server.mux.open_stream(name=f"{self.protocol}:{self.peer}")
+        self._hold()
         await stream.__aenter__()  # a slot is free or about to be (connections <= max_streams)
         self._streams.add(stream)
         self.utt = Utterance(stream, converter_check, self.server, probabilities)
@@ -233,6 +271,7 @@ class Connection(abc.ABC):
         try:
             futures = mux.submit_many_nowait(streams, rows)
         except WouldBlock:
+            self._hold()
             await self.commit()
             futures = await mux.submit_many(streams, rows)
         self._ops.append((AUDIO, utt, futures, time.perf_counter()))
@@ -357,8 +396,7 @@ class Connection(abc.ABC):
         buffer drains, as ``send`` would, so a client that does not read still stalls us)."""
         transport = self._transport
         if transport is not None:
-            proto = getattr(self.stream, "_protocol", None)
-            event = getattr(proto, "write_event", None)
+            event = getattr(self._proto, "write_event", None)
             if event is None or not event.is_set() or transport.is_closing():
                 return data
             transport.write(data)

@@ -128,10 +128,10 @@ class WebSocketConnection(Connection):
         return b"".join(proto.data_to_send())
 
     async def read_loop(self) -> None:
-        proto, stream = self.proto, self.stream
+        proto = self.proto
         text: bytearray | None = None  # a fragmented text message being received
         while True:
-            data = await stream.receive(READ_BYTES)
+            data = await self.receive(READ_BYTES)
             proto.receive_data(data)
             for frame in proto.events_received():
                 if not isinstance(frame, Frame):

@@ -189,7 +189,7 @@ class WyomingConnection(Connection):
     async def read_loop(self) -> None:
         buf = bytearray()
         pos = 0
-        receive = partial(self.stream.receive, READ_BYTES)
+        receive = partial(self.receive, READ_BYTES)
         self._fmt: PcmFormat | None = None
         self._wire: tuple[Any, ...] = ()
         while True:
