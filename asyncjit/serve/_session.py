@@ -52,6 +52,8 @@ client submits without waiting."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
+BURST_READS = 8
+"""Full raw reads (trio) in a row before the reader checkpoints anyway."""
 FLUSH_BYTES = 8192
 """Buffered answers are written at once past this size (else when the outbox is empty, or before
 waiting for a step)."""
@@ -109,6 +111,8 @@ class Connection(abc.ABC):
         self._proto = getattr(stream, "_protocol", None)
         self._transport = getattr(stream, "_transport", None) if hasattr(self._proto, "read_queue") else None
         self._raw = None if self._transport is not None else _raw_socket(stream)
+        self._more = False  # the last raw read filled its buffer: more is likely waiting
+        self._burst = 0  # raw reads in a row without waiting
         self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
         self._wbuf = bytearray()
         self._streams: set[MuxStream] = set()
@@ -159,6 +163,8 @@ class Connection(abc.ABC):
         transport = self._transport
         proto = self._proto
         if transport is None or proto is None:
+            if self._raw is not None:
+                return await self._receive_raw(max_bytes)
             return await self.stream.receive(max_bytes)
         queue = proto.read_queue
         if not queue:
@@ -177,6 +183,33 @@ class Connection(abc.ABC):
         else:
             proto.read_event.clear()
         return chunk
+
+    async def _receive_raw(self, max_bytes: int) -> bytes:
+        """On trio: wait until the socket is readable, then ``recv`` (the stream's ``receive``
+        first tries a ``recv`` that fails when the client has sent nothing yet, and checkpoints
+        around it). After a full read more is likely waiting: read at once, with a checkpoint
+        every ``BURST_READS`` reads so that a client sending without pause cannot hold the loop."""
+        import trio  # only a trio stream has a raw socket here
+
+        sock = self._raw
+        assert sock is not None
+        if not self._more:
+            await trio.lowlevel.wait_readable(sock)
+        elif self._burst >= BURST_READS:
+            self._burst = 0
+            await trio.lowlevel.checkpoint()
+        try:
+            data: bytes = sock.recv(max_bytes)
+        except (BlockingIOError, InterruptedError):
+            self._more = False
+            return await self.stream.receive(max_bytes)
+        except OSError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from exc
+        if not data:
+            raise anyio.EndOfStream
+        self._more = len(data) == max_bytes
+        self._burst = self._burst + 1 if self._more else 0
+        return data
 
     def _hold(self) -> None:
         """The reader is about to wait (for room): stop reading the socket meanwhile."""
@@ -510,7 +543,7 @@ class Connection(abc.ABC):
 
 
 def _raw_socket(stream: anyio.abc.ByteStream) -> Any:
-    """The socket under anyio's trio socket stream, written directly (None: not one)."""
+    """The socket under anyio's trio socket stream, read and written directly (None: not one)."""
     if type(stream).__module__ != "anyio._backends._trio":
         return None
     try:
