@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import math
 import typing
 from collections.abc import Callable
@@ -220,6 +221,36 @@ def test_tracker_edges_are_the_batch_segments(
         assert abs(start.sample - seg.start) <= pad
         assert abs(end.sample - seg.end) <= pad
         assert start.sample <= end.sample
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    probs=_probabilities(),
+    max_speech_duration_s=st.sampled_from([math.inf, 0.5]),
+    use_max=st.booleans(),
+    cuts=st.lists(st.integers(0, 400), max_size=6),
+)
+def test_tracker_push_many_is_push_one_by_one(
+    probs: list[float], max_speech_duration_s: float, use_max: bool, cuts: list[int]
+) -> None:
+    """``push_many`` over any split of the probabilities gives the edges (and the end) of
+    ``push`` called per probability."""
+    from asyncjit.models import SpeechTracker
+
+    kw: dict[str, Any] = {
+        "max_speech_duration_s": max_speech_duration_s,
+        "use_max_poss_sil_at_max_speech": use_max,
+    }
+    one = SpeechTracker(16000, window_size_samples=512, **kw)
+    expected = [(e.kind, e.sample) for p in probs for e in one.push(p)] + [
+        (e.kind, e.sample) for e in one.finish()
+    ]
+    many = SpeechTracker(16000, window_size_samples=512, **kw)
+    bounds = [0, *sorted(c for c in cuts if c < len(probs)), len(probs)]
+    got = [(e.kind, e.sample) for a, b in itertools.pairwise(bounds) for e in many.push_many(probs[a:b])]
+    got += [(e.kind, e.sample) for e in many.finish()]
+    assert got == expected
+    assert many.speeches == one.speeches
 
 
 def test_tracker_reports_a_start_before_the_segment_ends() -> None:

@@ -18,6 +18,7 @@ splits the gap, a live stream cannot see the next segment yet): at most ``speech
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import attrs
 
@@ -106,6 +107,19 @@ class SpeechTracker:
             if earliest_end - cur["start"] > self.min_speech_samples:
                 self._announce(cur["start"])
         return self._edges
+
+    def push_many(self, probs: Iterable[float]) -> list[SpeechEdge]:
+        """``push`` each probability in order; all their edges. For a server answering many
+        chunks at once: a chunk of silence outside a segment costs one comparison (``_step``
+        would only count it: no segment is open while not triggered)."""
+        edges: list[SpeechEdge] = []
+        threshold = self.threshold
+        for prob in probs:
+            if not self._triggered and prob < threshold:
+                self._i += 1
+                continue
+            edges += self.push(prob)
+        return edges
 
     def finish(self, audio_length_samples: int | None = None) -> list[SpeechEdge]:
         """The end of the audio (default: after the last chunk): close the open segment."""

@@ -1,17 +1,23 @@
 """Prometheus metrics of a server (``prometheus-client``), one registry per server.
 
-Counters and the step latency histogram are updated by the connections; the batch sizes are
-read from the ``StreamMux``'s own per-size counts when Prometheus scrapes (no cost per batch).
+The connections update the counters; the chunks answered and the step latency, updated once per
+responder wake-up, are plain ints turned into samples when Prometheus scrapes (prometheus-client's
+own metrics take a lock per update). The batch sizes are read from the ``StreamMux``'s own
+per-size counts at scrape time too (no cost per batch).
 """
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from ..scheduler import StreamMux
 
@@ -57,6 +63,39 @@ class _BatchSizes(Collector):
         yield family
 
 
+class StepTally(Collector):
+    """``asyncjit_serve_chunks_total`` and ``asyncjit_serve_step_latency_seconds`` (the same
+    samples a ``Counter`` and a ``Histogram`` expose), counted in plain Python by ``record``."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # the last: over every bound (+Inf)
+        self.latency_sum = 0.0
+        self.created = time.time()
+
+    def record(self, chunks: int, seconds: float) -> None:
+        """``chunks`` answered, ``seconds`` after the first of them was submitted."""
+        self.chunks += chunks
+        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.latency_sum += seconds
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        yield CounterMetricFamily(
+            "asyncjit_serve_chunks", "model chunks stepped", value=self.chunks, created=self.created
+        )
+        name = "asyncjit_serve_step_latency_seconds"
+        cum = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, n in zip((*map(floatToGoString, LATENCY_BUCKETS), "+Inf"), self.buckets, strict=True):
+            cum += n
+            buckets.append((bound, float(cum)))
+        family = HistogramMetricFamily(
+            name, "a chunk's submit to its result (queue + batch + compute)", buckets, self.latency_sum
+        )
+        family.samples.append(Sample(f"{name}_created", {}, self.created, None, None))
+        yield family
+
+
 class ServeMetrics:
     """The server's counters, gauges and histograms in their own ``CollectorRegistry``."""
 
@@ -66,19 +105,14 @@ class ServeMetrics:
         self.open_streams = Gauge(
             "asyncjit_serve_open_streams", "connections being served", ["protocol"], registry=r
         )
-        self.chunks = Counter("asyncjit_serve_chunks", "model chunks stepped", registry=r)
         self.refusals = Counter(
             "asyncjit_serve_refusals", "connections refused at admission", ["reason"], registry=r
         )
         self.closes = Counter(
             "asyncjit_serve_closes", "connections closed, by reason", ["protocol", "reason"], registry=r
         )
-        self.step_latency = Histogram(
-            "asyncjit_serve_step_latency_seconds",
-            "a chunk's submit to its result (queue + batch + compute)",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.steps = StepTally()
+        r.register(self.steps)
         self._batches = _BatchSizes()
         r.register(self._batches)
 

@@ -33,6 +33,8 @@ class ServedModel:
 
     def probability(self, result: Any) -> float:
         """A step's output as one number: the speech probability (the first element)."""
+        if type(result) is np.ndarray and result.size:
+            return float(result.item(0))  # one call (once per chunk)
         arr = np.asarray(result)
         return float(arr if arr.ndim == 0 else arr.reshape(-1)[0])
 

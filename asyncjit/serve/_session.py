@@ -344,7 +344,7 @@ class Connection(abc.ABC):
             self._watched = []
 
     async def _respond_loop(self) -> None:
-        outbox, metrics = self._outbox, self.server.metrics
+        outbox, steps = self._outbox, self.server.metrics.steps
         while True:
             if not outbox:
                 if self._wbuf:
@@ -384,8 +384,7 @@ class Connection(abc.ABC):
                     self._closing = True
                     self.on_close(op[1], op[2])
             if stepped:  # once per wake-up: the first submit's latency, and the count
-                metrics.step_latency.observe(time.perf_counter() - started)
-                metrics.chunks.inc(stepped)
+                steps.record(stepped, time.perf_counter() - started)
             if self._closing:
                 await self.flush()
                 self._close_sent = True
@@ -396,13 +395,22 @@ class Connection(abc.ABC):
     def _answer(self, utt: Utterance, futures: list[StepFuture]) -> int:
         """Feed finished steps' probabilities to the tracker, in order; the steps answered."""
         probability, tracker = self.server.model.probability, utt.tracker
+        if not utt.probabilities:  # the tracker takes them all in one call
+            probs = []
+            for fut in futures:
+                try:
+                    probs.append(probability(fut.result()))
+                except JitError as exc:
+                    self._step_failed(exc)
+            utt.chunks += len(probs)
+            for edge in tracker.push_many(probs):
+                self.on_edge(utt, edge)
+            return len(futures)
         for fut in futures:
             try:
                 p = probability(fut.result())
             except JitError as exc:
-                code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
-                self.log.warning("step.failed", error=str(exc))
-                self.end(code, str(exc))
+                self._step_failed(exc)
                 continue
             utt.chunks += 1
             if utt.probabilities:
@@ -412,6 +420,11 @@ class Connection(abc.ABC):
                 for edge in edges:
                     self.on_edge(utt, edge)
         return len(futures)
+
+    def _step_failed(self, exc: JitError) -> None:
+        code = "bad_audio" if isinstance(exc, AudioFormatError) else "internal_error"
+        self.log.warning("step.failed", error=str(exc))
+        self.end(code, str(exc))
 
     async def flush(self) -> None:
         data = bytes(self._wbuf)

@@ -42,6 +42,8 @@ __all__ = ["WyomingConnection", "encode_event", "info_event"]
 
 
 _PONGS: dict[str, bytes] = {}
+_CHUNK = AudioChunk(rate=16000, width=2, channels=1, audio=b"").event().type  # "audio-chunk"
+_PING = Ping().event().type  # "ping"
 
 
 def encode_event(event: Event) -> bytes:
@@ -192,6 +194,7 @@ class WyomingConnection(Connection):
         receive = partial(self.receive, READ_BYTES)
         self._fmt: PcmFormat | None = None
         self._wire: tuple[Any, ...] = ()
+        self._checked: dict[str, Any] | None = None  # an audio-chunk's data that matched _wire
         while True:
             try:
                 data = await receive()
@@ -217,13 +220,15 @@ class WyomingConnection(Connection):
         try:
             for kind, data, start, stop in frames:
                 self.received += 1
-                if AudioChunk.is_type(kind):
-                    self._check_chunk(data)
+                if kind == _CHUNK:
+                    if data is not self._checked:  # the header cache hands out the same dict
+                        self._check_chunk(data)
+                        self._checked = data
                     if not audio:
                         slot = len(self._ops)
                     audio.append((start, stop))
-                elif Ping.is_type(kind):
-                    self.queue((PING, Ping.from_event(Event(kind, data)).text))
+                elif kind == _PING:
+                    self.queue((PING, data.get("text")))  # Ping.from_event's text
                 else:
                     if audio:
                         await self._audio_spans(buf, audio, slot)
@@ -266,12 +271,14 @@ class WyomingConnection(Connection):
                 raise ClientError("bad_audio", str(exc)) from None
             self._wire = (start.rate, start.width, start.channels)
             self._fmt = fmt
+            self._checked = None
             await self.begin(fmt)
         elif AudioStop.is_type(event.type):
             if self._fmt is None:
                 raise ClientError("no_audio_start", "audio-stop before audio-start")
             await self.finish()
             self._fmt = None
+            self._checked = None
         elif Describe.is_type(event.type):
             info = info_event(
                 server.model.name, server.model.description, server.model.languages, server.version
