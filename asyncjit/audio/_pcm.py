@@ -112,9 +112,8 @@ class PcmConverter:
         if not whole:
             return np.zeros(0, np.float32)
         pcm = np.frombuffer(data, self._dtype, count=whole // self._dtype.itemsize)
-        if self._direct is not None:
-            out: npt.NDArray[np.float32] = pcm.astype(np.float32)
-            out *= self._direct
+        if self._direct is not None:  # one ufunc: converted to float32, then scaled
+            out: npt.NDArray[np.float32] = np.multiply(pcm, self._direct, dtype=np.float32)
             return out
         if self._float and not np.isfinite(pcm).all():
             raise AudioFormatError("float32 PCM holds NaN or inf samples")

@@ -40,7 +40,8 @@ class StepGroup:
             self._signal.set()
 
 
-def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> Sequence[Any]:
+def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> list[Any]:
+    """The chunks as private copies in the plan's dtype (checked before anything is queued)."""
     n = len(streams)
     if isinstance(chunks, np.ndarray):
         if chunks.ndim != len(mux._chunk_shape) + 1 or chunks.shape[0] != n:
@@ -48,18 +49,20 @@ def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> Se
                 f"{mux.name}: chunks for {n} streams must have shape ({n}, *{mux._chunk_shape}), "
                 f"got {chunks.shape}"
             )
-        return list(chunks)  # rows are views; _coerce copies each into the stream's own chunk
+        if chunks.dtype == mux._chunk_dtype and chunks.shape[1:] == mux._chunk_shape:
+            return list(chunks.copy())  # one copy for the block; each step keeps a row of it
+        return [mux._coerce(c) for c in chunks]  # rows are views: _coerce copies each
     items = list(chunks)
     if len(items) != n:
         raise ShapeMismatchError(f"{mux.name}: {len(items)} chunks for {n} streams; give one per stream")
-    return items
+    return [mux._coerce(c) for c in items]
 
 
 def submit_many_nowait(
     mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
 ) -> list[StepFuture]:
     """All or nothing: every stream is usable and has room for its steps, or nothing is queued."""
-    items = _chunk_list(mux, streams, chunks)
+    coerced = _chunk_list(mux, streams, chunks)
     depth = mux.queue_depth
     counts: dict[MuxStream, int] = {}
     for s in streams:
@@ -71,7 +74,6 @@ def submit_many_nowait(
                 f"{s!r}: no room for {k} more step(s) (queue_depth={depth}); await submit_many() "
                 "to wait for room"
             )
-    coerced = [mux._coerce(c) for c in items]  # checked before anything is queued
     return [s._enqueue(c) for s, c in zip(streams, coerced, strict=True)]
 
 
@@ -79,8 +81,7 @@ async def submit_many(
     mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
 ) -> list[StepFuture]:
     """Queue in order, waiting for room where a stream's queue is full; cancelled: withdrawn."""
-    items = _chunk_list(mux, streams, chunks)
-    coerced = [mux._coerce(c) for c in items]
+    coerced = _chunk_list(mux, streams, chunks)
     futures: list[StepFuture] = []
     try:
         for s, c in zip(streams, coerced, strict=True):
