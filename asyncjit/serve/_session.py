@@ -4,13 +4,21 @@ The **reader** (the protocol's ``read_loop``) parses messages, converts audio to
 rate (``PcmConverter``), cuts it into rows of chunks (``Rechunker.push_rows``, no copy), submits
 them to the connection's ``MuxStream`` in one ``submit_many_nowait`` and queues the futures as
 ops; pings and control replies are ops too, queued after the audio sent before them. ``commit``
-sends the ops queued so far as one item of the **outbox**, a bounded channel: a protocol that
-reads many messages at once (Wyoming) commits once per socket read, not once per message.
+appends the ops queued so far to the **outbox** as one item (at most ``OUTBOX_ITEMS``): a
+protocol that reads many messages at once (Wyoming) commits once per socket read.
 
-The **responder** takes every item ready, waits for all their futures at once
-(``StreamMux.wait_all``, one wake-up), then runs their ops in order: probabilities to a
-``SpeechTracker``, edges and pongs encoded into the write buffer, one socket write for everything
-ready. Counters and the latency histogram are updated once per wake-up, not per chunk.
+The **responder** takes every item ready, waits for their futures, then runs their ops in order:
+probabilities to a ``SpeechTracker`` (``push_many``), edges and pongs encoded into the write
+buffer, one socket write for everything ready. Counters and the latency histogram are updated
+once per wake-up, not per chunk.
+
+What a read costs is mostly task switches and the event loop's own Python, so: a parked
+responder is woken once per read, when the read's steps are done (``commit`` arms its signal on
+them), not at the commit only to park again on the steps; writes skip the checkpoint a stream's
+``send`` makes when the socket takes the bytes at once; on asyncio the transport keeps reading
+between reads (anyio pauses and resumes it around every ``receive``: two ``epoll_ctl``), on trio
+the reader waits for readability before its ``recv`` (anyio's ``receive`` first tries one that
+fails while the client is quiet).
 
 Backpressure: a slow client stalls the responder's writes, the outbox fills, the reader stops
 reading, and TCP pushes back; a connection holds at most ``OUTBOX_ITEMS`` messages and
