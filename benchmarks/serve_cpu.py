@@ -35,7 +35,13 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]  # ben
 
 
 def measure(
-    backend: str, conns: int, seconds: float, window: int, profile: int, spy_file: str | None = None
+    backend: str,
+    conns: int,
+    seconds: float,
+    window: int,
+    profile: int,
+    spy_file: str | None = None,
+    real_time: bool = False,
 ) -> dict[str, Any]:
     import anyio
     import structlog
@@ -62,7 +68,7 @@ def measure(
                     str(port),
                     str(conns),
                     str(seconds + 1.0),
-                    "1",
+                    "0" if real_time else "1",
                     str(window),
                 ],
                 stdout=subprocess.PIPE,
@@ -155,13 +161,27 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="the measured window (plus ramp)")
     parser.add_argument("--window", type=int, default=4, help="frames in flight per connection")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="each connection sends a frame every 64 ms instead (a fixed load: batch sizes, and so "
+        "the CPU per chunk, depend less on how much CPU the server gets)",
+    )
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print cProfile's top N")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy's collapsed stacks of the window to FILE")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()}", flush=True)
     for _ in range(args.repeat):
         for backend in args.backend.split(","):
-            r = measure(backend, args.connections, args.seconds, args.window, args.profile, args.py_spy)
+            r = measure(
+                backend,
+                args.connections,
+                args.seconds,
+                args.window,
+                args.profile,
+                args.py_spy,
+                args.real_time,
+            )
             profile = r.pop("profile", None)
             print(json.dumps(r), flush=True)
             if profile:

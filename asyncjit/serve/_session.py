@@ -12,9 +12,11 @@ probabilities to a ``SpeechTracker`` (``push_many``), edges and pongs encoded in
 buffer, one socket write for everything ready. Counters and the latency histogram are updated
 once per wake-up, not per chunk.
 
-What a read costs is mostly task switches and the event loop's own Python, so: a parked
-responder is woken once per read, when the read's steps are done (``commit`` arms its signal on
-them), not at the commit only to park again on the steps; writes skip the checkpoint a stream's
+What a read costs is mostly task switches and the event loop's own Python, so: while the
+responder is parked, ``commit`` arms the read's steps to answer the read the moment they are done,
+from the mux's completion (``_answer_inline``: the answers, then one write), so the responder
+task is not woken at all; it still handles control ops, writes the socket does not take at once
+and everything while it is awake, in the same order. Writes skip the checkpoint a stream's
 ``send`` makes when the socket takes the bytes at once; on asyncio the transport keeps reading
 between reads (anyio pauses and resumes it around every ``receive``: two ``epoll_ctl``), on trio
 the reader waits for readability before its ``recv`` (anyio's ``receive`` first tries one that
@@ -115,6 +117,8 @@ class Connection(abc.ABC):
         self._room: Signal | None = None  # the reader waits for room in the outbox
         self._wake: Signal | None = None  # the responder waits for work
         self._watched: list[StepFuture] = []  # ... set when these steps are done
+        self._inline = _Inline(self)
+        self._drain = False  # an inline write left bytes in the transport: wait as send would
         # anyio's asyncio socket stream: read and written through its transport directly
         self._proto = getattr(stream, "_protocol", None)
         self._transport = getattr(stream, "_transport", None) if hasattr(self._proto, "read_queue") else None
@@ -258,7 +262,7 @@ class Connection(abc.ABC):
         if wake is not None and not self._watched and not wake.is_set():
             futures = [fut for op in ops if op[0] == AUDIO for fut in op[2]]
             if futures:
-                self._watched = notify_when_done(futures, wake)
+                self._watched = notify_when_done(futures, self._inline)
             else:
                 wake.set()
 
@@ -352,8 +356,13 @@ class Connection(abc.ABC):
             self._watched = []
 
     async def _respond_loop(self) -> None:
-        outbox, steps = self._outbox, self.server.metrics.steps
+        outbox = self._outbox
         while True:
+            if self._drain:
+                self._drain = False
+                self.writing = True
+                await self.stream.send(b"")
+                self.writing = False
             if not outbox:
                 if self._wbuf:
                     await self.flush()
@@ -372,33 +381,75 @@ class Connection(abc.ABC):
                 if self._wbuf:  # write what is ready before waiting (under load the outbox
                     await self.flush()  # never empties: never hold answers back)
                 await self.server.mux.wait_all(waiting)
-            stepped, started = 0, 0.0
-            for op in ops:
-                kind = op[0]
-                if kind == AUDIO:
-                    stepped += self._answer(op[1], op[2])
-                    started = started or op[3]
-                elif kind == PING:
-                    self.on_pong(op[1])
-                elif kind == STOP:
-                    utt = op[1]
-                    for edge in utt.tracker.finish(utt.samples):
-                        self.on_edge(utt, edge)
-                    self._close_stream(utt.stream)
-                    self.on_stopped(utt)
-                elif kind == RAW:
-                    self._wbuf += op[1]
-                else:  # CLOSE (the last op)
-                    self._closing = True
-                    self.on_close(op[1], op[2])
-            if stepped:  # once per wake-up: the first submit's latency, and the count
-                steps.record(stepped, time.perf_counter() - started)
+            self._run_ops(ops)
             if self._closing:
                 await self.flush()
                 self._close_sent = True
                 return
             if len(self._wbuf) > FLUSH_BYTES:
                 await self.flush()
+
+    def _answer_inline(self) -> None:
+        """A parked responder's read is answered (its steps are done): answer it here, in the
+        mux's completion, and write, unless it needs the responder (a control op, a write the
+        socket does not take at once, a responder already awake)."""
+        self._watched = []
+        wake = self._wake
+        if wake is None or wake.is_set():
+            return
+        outbox = self._outbox
+        if self._wbuf or self.writing or self._closing or not _plain(outbox):
+            wake.set()
+            return
+        ops = outbox.popleft()
+        while outbox:
+            ops += outbox.popleft()
+        if self._room is not None:
+            self._room.set()
+        try:
+            self._run_ops(ops)
+        except Exception as exc:  # a bug of ours: this connection ends, the mux goes on
+            self.log.exception("connection.crashed", error=repr(exc))
+            self.reason = self.reason or ("internal_error", repr(exc))
+            self.scope.cancel()
+            return
+        data = bytes(self._wbuf)
+        self._wbuf.clear()
+        try:
+            rest = self._write_now(data)
+        except (anyio.BrokenResourceError, OSError):  # as in _respond: nothing more reaches it
+            self.reason = self.reason or ("done", "the client went away")
+            self.scope.cancel()
+            return
+        self.written += 1
+        if rest is not None:  # the socket did not take it all: the responder waits, as send would
+            self._wbuf += rest
+            self._drain = not rest
+            wake.set()
+
+    def _run_ops(self, ops: list[tuple[Any, ...]]) -> None:
+        """Answer the ops in order into the write buffer (the steps of AUDIO ops are done)."""
+        stepped, started = 0, 0.0
+        for op in ops:
+            kind = op[0]
+            if kind == AUDIO:
+                stepped += self._answer(op[1], op[2])
+                started = started or op[3]
+            elif kind == PING:
+                self.on_pong(op[1])
+            elif kind == STOP:
+                utt = op[1]
+                for edge in utt.tracker.finish(utt.samples):
+                    self.on_edge(utt, edge)
+                self._close_stream(utt.stream)
+                self.on_stopped(utt)
+            elif kind == RAW:
+                self._wbuf += op[1]
+            else:  # CLOSE (the last op)
+                self._closing = True
+                self.on_close(op[1], op[2])
+        if stepped:  # once per wake-up: the first submit's latency, and the count
+            self.server.metrics.steps.record(stepped, time.perf_counter() - started)
 
     def _answer(self, utt: Utterance, futures: list[StepFuture]) -> int:
         """Feed finished steps' probabilities to the tracker, in order; the steps answered."""
@@ -571,3 +622,36 @@ def _raw_socket(stream: anyio.abc.ByteStream) -> Any:
         return stream.extra(anyio.abc.SocketAttribute.raw_socket)
     except anyio.TypedAttributeLookupError:
         return None
+
+
+def _plain(outbox: deque[list[tuple[Any, ...]]]) -> bool:
+    """Only audio whose steps are done and pings: what ``_answer_inline`` answers itself."""
+    for item in outbox:
+        for op in item:
+            kind = op[0]
+            if kind == AUDIO:
+                for fut in op[2]:
+                    if not fut.done():
+                        return False
+            elif kind != PING:
+                return False
+    return True
+
+
+class _Inline:
+    """The signal ``commit`` arms on a read's steps while the responder is parked: set by the mux
+    when they are done, it answers them at once (``Connection._answer_inline``)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def set(self) -> None:
+        self.conn._answer_inline()
+
+    def is_set(self) -> bool:
+        return False
+
+    async def wait(self) -> None:
+        raise RuntimeError("nothing waits on an _Inline signal")
