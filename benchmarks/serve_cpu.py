@@ -1,19 +1,25 @@
-"""The server's CPU per audio chunk, load-independently: ``VadServer`` in this process, the load
-generator of ``benchmarks/serve.py`` (as fast as possible) in another.
+"""The server's CPU per audio chunk: ``VadServer`` in this process, the load generator of
+``benchmarks/serve.py`` in another.
 
 Run::
 
     .venv/bin/python benchmarks/serve_cpu.py                      # 300 connections, asyncio, 6 s
-    .venv/bin/python benchmarks/serve_cpu.py --backend trio --connections 300 --seconds 6
+    .venv/bin/python benchmarks/serve_cpu.py --backend trio --window 1 --seconds 5
+    .venv/bin/python benchmarks/serve_cpu.py --real-time --connections 150
     .venv/bin/python benchmarks/serve_cpu.py --profile 25         # + the loop thread's cProfile
+    .venv/bin/python benchmarks/serve_cpu.py --py-spy stacks.txt  # + py-spy's stacks (pip install py-spy)
 
-On a shared machine chunks/s depends on what else runs; the CPU the server spends per chunk
-barely does, so that is the figure to compare (before/after, alternated in one sitting). It
-reports, over a steady window (every connection admitted and streaming): server process
-CPU-seconds per 1,000 chunks (``time.process_time``: the loop thread, the mux's native calls and
-any other thread), the loop thread's alone (``time.thread_time``), and chunks/s. ``--profile N``
-runs cProfile on the loop thread over the window and prints its top N functions by own time
-(the CPU figures of a profiled run are inflated: compare unprofiled runs).
+Loads: as fast as possible with ``--window`` frames (1,024 samples and a ``ping`` each) in flight
+per connection (1: a real-time client's pattern, every read one frame), or ``--real-time``
+(a frame every 64 ms per connection: a fixed load, and the chunk->pong lag). On a shared machine
+chunks/s depends on what else runs; the CPU the server spends per chunk much less (a little,
+through the batch sizes), so that is the figure to compare, before and after alternated in one
+sitting. It reports, over a steady window (every connection admitted and streaming): server
+process CPU-seconds per 1,000 chunks (``time.process_time``: the loop thread, the mux's native
+calls and any other thread; ``os.times`` for the system part), the loop thread's alone
+(``time.thread_time``), chunks/s and the load generator's lag. ``--profile N`` runs cProfile on
+the loop thread over the window and prints its top N functions by own time (the CPU figures of a
+profiled run are inflated: compare unprofiled runs).
 """
 
 from __future__ import annotations
