@@ -42,11 +42,18 @@ def speech_with_pings() -> tuple[bytes, int]:
     return b"".join(parts), frames
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct socket", "stream API"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("piece", [None, 777], ids=["one write", "pieces of 777 bytes"])
-def test_pongs_follow_their_chunks_in_order(backend: str, piece: int | None) -> None:
+def test_pongs_follow_their_chunks_in_order(
+    backend: str, piece: int | None, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pongs come in ping order, each after every chunk sent before its ping (the server's chunk
-    count when the client reads a pong is at least the chunks before it), edges as the reference."""
+    count when the client reads a pong is at least the chunks before it), edges as the reference;
+    with the socket read and written directly, and through the stream's API only."""
+    from asyncjit.serve import _session
+
+    monkeypatch.setattr(_session, "DIRECT_SOCKETS", direct)
     data, frames = speech_with_pings()
     with running(backend) as srv:
 

@@ -62,6 +62,10 @@ client submits without waiting."""
 MAX_MESSAGE_BYTES = 1 << 20
 """The largest message (Wyoming header, data or payload; WebSocket frame) a client may send."""
 
+DIRECT_SOCKETS = True
+"""Read and write the socket under a stream this module knows (anyio's asyncio transport, a trio
+socket) directly, skipping a wake-up and two system calls per read; False: only through the
+stream's own API (the path any other stream takes; tests run both)."""
 BURST_READS = 8
 """Full raw reads (trio) in a row before the reader checkpoints anyway."""
 FLUSH_BYTES = 8192
@@ -120,9 +124,9 @@ class Connection(abc.ABC):
         self._inline = _Inline(self)
         self._drain = False  # an inline write left bytes in the transport: wait as send would
         # anyio's asyncio socket stream: read and written through its transport directly
-        self._proto = getattr(stream, "_protocol", None)
+        self._proto = getattr(stream, "_protocol", None) if DIRECT_SOCKETS else None
         self._transport = getattr(stream, "_transport", None) if hasattr(self._proto, "read_queue") else None
-        self._raw = None if self._transport is not None else _raw_socket(stream)
+        self._raw = None if self._transport is not None or not DIRECT_SOCKETS else _raw_socket(stream)
         self._more = False  # the last raw read filled its buffer: more is likely waiting
         self._burst = 0  # raw reads in a row without waiting
         self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
