@@ -1370,12 +1370,20 @@ KIND_BUILDERS.update({"mask": _k_mask, "take": _k_take})
 def unbounded_case(case: GraphCase) -> GraphCase:
     """``case`` with every var declared unbounded (``Var(name, min, None)``) in its graph, the
     same oracle, and its finite bounds kept in ``variables`` (bindings are drawn from them)."""
+    from hypothesis import reject
+
+    from asyncjit.errors import TensorError
     from asyncjit.passes import Graph
     from asyncjit.passes._refine import _substituted
 
     graph = Graph.of([t.node for t in case.outputs], [p.node for p in case.placeholders])
     mapping: dict[str, Dim] = {v.name: Var(v.name, v.min, None) for v in graph.vars}
-    new = _substituted(graph, mapping, [Var(v.name, v.min, None) for v in graph.vars])
+    try:
+        new = _substituted(graph, mapping, [Var(v.name, v.min, None) for v in graph.vars])
+    except TensorError:
+        # the graph was valid only because a var's bounds pinned it (``t`` in [1, 1] makes
+        # ``(t+1)//2`` equal a placeholder's 1): without them it is another, invalid program
+        reject()
     by_id = {p.node.id: Tensor(n) for p, n in zip(case.placeholders, new.inputs, strict=True)}
     placeholders = [by_id[p.node.id] for p in case.placeholders]
     specs = [attrs.evolve(s, tensor=by_id[s.tensor.node.id]) for s in case.specs]
