@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -263,3 +264,23 @@ def test_cache_dir_that_is_a_file_warns_and_compiles(tmp_path: Path, monkeypatch
     with pytest.warns(CacheDirectoryWarning, match="unusable"):
         exe = compile((x * 6.5 + 0.125).exp(), [x])
     assert exe.run([np.zeros(3, np.float32)])[0][0] == pytest.approx(np.exp(0.125))
+
+
+@pytest.mark.skipif(
+    os.uname().machine != "x86_64" or not shutil.which("readelf"), reason="x86-64 objects, read by readelf"
+)
+def test_objects_address_their_data_with_64_bit_relocations(tmp_path: Path) -> None:
+    """Loaded code reaches its constant pools and data through 64-bit absolute relocations only:
+    MCJIT maps an object's sections separately, and in a crowded address space (a Ray worker)
+    they can land more than 2 GB apart, where a 32-bit RIP-relative reference made LLVM's loader
+    abort the process."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile
+
+    x = Tensor.placeholder((64, 64), name="x")
+    exe = compile([((x @ x) * 0.5 + 1.25).tanh().sum(1)], [x], cache_dir="off")
+    path = tmp_path / "plan.o"
+    path.write_bytes(exe.object_code)
+    out = subprocess.run(["readelf", "-rW", str(path)], capture_output=True, text=True, check=True).stdout
+    kinds = {line.split()[2] for line in out.splitlines() if "R_X86_64_" in line}
+    assert kinds == {"R_X86_64_64"}, kinds

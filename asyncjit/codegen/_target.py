@@ -65,10 +65,14 @@ def _initialize() -> None:
 
 @functools.cache
 def host_target_machine() -> Any:
-    """The cached ``TargetMachine`` for the host CPU (name + features), O3, small PIC code model.
+    """The cached ``TargetMachine`` for the host CPU (name + features), O3, large code model.
 
-    PIC + small code model keeps constant-pool loads RIP-relative (one instruction); MCJIT's
-    memory manager places all sections of one object together, so 32-bit displacements suffice.
+    MCJIT's memory manager maps an object's code, read-only data and data separately, and in a
+    process whose address space is crowded (a Ray worker beside its object store) they can land
+    more than 2 GB apart: the small code model's 32-bit RIP-relative references to constant pools
+    then do not fit, and LLVM's loader aborts the process (an assertion; without assertions it
+    would patch in a wrong address). The large code model addresses them with 64-bit absolute
+    relocations, resolved at load wherever the sections are; loops hoist the addresses.
     Never hand this shared instance to an execution engine: MCJIT takes ownership of its target
     machine and frees it with the engine (a use-after-free we hit; see ``LoadedObject``).
     """
@@ -82,8 +86,8 @@ def _new_host_target_machine() -> Any:
         cpu=llvm.get_host_cpu_name(),
         features=host_features(),
         opt=3,
-        reloc="pic",
-        codemodel="default",
+        reloc="static",
+        codemodel="large",
     )
 
 
@@ -152,7 +156,7 @@ def pipeline_description(level: int = 3) -> str:
     if not 0 <= level <= 3:
         raise ValueError(f"optimisation level must be 0..3, got {level!r}")
     extra = ",loop-vectorize,slp-vectorize,interleave,unroll" if level >= 2 else ""
-    return f"default<O{level}>{extra};tm-opt=3;reloc=pic"
+    return f"default<O{level}>{extra};tm-opt=3;reloc=static;code=large"
 
 
 def optimized_module(ir_text: str, level: int = 3) -> Any:

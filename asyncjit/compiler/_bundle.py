@@ -100,7 +100,8 @@ def object_for_cpu(ir_text: str, cpu: str) -> tuple[bytes, str]:
         return compile_to_object(ir_text), host_features()
     features = ",".join(f"+{f}" for f in PSABI.get(cpu, ()))
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+    # the large code model, as host_target_machine explains: sections may load far apart
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="large")
     mod = optimized_module(ir_text, 3)
     obj = bytes(tm.emit_object(mod))
     return obj, features
