@@ -51,7 +51,8 @@ def bounds(e: Dim) -> tuple[int, int]:
                 lo, hi = lo + coeff * alo, hi + coeff * ahi
             else:
                 lo, hi = lo + coeff * ahi, hi + coeff * alo
-        for refined in (_split_minmax(e), _split_floordiv(e), _split_factor(e), _split_multilinear(e)):
+        refiners = (_split_minmax, _split_floordiv, _split_factor, _split_multilinear, _split_polynomial)
+        for refined in (f(e) for f in refiners):
             if refined is not None:  # each is safe on its own, so their intersection is too
                 lo, hi = max(lo, refined[0]), min(hi, refined[1])
         return lo, hi
@@ -190,6 +191,42 @@ def _split_multilinear(e: Sum) -> tuple[int, int] | None:
     for corner in itertools.product(*(leaves[a] for a in order)):
         at = dict(zip(order, corner, strict=True))
         values.append(e.const + sum(c * math.prod(at[f] for f in fs) for fs, c in terms))
+    return min(values), max(values)
+
+
+def _split_polynomial(e: Sum) -> tuple[int, int] | None:
+    """Exact bounds of a polynomial of degree 2 or 3 in one var (``s*s - 2*s + 1``, a square,
+    which the multilinear corners cannot take): over the integers in the var's bounds its
+    extremes are at the ends or next to a root of its derivative."""
+    var: Var | None = None
+    coeffs = [e.const, 0, 0, 0]
+    for atom, c in e.terms:
+        factors = atom.factors if isinstance(atom, Prod) else (atom,)
+        v = factors[0]
+        if not isinstance(v, Var) or any(f != v for f in factors) or len(factors) > 3 or var not in (None, v):
+            return None
+        var = v
+        coeffs[len(factors)] += c
+    if var is None or not (coeffs[2] or coeffs[3]):
+        return None
+    lo, hi = var.min, var.max
+    c0, c1, c2, c3 = coeffs
+    # p'(s) = 3*c3*s^2 + 2*c2*s + c1
+    a, b, c = 3 * c3, 2 * c2, c1
+    roots: list[float] = []
+    if a == 0:
+        roots = [-c / b] if b else []
+    else:
+        disc = b * b - 4 * a * c
+        if disc >= 0:
+            r = math.sqrt(disc)
+            roots = [(-b - r) / (2 * a), (-b + r) / (2 * a)]
+    points = {lo, hi}
+    for root in roots:
+        for p in (math.floor(root), math.ceil(root)):
+            if lo <= p <= hi:
+                points.add(p)
+    values = [((c3 * p + c2) * p + c1) * p + c0 for p in points]
     return min(values), max(values)
 
 

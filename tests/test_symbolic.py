@@ -439,3 +439,33 @@ def _has_nonpolynomial(e: object) -> bool:
     if isinstance(e, Prod):
         return any(_has_nonpolynomial(f) for f in e.factors)
     return False
+
+
+@pytest.mark.parametrize("lo,hi", [(1, 1), (1, 6), (3, 40), (1, 10**6)])
+def test_bounds_of_a_polynomial_in_one_var_are_exact(lo: int, hi: int) -> None:
+    """``(s-1)**2``, a cubic and a downward parabola: the squares the corner rule cannot take
+    are bounded exactly (``(s-1)**2`` rows are then provably >= 0, so slicing them is accepted)."""
+    s = Var("s", lo, hi)
+    for expr, f in [
+        (s * s - 2 * s + 1, lambda v: (v - 1) ** 2),
+        (s * s * s - 6 * s * s + 9 * s + 2, lambda v: v**3 - 6 * v * v + 9 * v + 2),
+        (3 - s * s + 4 * s, lambda v: 3 - v * v + 4 * v),
+    ]:
+        values = [f(v) for v in range(lo, min(hi, 2000) + 1)]
+        if hi <= 2000:
+            assert bounds(expr) == (min(values), max(values))
+        else:
+            blo, bhi = bounds(expr)
+            assert blo <= min(values) and bhi >= f(hi)
+
+
+def test_a_squared_dim_slices_and_indexes() -> None:
+    """``(s-1)*(s-1)`` rows from a reshape (expanded to ``s*s - 2*s + 1``): a full slice of that
+    axis, an index along the next and ``[:3]`` are accepted (they raised "not provably within")."""
+    from asyncjit import Tensor
+
+    s = Var("s", 1, 6)
+    y = Tensor.placeholder((s - 1, s - 1), name="x").reshape((s - 1) * (s - 1), 1)
+    i = Tensor.placeholder((2,), np.int32, name="i")
+    assert y[:, i].shape == (s * s - 2 * s + 1, 2)
+    assert y[:3].shape[1] == 1

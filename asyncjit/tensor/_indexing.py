@@ -105,6 +105,9 @@ def _slice_bounds(s: slice, d: Dim) -> tuple[Dim, Dim, int]:
     if not isinstance(step, int) or step < 1:
         raise TensorError(f"slice step must be an int >= 1, got {s.step!r}")
 
+    if s.start is None and s.stop is None:  # the whole axis: nothing to clamp or prove
+        return 0, d, step
+
     def norm(given: Any, default: Dim) -> Dim:
         if given is None:
             return default
