@@ -98,21 +98,14 @@ async def submit_many(
 
 async def wait_all(mux: StreamMux, futures: Sequence[StepFuture]) -> None:
     """Park until every future is done (one wake-up); cancelled: each unfinished one is abandoned."""
-    left = [f for f in futures if f._state < DONE]
+    signal = mux._signal()
+    left = notify_when_done(futures, signal)
     if not left:
         return
-    group = StepGroup(len(left), mux._signal())
-    for f in left:
-        if f._group is not None:
-            raise RuntimeError(f"{f!r} is already awaited by another wait_all")
-        f._group = group
     try:
-        await group._signal.wait()
+        await signal.wait()
     except BaseException:
-        for f in left:
-            f._group = None
-            if f._state < DONE:
-                f._abandon()
+        unnotify(left)
         raise
 
 
