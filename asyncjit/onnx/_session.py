@@ -142,10 +142,8 @@ class InferenceSession:
         # the same verdict: the var values are remembered per such signature.
         key: tuple[Any, ...] | None = None
         if type(feed) is dict and not self._fixed_names.intersection(feed):
-            key = tuple([(k, v.shape, v.dtype) if type(v) is np.ndarray else None for k, v in feed.items()])
-            if None in key:
-                key = None
-            else:
+            key = _feed_signature(feed)
+            if key is not None:
                 hit = self._feed_memo.get(key)
                 if hit is not None:
                     if self._lowp_inputs:  # their bits go to the plan
@@ -282,7 +280,8 @@ class InferenceSession:
         dtypes of one already run on this path skips the checks, which would give it the same
         verdict.
         """
-        replayed = self._replay(output_names, feed)
+        replay_key = self._replay_key(output_names, feed)
+        replayed = None if replay_key is None else self._replay(replay_key, feed)
         if replayed is not None:
             return replayed
         names = self._names(output_names)
@@ -294,7 +293,7 @@ class InferenceSession:
                     values = {k: v for k, v in var_values.items() if k in self._plan_vars}
                     direct = self._run_bound(arrays, values)
                     if direct is not None:
-                        self._remember_replay(output_names, feed, names, values)
+                        self._remember_replay(replay_key, feed, names, values)
                         return [
                             self._typed(
                                 n, direct[n] if n in direct else self._host_output(n, arrays, var_values)
@@ -317,8 +316,8 @@ class InferenceSession:
         the outputs asked for."""
         if type(feed) is not dict or not (output_names is None or type(output_names) in (list, tuple)):
             return None
-        key = tuple([(k, v.shape, v.dtype) if type(v) is np.ndarray else None for k, v in feed.items()])
-        if None in key:
+        key = _feed_signature(feed)
+        if key is None:
             return None
         names = None if output_names is None else tuple(output_names)
         try:
@@ -329,14 +328,14 @@ class InferenceSession:
 
     def _remember_replay(
         self,
-        output_names: Sequence[str] | None,
+        key: tuple[Any, ...] | None,
         feed: Mapping[str, Any],
         names: list[str],
         values: dict[str, int],
     ) -> None:
-        """After a checked run on the bound path: let a feed like it skip straight to the plan
-        (no low-precision bits, no fixed inputs, every output asked for computed by the plan)."""
-        key = self._replay_key(output_names, feed)
+        """After a checked run on the bound path: let a feed like it (``key``: ``_replay_key``)
+        skip straight to the plan (no low-precision bits, no fixed inputs, every output asked
+        for computed by the plan)."""
         if (
             key is None
             or self._lowp_inputs
@@ -349,12 +348,12 @@ class InferenceSession:
             self._replays.clear()
         self._replays[key] = (call, ins, [self._plan_outputs.index(n) for n in names])
 
-    def _replay(self, output_names: Sequence[str] | None, feed: Mapping[str, Any]) -> list[np.ndarray] | None:
+    def _replay(self, key: tuple[Any, ...], feed: Mapping[str, Any]) -> list[np.ndarray] | None:
         """``run`` for a feed with the names, shapes and dtypes of one already checked and run
-        on the bound path: the same verdict, so the checks, the var values and the lookups are
-        skipped (they cost about as much as Silero VAD's kernels). None: take the full path."""
-        key = self._replay_key(output_names, feed)
-        entry = None if key is None else self._replays.get(key)
+        on the bound path (``key``: ``_replay_key``): the same verdict, so the checks, the var
+        values and the lookups are skipped (they cost about as much as Silero VAD's kernels).
+        None: take the full path."""
+        entry = self._replays.get(key)
         if entry is None or not self._run_lock.acquire(blocking=False):
             return None
         try:
@@ -433,3 +432,10 @@ class InferenceSession:
             outs = await self.plan.execute(bufs, values)
         buffers = self._collect(arrays, var_values, outs)
         return [self._typed(n, await buffers[n].to_numpy()) for n in names]
+
+
+def _feed_signature(feed: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The names, shapes and dtypes of a feed of plain arrays (None: something else in it), which
+    decide what the feed checks say."""
+    key = tuple([(k, v.shape, v.dtype) if type(v) is np.ndarray else None for k, v in feed.items()])
+    return None if None in key else key
