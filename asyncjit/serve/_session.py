@@ -375,11 +375,7 @@ class Connection(abc.ABC):
                 else:
                     await self._park()
                 continue
-            ops = outbox.popleft()
-            while outbox:  # the items ready now are answered together: one wait, one write
-                ops += outbox.popleft()
-            if self._room is not None:
-                self._room.set()
+            ops = self._take_outbox()  # the items ready now are answered together
             waiting = [fut for op in ops if op[0] == AUDIO for fut in op[2] if not fut.done()]
             if waiting:
                 if self._wbuf:  # write what is ready before waiting (under load the outbox
@@ -405,11 +401,7 @@ class Connection(abc.ABC):
         if self._wbuf or self.writing or self._closing or not _plain(outbox):
             wake.set()
             return
-        ops = outbox.popleft()
-        while outbox:
-            ops += outbox.popleft()
-        if self._room is not None:
-            self._room.set()
+        ops = self._take_outbox()
         try:
             self._run_ops(ops)
         except Exception as exc:  # a bug of ours: this connection ends, the mux goes on
@@ -430,6 +422,17 @@ class Connection(abc.ABC):
             self._wbuf += rest
             self._drain = not rest
             wake.set()
+
+    def _take_outbox(self) -> list[tuple[Any, ...]]:
+        """Every item in the (non-empty) outbox as one list of ops, making room for the reader:
+        answered together, with one wait and one write."""
+        outbox = self._outbox
+        ops = outbox.popleft()
+        while outbox:
+            ops += outbox.popleft()
+        if self._room is not None:
+            self._room.set()
+        return ops
 
     def _run_ops(self, ops: list[tuple[Any, ...]]) -> None:
         """Answer the ops in order into the write buffer (the steps of AUDIO ops are done)."""
