@@ -136,6 +136,7 @@ def main() -> None:
     client = Client("cpu:2")
     d0, d1 = client.devices()
     w_on = {d.id: client.device_put(w, d) for d in (d0, d1)}
+    w_both = client.device_put(w, Sharding.replicated([d0, d1]))  # placed once, as w_on for one device
     one = jit(f, device=d0, inline=False)
     sharded = jit(f, in_shardings={"x": Sharding.split([d0, d1], 0), "w": Sharding.replicated([d0, d1])})
 
@@ -143,7 +144,7 @@ def main() -> None:
         return one(x, w_on[0]).block_until_ready()
 
     def run_sharded() -> Any:
-        return sharded(x, w).block_until_ready()
+        return sharded(x, w_both).block_until_ready()
 
     def one_two_threads() -> Any:
         _parallel.set_intra_op_threads(2)

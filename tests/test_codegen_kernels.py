@@ -187,11 +187,21 @@ class TestMatmul:
 
     @pytest.mark.parametrize(
         ("m", "n", "k"),
-        [(1, 1, 1), (1, 512, 300), (17, 40, 300), (70, 45, 600), (130, 37, 9), (64, 2100, 3), (9, 33, 1)],
+        [
+            (1, 1, 1),
+            (1, 512, 300),
+            (13, 530, 200),
+            (17, 40, 300),
+            (70, 45, 600),
+            (130, 37, 9),
+            (64, 2100, 3),
+            (9, 33, 1),
+        ],
     )
     @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
     def test_block_boundaries(self, layout: str, m: int, n: int, k: int) -> None:
-        """Shapes that cross the KC/MC/NC cache blocks and every driver (direct, dot, packed)."""
+        """Shapes that cross the KC/MC/NC cache blocks, the direct driver's column blocks (B over
+        L2 at small M) and every driver (direct, dot, packed)."""
         check_matmul(matmul_module(), layout, 2, m, n, k, seed=m * n + k)
 
     @pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (5, 33, 17), (24, 128, 96)])
@@ -265,7 +275,7 @@ _GUARD_SCRIPT = textwrap.dedent(
     c = matmul_module()
     rng = np.random.default_rng(1)
     for layout in ("nn", "nt", "tn", "tt", "bcast_b"):
-        for (m, n, k) in [(1, 1, 1), (3, 37, 5), (9, 33, 17), (17, 45, 300), (70, 50, 40), (5, 1, 64)]:
+        for (m, n, k) in [(1, 1, 1), (3, 37, 5), (9, 33, 17), (17, 45, 300), (70, 50, 40), (5, 1, 64), (5, 300, 300)]:
             a, b, a_s, b_s = make_operands(rng, layout, 2, m, n, k)
             ga, gb = guarded(a), guarded(b)
             cbuf = guarded(np.zeros(2 * m * n, np.float32))

@@ -46,6 +46,7 @@ from ._target import (
     i64,
     intrinsic,
     new_function,
+    smax,
     smin,
     vector_width,
 )
@@ -207,7 +208,7 @@ _MICRO_ARGS: list[tuple[str, ir.Type]] = [
 ]
 
 
-def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False) -> ir.Function:
+def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = False) -> ir.Function:
     """``C[0:mr_eff, 0:nr_eff] (+)= A[0:mr_eff, 0:kc] @ B[0:kc, 0:nr_eff]``, tile in registers.
 
     A element (r, k) at ``a[r*a_rs + k*a_cs]``; B element (k, j) at ``b[k*b_ks + j]``.  Rows
@@ -216,10 +217,11 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False) -> ir.Function:
     AVX-512 loads cost the same as plain ones (measured: no difference on 512^3), so there is a
     single variant per height -- half the code, half the compile time.  ``b_padded`` (packed B
     panels, zero-padded to NR columns) loads B unmasked: on AVX2 the two masks would otherwise
-    take registers the 6x16 tile needs (a spill per k).
+    take registers the 6x16 tile needs (a spill per k).  ``full`` (the caller guarantees
+    ``nr_eff == nr``) drops every mask, in the B loads and the C stores alike.
     """
     module = vec.module
-    name = f"asyncjit.matmul.micro{mr}x{nr}{'p' if b_padded else ''}"
+    name = f"asyncjit.matmul.micro{mr}x{nr}{'p' if b_padded else ''}{'f' if full else ''}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
@@ -230,7 +232,7 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False) -> ir.Function:
     for r in range(mr):
         rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 else i64(r)
         rows.append(b.mul(rr, a_rs))
-    masks: list[ir.Value | None] = [vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
+    masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
 
     entry = b.block
     head = b.append_basic_block("k.head")
@@ -249,7 +251,8 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False) -> ir.Function:
     b.position_at_end(body)
     kb = b.mul(k, b_ks)
     ka = b.mul(k, a_cs)
-    bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), None if b_padded else masks[v]) for v in range(nv)]
+    b_masks = [None if b_padded else m for m in masks]
+    bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), b_masks[v]) for v in range(nv)]
     for r in range(mr):
         av = vec.splat(b, _load_f32(b, a, b.add(rows[r], ka)))
         for v in range(nv):
@@ -316,31 +319,44 @@ _DRIVER_ARGS: list[tuple[str, ir.Type]] = [
 def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
     """No packing (requires ``b_cs == 1``): MR-row blocks, then 4/2/1-row blocks for the rest.
 
-    1- and 2-row blocks use tiles twice as wide (NR*2): with only NR/VW accumulators per row
-    the FMA latency chain, not throughput, would bound a 1-row GEMV (measured 1.7x faster).
+    2-row blocks use tiles twice as wide (NR*2), 1-row blocks four times (NR*4): with only
+    NR/VW accumulators per row the FMA latency chain, not throughput, would bound a GEMV (2x
+    wide measured 1.7x faster than 1x; 4x wide 1.33x faster again on 1x512x256, AVX2).  Whole
+    tiles run a mask-free micro-kernel: on AVX2 two mask registers beside the 6x16 tile spill an
+    accumulator per k (1.15-1.36x on the Silero VAD step's shapes without them).
     """
     name = f"asyncjit.matmul.direct{t.mr}x{t.nr}"
     existing = vec.module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
     fn, b = new_function(vec.module, name, _DRIVER_ARGS, noalias=("A", "B", "C"), inline="noinline")
-    a, bp, c, _scratch, m, n, k, a_rs, a_cs, b_rs, _b_cs, c_rs = fn.args
+    a, bp, c, _scratch, m, n_all, k, a_rs, a_cs, b_rs, _b_cs, c_rs = fn.args
     no_acc = ir.Constant(I1, 0)
 
+    # Columns in blocks whose K x NB slice of B stays in L2 while every row block reads it (a
+    # whole number of the widest tiles).
+    wide = 4 * t.nr
+    nb = b.mul(smax(b, b.sdiv(b.sdiv(i64(t.direct_b_max), smax(b, k, i64(1))), i64(wide)), i64(1)), i64(wide))
+    jc_phi: list[ir.Value] = []
+
     def block(mr: int, nr: int, row0: ir.Value) -> None:
+        jc = jc_phi[0]
         a_rows = b.gep(a, [b.mul(row0, a_rs)], source_etype=F32)
         c_rows = b.gep(c, [b.mul(row0, c_rs)], source_etype=F32)
-        with for_range(b, i64(0), n, nr, name=f"jr{mr}") as jr:
-            nr_eff = smin(b, i64(nr), b.sub(n, jr))
+        bq = b.gep(bp, [jc], source_etype=F32)
+        cq = b.gep(c_rows, [jc], source_etype=F32)
+        n = smin(b, nb, b.sub(n_all, jc))
+
+        def tile(jr: ir.Value, nr_eff: ir.Value, full: bool) -> None:
             b.call(
-                _micro(vec, mr, nr),
+                _micro(vec, mr, nr, full=full),
                 [
                     a_rows,
                     a_rs,
                     a_cs,
-                    b.gep(bp, [jr], source_etype=F32),
+                    b.gep(bq, [jr], source_etype=F32),
                     b_rs,
-                    b.gep(c_rows, [jr], source_etype=F32),
+                    b.gep(cq, [jr], source_etype=F32),
                     c_rs,
                     k,
                     i64(mr),
@@ -349,15 +365,24 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
                 ],
             )
 
+        # Whole tiles without masks, then the masked remainder.
+        n_full = b.mul(b.sdiv(n, i64(nr)), i64(nr))
+        with for_range(b, i64(0), n_full, nr, name=f"jr{mr}") as jr:
+            tile(jr, i64(nr), True)
+        with b.if_then(b.icmp_signed("<", n_full, n)):
+            tile(n_full, b.sub(n, n_full), False)
+
     m_full = b.mul(b.sdiv(m, i64(t.mr)), i64(t.mr))
-    with for_range(b, i64(0), m_full, t.mr, name="ir") as row0:
-        block(t.mr, t.nr, row0)
-    row = m_full
-    for size in _row_sizes(t.mr):
-        take = b.icmp_signed(">=", b.sub(m, row), i64(size))
-        with b.if_then(take):
-            block(size, t.nr if size > 2 else 2 * t.nr, row)
-        row = b.select(take, b.add(row, i64(size)), row)
+    with for_range(b, i64(0), n_all, nb, name="jc") as jc:
+        jc_phi[:] = [jc]
+        with for_range(b, i64(0), m_full, t.mr, name="ir") as row0:
+            block(t.mr, t.nr, row0)
+        row = m_full
+        for size in _row_sizes(t.mr):
+            take = b.icmp_signed(">=", b.sub(m, row), i64(size))
+            with b.if_then(take):
+                block(size, t.nr if size > 2 else (2 * t.nr if size == 2 else 4 * t.nr), row)
+            row = b.select(take, b.add(row, i64(size)), row)
     b.ret_void()
     return fn
 
