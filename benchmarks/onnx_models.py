@@ -48,11 +48,22 @@ def median_time(fn: Callable[[], object], calls: int) -> float:
     return float(np.median(times))
 
 
-def interleaved(fns: dict[str, tuple[Callable[[], object], int]], rounds: int = 5) -> dict[str, float]:
-    """Each function's median call time per round, rounds interleaved; the median of rounds."""
+SETTLE_S = 0.005
+"""Idle time before each block of calls: ONNX Runtime's default thread pool spins on the cores
+for a while after its runs and would slow whichever contestant follows it."""
+
+
+def interleaved(fns: dict[str, tuple[Callable[[], object], int]], rounds: int = 25) -> dict[str, float]:
+    """Each function's median call time per round, rounds interleaved; the median of rounds.
+
+    Many short rounds (tens of ms each): this machine's speed drifts over seconds, and with a
+    few long rounds the drift fell on one contestant more than another (the Silero ratio to ONNX
+    Runtime ranged 0.29-0.49x over four runs of the same build with 5 rounds).
+    """
     per: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, (fn, calls) in fns.items():
+            time.sleep(SETTLE_S)
             per[k].append(median_time(fn, max(calls // rounds, 5)))
     return {k: float(np.median(v)) for k, v in per.items()}
 
