@@ -62,7 +62,19 @@ under 5%. The Silero VAD's batched steps (at most 2^25 at b = 256) stay on one t
 class MatmulTiling:
     """Tile and cache-block sizes (in elements) shared by the emitter and the scratch sizing."""
 
-    __slots__ = ("direct_b_max", "direct_m_max", "dot_m_max", "kc", "mc", "mr", "nc", "nr", "vw")
+    __slots__ = (
+        "direct_b_max",
+        "direct_m_max",
+        "direct_short_k_m_max",
+        "direct_short_k_max",
+        "dot_m_max",
+        "kc",
+        "mc",
+        "mr",
+        "nc",
+        "nr",
+        "vw",
+    )
 
     def __init__(self, vw: int) -> None:
         self.vw = vw
@@ -75,6 +87,11 @@ class MatmulTiling:
         self.nc = 2048
         self.direct_m_max = 16
         self.direct_b_max = 64 * 1024
+        # M <= 64 with K <= 256 (a CNN's first convs, K = 27 from 3 channels x 3x3; pointwise
+        # convs into few channels): the direct driver on column blocks of B beat packing B,
+        # 1.3-1.7x at 24x12544x27, 48x3136x24, 24x784x216 (M x N x K, AVX2); at K = 576 it lost.
+        self.direct_short_k_m_max = 64
+        self.direct_short_k_max = 256
         # M <= 32 with both operands contiguous in k: the dot path, which never packs B.  At
         # 8 < M <= 32 packing a weight-sized B cost more than the product (conv1d at N = 8,
         # Silero VAD STFT 88-106 -> 76-80 us, 128->64 k3 s2 25-27 -> 12-14 us; M = 64 was even).
@@ -737,8 +754,13 @@ def emit_matmul(
         b.ret_void()
     # Direct (no packing) when M is small, or when B is small enough to stay in L2 anyway.
     small_b = b.icmp_signed("<=", b.mul(kv, nv), i64(t.direct_b_max))
+    few_rows_short_k = b.and_(
+        b.icmp_signed("<=", mv, i64(t.direct_short_k_m_max)),
+        b.icmp_signed("<=", kv, i64(t.direct_short_k_max)),
+    )
     use_direct = b.and_(
-        b.icmp_signed("==", b_cs, i64(1)), b.or_(b.icmp_signed("<=", mv, i64(t.direct_m_max)), small_b)
+        b.icmp_signed("==", b_cs, i64(1)),
+        b.or_(b.or_(b.icmp_signed("<=", mv, i64(t.direct_m_max)), small_b), few_rows_short_k),
     )
     use_dot = b.and_(
         b.and_(b.icmp_signed("==", a_cs, i64(1)), b.icmp_signed("==", b_rs, i64(1))),
