@@ -668,6 +668,9 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
     a_elems = b.mul(b.mul(b.sdiv(b.add(mc_max, i64(t.mr - 1)), i64(t.mr)), i64(t.mr)), kc_max)
     a_elems = b.and_(b.add(a_elems, i64(15)), i64(-16))
     b_pack = b.gep(a_pack, [a_elems], source_etype=F32)
+    # A rows contiguous in k: the micro-kernel reads them in place (an MR x KC tile's rows are
+    # MR sequential streams); packing them cost a copy of A per call.
+    a_rows = b.icmp_signed("==", a_cs, i64(1))
     with for_range(b, i64(0), n, t.nc, name="jc") as jc:
         nc = smin(b, i64(t.nc), b.sub(n, jc))
         with for_range(b, i64(0), k, t.kc, name="pc") as pc:
@@ -678,17 +681,23 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
             with for_range(b, i64(0), m, t.mc, name="ic") as ic:
                 mc = smin(b, i64(t.mc), b.sub(m, ic))
                 a_src = b.gep(a, [b.add(b.mul(ic, a_rs), b.mul(pc, a_cs))], source_etype=F32)
-                b.call(pack_a, [a_src, a_rs, a_cs, mc, kc, a_pack])
+                with b.if_then(b.not_(a_rows)):
+                    b.call(pack_a, [a_src, a_rs, a_cs, mc, kc, a_pack])
                 with for_range(b, i64(0), nc, t.nr, name="jr") as jr:
                     nr_eff = smin(b, i64(t.nr), b.sub(nc, jr))
                     b_panel = b.gep(b_pack, [b.mul(jr, kc)], source_etype=F32)
                     c_blk = b.gep(c, [b.add(b.mul(ic, c_rs), b.add(jc, jr))], source_etype=F32)
                     with for_range(b, i64(0), mc, t.mr, name="ir") as ir_:
                         mr_eff = smin(b, i64(t.mr), b.sub(mc, ir_))
-                        args = [
+                        a_tile = b.select(
+                            a_rows,
+                            b.gep(a_src, [b.mul(ir_, a_rs)], source_etype=F32),
                             b.gep(a_pack, [b.mul(ir_, kc)], source_etype=F32),
-                            i64(1),
-                            i64(t.mr),
+                        )
+                        args = [
+                            a_tile,
+                            b.select(a_rows, a_rs, i64(1)),
+                            b.select(a_rows, i64(1), i64(t.mr)),
                             b_panel,
                             i64(t.nr),
                             b.gep(c_blk, [b.mul(ir_, c_rs)], source_etype=F32),
