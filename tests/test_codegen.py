@@ -312,6 +312,38 @@ def test_matmul_reads_batch_broadcast_operands_in_place(bsz: int) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_matmul_operand_that_is_also_an_output(rows: int) -> None:
+    """An operand read through strides (a transpose, a batch broadcast of a reshaped matrix) that
+    is itself an output, or has a materialized step in between, has a buffer of its own; the
+    matmul still reads the source it was made from (a [1, 1] transpose that was also returned
+    once failed to compile: the matmul looked for the source among the operand's buffers)."""
+    import asyncjit
+
+    rng = np.random.default_rng(rows)
+    a = Tensor.placeholder((rows, rows), asyncjit.float32, name="a")
+    c = Tensor.placeholder((rows, 3), asyncjit.float32, name="c")
+    x = Tensor.placeholder((2, 4, 6), asyncjit.float32, name="x")
+    w = Tensor.placeholder((12,), asyncjit.float32, name="w")
+    t = a.permute(1, 0)
+    w2 = w.reshape(6, 2)
+    wb = w2.reshape(1, 6, 2).expand(2, 6, 2)
+    outs = [t, t @ c, w2, wb, x @ wb]
+    exe = compile(outs, [a, c, x, w], name="mm_operand_outputs")
+    av, cv, xv, wv = (
+        rng.standard_normal(s).astype(np.float32) for s in ((rows, rows), (rows, 3), (2, 4, 6), (12,))
+    )
+    wants = [
+        av.T,
+        av.T @ cv,
+        wv.reshape(6, 2),
+        np.broadcast_to(wv.reshape(6, 2), (2, 6, 2)),
+        xv @ wv.reshape(6, 2),
+    ]
+    for got, want in zip(exe.run([av, cv, xv, wv]), wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("shape", "axes", "op"),
     [

@@ -268,7 +268,14 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
             continue
         if n.id not in mat or n.id in inside or n.op == "placeholder" or n.op == "const":
             continue
-        fused, reads = _walk(n, mat)
+        if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
+            # The tuned matmul reads each operand's source through strides, whatever lies in
+            # between is materialized or not (an operand that is also an output has its own
+            # buffer, yet the kernel reads the source it was made from).
+            sources = {s.id: s for s in (matmul_operand(i).node for i in n.inputs)}
+            fused, reads = (), tuple(sources[k] for k in sorted(sources))
+        else:
+            fused, reads = _walk(n, mat)
         kind = n.op if n.op in OWN_LOOP_OPS else "loop"
         kernels.append(
             Kernel(_name(len(kernels), kind, n, fused), kind, n, fused, reads, target=first_output.get(n.id))
