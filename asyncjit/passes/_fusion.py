@@ -273,7 +273,8 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
             # between is materialized or not (an operand that is also an output has its own
             # buffer, yet the kernel reads the source it was made from).
             sources = {s.id: s for s in (matmul_operand(i).node for i in n.inputs)}
-            fused, reads = (), tuple(sources[k] for k in sorted(sources))
+            fused: tuple[Node, ...] = ()
+            reads = tuple(sources[k] for k in sorted(sources))
         else:
             fused, reads = _walk(n, mat)
         kind = n.op if n.op in OWN_LOOP_OPS else "loop"
