@@ -1,6 +1,6 @@
 """Throughput of the native kernels against numpy, measured in one run on this machine.
 
-    .venv/bin/python benchmarks/kernels.py [--quick] [--goals] [--repeat N]
+    .venv/bin/python benchmarks/kernels.py [--quick] [--goals | --matmul] [--repeat N]
 
 Prints GFLOP/s and the ratio to numpy (single-threaded OpenBLAS: ``OPENBLAS_NUM_THREADS=1`` is
 set before numpy loads) for matmul at 512^3 and the small shapes of LSTM / linear layers, conv1d
@@ -9,7 +9,8 @@ floats against the numpy ufunc.  Every kernel is called through one pointer to a
 block, as the runtime does; best of several repetitions. The tables run on one thread
 (intra-op threads set to 1); the closing goals section (alone with ``--goals``) gives, as medians
 of ``--repeat`` interleaved rounds (default 3), 512^3 matmul on all cores against one, ``tanh``
-against numpy, and a sum over axis 0 of 4096x4096 against the copy bandwidth.
+against numpy, and a sum over axis 0 of 4096x4096 against the copy bandwidth. ``--matmul``:
+only the matmul table.
 """
 
 from __future__ import annotations
@@ -110,6 +111,14 @@ def bench_matmul() -> None:
         (256, 512, 512),
         (1, 256, 1024),
         (64, 256, 1024),
+        # the Silero VAD batched step at 128 streams (STFT halves, encoder taps, LSTM gates)
+        (512, 129, 129),
+        (128, 64, 64),
+        (128, 512, 256),
+        # CNN layers as im2col matmuls: first 3-channel conv (K = 27), a 3x3 conv, the last 1x1
+        (24, 12544, 27),
+        (64, 3025, 144),
+        (1000, 169, 512),
     ]
     if QUICK:
         shapes = shapes[:4]
@@ -408,6 +417,9 @@ def main() -> None:
     _parallel.set_intra_op_threads(1)  # the tables are single-threaded, as OpenBLAS is here
     print(machine_line())
     print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
+    if "--matmul" in sys.argv:
+        bench_matmul()
+        return
     if "--goals" not in sys.argv:
         bench_matmul()
         bench_conv()
