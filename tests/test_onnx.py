@@ -325,3 +325,23 @@ def test_det_pivots_and_singular_matrices() -> None:
     for device in ("REFERENCE", "CPU"):
         (got,) = AsyncjitBackend.prepare(model, device).run([x])
         np.testing.assert_allclose(got, np.linalg.det(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_gemm_with_a_constant_transposed_weight(rows: int) -> None:
+    """``Gemm(transB=1)`` with an initializer weight ``[N, K]`` (a PyTorch ``Linear``), ``alpha``,
+    ``beta`` and a bias: equal to numpy for any batch (the weight is stored transposed at load)."""
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(rows)
+    w = rng.standard_normal((24, 37)).astype(np.float32)
+    c = rng.standard_normal(24).astype(np.float32)
+    model = _model(
+        [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)],
+        [helper.make_tensor_value_info("x", f, ["batch", 37])],
+        [helper.make_tensor_value_info("y", f, None)],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(c, "c")],
+    )
+    sess = ao.InferenceSession(model, {"batch": (1, 64)})
+    x = rng.standard_normal((rows, 37)).astype(np.float32)
+    (got,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(got, 0.5 * (x @ w.T) + 2.0 * c, rtol=1e-5, atol=1e-5)
