@@ -1,0 +1,107 @@
+"""Two builds of the float32 matmul kernel in one process, interleaved, against numpy.
+
+On a machine whose speed drifts between runs, two versions of a kernel can only be compared
+side by side: this loads the ``emit_matmul`` module of two source trees (as IR text) into one
+process and times them in turns, one thread, best of ``ROUNDS`` interleaved rounds::
+
+    # in each tree (e.g. a git worktree of the older commit), write its kernel module:
+    .venv/bin/python benchmarks/matmul_ab.py --dump /tmp/old.ll
+    .venv/bin/python benchmarks/matmul_ab.py --dump /tmp/new.ll
+    # then compare (shapes as MxNxK; default: the Silero step's and CNN layers' shapes):
+    .venv/bin/python benchmarks/matmul_ab.py /tmp/old.ll /tmp/new.ll [512x129x129 ...]
+
+Prints GFLOP/s of each build and of numpy (``OPENBLAS_NUM_THREADS=1``, set before numpy loads).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import math
+import sys
+from functools import partial
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import add_entry, best_time, caller
+
+ROUNDS = 15
+SHAPES = [
+    (512, 129, 129),
+    (512, 128, 129),
+    (256, 64, 128),
+    (128, 64, 64),
+    (128, 512, 256),
+    (1, 512, 256),
+    (24, 12544, 27),
+    (48, 3136, 24),
+    (64, 3025, 144),
+    (1000, 169, 512),
+    (64, 3025, 576),
+    (512, 512, 512),
+    (2048, 256, 256),
+]
+
+
+def dump(path: str) -> None:
+    from llvmlite import ir
+
+    from asyncjit.codegen._matmul import emit_matmul
+
+    module = ir.Module("matmul_ab")
+    add_entry(module, "mm", emit_matmul(module, "bench.matmul"))
+    with open(path, "w") as f:
+        f.write(str(module))
+
+
+def compare(files: list[str], shapes: list[tuple[int, int, int]]) -> None:
+    from asyncjit.codegen import _parallel
+    from asyncjit.codegen._matmul import matmul_scratch_bytes
+    from asyncjit.codegen._target import compile_to_object, load_object
+
+    _parallel.set_intra_op_threads(1)
+    objs = []
+    for f in files:
+        with open(f) as fh:
+            objs.append(load_object(compile_to_object(fh.read())))
+    rng = np.random.default_rng(0)
+    names = " ".join(f"{os.path.basename(f):>10}" for f in files)
+    print(f"{'M x N x K':>16} {names}      numpy   (GFLOP/s, 1 thread, best of {ROUNDS} interleaved rounds)")
+    for m, n, k in shapes:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        c = np.empty((m, n), np.float32)
+        scratch = np.zeros(matmul_scratch_bytes(m, n, k), np.uint8)
+        args = [a.ctypes.data, w.ctypes.data, c.ctypes.data, scratch.ctypes.data, 1, m, n, k]
+        args += [0, k, 1, 0, n, 1, m * n, n]
+        runs = [caller(o, "mm", args) for o in objs]
+        for run in runs:
+            c[:] = 0
+            run()
+            np.testing.assert_allclose(c, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(k))
+        out = np.empty((m, n), np.float32)
+        fns = [*runs, partial(np.matmul, a, w, out=out)]
+        best = [math.inf] * len(fns)
+        for _ in range(ROUNDS):
+            for i, fn in enumerate(fns):
+                best[i] = min(best[i], best_time(fn, 0.02, 2))
+        gf = 2 * m * n * k / 1e9
+        print(f"{m:>5} x {n:>4} x {k:>4} " + " ".join(f"{gf / t:10.1f}" for t in best))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--dump"]:
+        dump(sys.argv[2])
+        return
+    files = [a for a in sys.argv[1:] if a.endswith(".ll")]
+    shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:] if not a.endswith(".ll")]
+    if not files:
+        raise SystemExit(__doc__)
+    compare(files, [(s[0], s[1], s[2]) for s in shapes] or SHAPES)
+
+
+if __name__ == "__main__":
+    main()
