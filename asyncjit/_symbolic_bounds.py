@@ -6,9 +6,12 @@ otherwise, which is what buffer sizes and the bounds checks of generated code ne
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterable
+
+import numpy as np
 
 from .errors import ArgumentTypeError
 from .symbolic import (
@@ -51,7 +54,14 @@ def bounds(e: Dim) -> tuple[int, int]:
                 lo, hi = lo + coeff * alo, hi + coeff * ahi
             else:
                 lo, hi = lo + coeff * ahi, hi + coeff * alo
-        refiners = (_split_minmax, _split_floordiv, _split_factor, _split_multilinear, _split_polynomial)
+        refiners = (
+            _split_minmax,
+            _split_floordiv,
+            _split_factor,
+            _split_multilinear,
+            _split_polynomial,
+            _split_enumerate,
+        )
         for refined in (f(e) for f in refiners):
             if refined is not None:  # each is safe on its own, so their intersection is too
                 lo, hi = max(lo, refined[0]), min(hi, refined[1])
@@ -228,6 +238,75 @@ def _split_polynomial(e: Sum) -> tuple[int, int] | None:
                 points.add(p)
     values = [((c3 * p + c2) * p + c1) * p + c0 for p in points]
     return min(values), max(values)
+
+
+_ENUMERATE_MAX_POINTS = 1 << 16
+
+
+def _split_enumerate(e: Sum) -> tuple[int, int] | None:
+    """Exact bounds of a sum with a squared factor over several vars (``s*(s-1)*(t-3)**2 + 1``,
+    expanded: neither the corners nor the one-var rule apply, and the interval sum is loose
+    enough to refuse valid slices) by evaluating it at every binding, when the vars' box holds
+    at most ``_ENUMERATE_MAX_POINTS`` points."""
+    if not any(isinstance(a, Prod) and len(set(a.factors)) != len(a.factors) for a, _ in e.terms):
+        return None
+    return _enumerated(e)
+
+
+@functools.lru_cache(maxsize=1024)
+def _enumerated(e: Sum) -> tuple[int, int] | None:
+    vs = sorted(free_vars(e), key=lambda v: v.name)
+    if not vs or any(v.unbounded for v in vs):
+        return None
+    if math.prod(v.max - v.min + 1 for v in vs) > _ENUMERATE_MAX_POINTS:
+        return None
+    magnitude = abs(e.const)  # every partial sum and product stays within int64
+    for atom, c in e.terms:
+        factors = atom.factors if isinstance(atom, Prod) else (atom,)
+        magnitude += abs(c) * math.prod(max(abs(x) for x in bounds(f)) for f in factors)
+    if magnitude >= 1 << 62:
+        return None
+    # each var along its own axis; numpy broadcasts the expression over the whole box
+    grid = {
+        v: np.arange(v.min, v.max + 1, dtype=np.int64).reshape([-1 if i == j else 1 for j in range(len(vs))])
+        for i, v in enumerate(vs)
+    }
+    try:
+        values = np.broadcast_to(_np_value(e, grid), [v.max - v.min + 1 for v in vs])
+    except _NotEnumerable:
+        return None
+    return int(values.min()), int(values.max())
+
+
+class _NotEnumerable(Exception):
+    pass
+
+
+def _np_value(e: Dim, grid: dict[Var, np.ndarray]) -> np.ndarray | int:
+    """``e`` over the box (``symbolic.evaluate``'s semantics: floor division and a modulus with
+    the divisor's sign, as numpy's integer ``//`` and ``%`` have)."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var):
+        return grid[e]
+    if isinstance(e, Sum):
+        out: np.ndarray | int = e.const
+        for atom, c in e.terms:
+            out = out + c * _np_value(atom, grid)
+        return out
+    if isinstance(e, Prod):
+        acc: np.ndarray | int = 1
+        for f in e.factors:
+            acc = acc * _np_value(f, grid)
+        return acc
+    if isinstance(e, FloorDiv):
+        return _np_value(e.num, grid) // e.den
+    if isinstance(e, Mod):
+        return _np_value(e.num, grid) % e.den
+    if isinstance(e, Min | Max):
+        pick = np.minimum if isinstance(e, Min) else np.maximum
+        return functools.reduce(pick, (_np_value(a, grid) for a in e.args))
+    raise _NotEnumerable(repr(e))  # an Index: a compiler's loop index, not a user var
 
 
 def upper(e: Dim) -> int:

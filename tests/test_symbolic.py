@@ -459,6 +459,24 @@ def test_bounds_of_a_polynomial_in_one_var_are_exact(lo: int, hi: int) -> None:
             assert blo <= min(values) and bhi >= f(hi)
 
 
+def test_bounds_of_squares_over_several_vars_are_exact() -> None:
+    """A square times other vars (``s*(s-1)*(t-3)**2 + 1``, once drawn by the fuzz; expanded it is
+    neither multilinear nor in one var) gets exact bounds by evaluating every binding of a small
+    box; over a box too large for that, the bounds stay safe."""
+    s, t, u = Var("s", 1, 8), Var("t", 1, 9), Var("u", 1, 4)
+    cases = [
+        (s * (s - 1) * (t - 3) * (t - 3) + 1, lambda a, b, c: a * (a - 1) * (b - 3) ** 2 + 1),
+        ((t - 5) * (t - 5) * u - s, lambda a, b, c: (b - 5) ** 2 * c - a),
+        ((s - 4) * (s - 4) * (t // 2) + u % 2, lambda a, b, c: (a - 4) ** 2 * (b // 2) + c % 2),
+    ]
+    for expr, f in cases:
+        values = [f(a, b, c) for a in range(1, 9) for b in range(1, 10) for c in range(1, 5)]
+        assert bounds(expr) == (min(values), max(values)), render(expr)
+    big_s, big_t = Var("s", 1, 5000), Var("t", 1, 5000)
+    blo, bhi = bounds(big_s * (big_s - 1) * (big_t - 3) * (big_t - 3) + 1)
+    assert blo <= 1 and bhi >= 5000 * 4999 * 4997**2 + 1
+
+
 def test_a_squared_dim_slices_and_indexes() -> None:
     """``(s-1)*(s-1)`` rows from a reshape (expanded to ``s*s - 2*s + 1``): a full slice of that
     axis, an index along the next and ``[:3]`` are accepted (they raised "not provably within")."""
