@@ -192,6 +192,8 @@ class TestMatmul:
             (1, 512, 300),
             (13, 530, 200),
             (40, 700, 200),
+            (40, 700, 600),
+            (33, 90, 20),
             (17, 40, 300),
             (70, 45, 600),
             (130, 37, 9),
@@ -201,8 +203,8 @@ class TestMatmul:
     )
     @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
     def test_block_boundaries(self, layout: str, m: int, n: int, k: int) -> None:
-        """Shapes that cross the KC/MC/NC cache blocks, the direct driver's column blocks (B over
-        L2 at small M) and every driver (direct, dot, packed)."""
+        """Shapes that cross the KC/MC/NC cache blocks, the direct driver's column and K blocks
+        (both loop orders) and every driver (direct, dot, packed)."""
         check_matmul(matmul_module(), layout, 2, m, n, k, seed=m * n + k)
 
     @pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (5, 33, 17), (24, 128, 96)])

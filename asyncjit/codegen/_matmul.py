@@ -31,6 +31,8 @@ Design (measured on the 2-core AVX-512 host, see ``benchmarks/kernels.py``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 from ._matmul_split import PART_FIELDS, call_driver, column_part
@@ -65,6 +67,7 @@ class MatmulTiling:
     __slots__ = (
         "direct_b_max",
         "direct_m_max",
+        "direct_rows_first_k",
         "direct_short_k_m_max",
         "direct_short_k_max",
         "dot_m_max",
@@ -87,11 +90,13 @@ class MatmulTiling:
         self.nc = 2048
         self.direct_m_max = 16
         self.direct_b_max = 64 * 1024
-        # M <= 64 with K <= 256 (a CNN's first convs, K = 27 from 3 channels x 3x3; pointwise
-        # convs into few channels): the direct driver on column blocks of B beat packing B,
-        # 1.3-1.7x at 24x12544x27, 48x3136x24, 24x784x216 (M x N x K, AVX2); at K = 576 it lost.
+        # M <= 64 with K <= 640 (a CNN's first convs, K = 27 from 3 channels x 3x3; 3x3 convs
+        # into 64 channels, K = 576): the direct driver on blocks of B that stay in L2 beat
+        # packing B, 1.3-1.7x at 24x12544x27, 48x3136x24, 24x784x216 and 1.07-1.19x at
+        # 64x3025x576, 32x3025x576 (M x N x K, AVX2); at K = 1152 packing won (64x784x1152).
         self.direct_short_k_m_max = 64
-        self.direct_short_k_max = 256
+        self.direct_short_k_max = 640
+        self.direct_rows_first_k = 32
         # M <= 32 with both operands contiguous in k: the dot path, which never packs B.  At
         # 8 < M <= 32 packing a weight-sized B cost more than the product (conv1d at N = 8,
         # Silero VAD STFT 88-106 -> 76-80 us, 128->64 k3 s2 25-27 -> 12-14 us; M = 64 was even).
@@ -334,7 +339,9 @@ _DRIVER_ARGS: list[tuple[str, ir.Type]] = [
 
 
 def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
-    """No packing (requires ``b_cs == 1``): MR-row blocks, then 4/2/1-row blocks for the rest.
+    """No packing (requires ``b_cs == 1``): MR-row blocks, then 4/2/1-row blocks for the rest,
+    over K in KC blocks (C accumulates after the first; at K = 1152 and M = 16 that was 1.8x
+    faster than streaming the whole K x NR strip of B from L2 per tile).
 
     2-row blocks use tiles twice as wide (NR*2), 1-row blocks four times (NR*4): with only
     NR/VW accumulators per row the FMA latency chain, not throughput, would bound a GEMV (2x
@@ -348,57 +355,72 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
         return existing
     fn, b = new_function(vec.module, name, _DRIVER_ARGS, noalias=("A", "B", "C"), inline="noinline")
     a, bp, c, _scratch, m, n_all, k, a_rs, a_cs, b_rs, _b_cs, c_rs = fn.args
-    no_acc = ir.Constant(I1, 0)
 
-    # Columns in blocks whose K x NB slice of B stays in L2 while every row block reads it (a
-    # whole number of the widest tiles).
+    # K in blocks of KC and columns in blocks of NB: a block's KC x NB slice of B stays in L2,
+    # and one panel's KC x NR strip of it in L1 while every row tile of an MC-row block reads it
+    # (panels outer, row tiles inner). NB is a whole number of the widest tiles.
     wide = 4 * t.nr
-    nb = b.mul(smax(b, b.sdiv(b.sdiv(i64(t.direct_b_max), smax(b, k, i64(1))), i64(wide)), i64(1)), i64(wide))
-    jc_phi: list[ir.Value] = []
+    kc_max = smin(b, k, i64(t.kc))
+    nb = b.mul(
+        smax(b, b.sdiv(b.sdiv(i64(t.direct_b_max), smax(b, kc_max, i64(1))), i64(wide)), i64(1)), i64(wide)
+    )
+    at: dict[str, ir.Value] = {}
 
-    def block(mr: int, nr: int, row0: ir.Value) -> None:
-        jc = jc_phi[0]
-        a_rows = b.gep(a, [b.mul(row0, a_rs)], source_etype=F32)
-        c_rows = b.gep(c, [b.mul(row0, c_rs)], source_etype=F32)
-        bq = b.gep(bp, [jc], source_etype=F32)
-        cq = b.gep(c_rows, [jc], source_etype=F32)
+    def block(mr: int, nr: int, row0: ir.Value, row_end: ir.Value) -> None:
+        jc, pc, kc, accumulate = at["jc"], at["pc"], at["kc"], at["acc"]
+        bq = b.gep(bp, [b.add(b.mul(pc, b_rs), jc)], source_etype=F32)
         n = smin(b, nb, b.sub(n_all, jc))
 
-        def tile(jr: ir.Value, nr_eff: ir.Value, full: bool) -> None:
+        def tile(r: ir.Value, jr: ir.Value, nr_eff: ir.Value, full: bool) -> None:
             b.call(
                 _micro(vec, mr, nr, full=full),
                 [
-                    a_rows,
+                    b.gep(a, [b.add(b.mul(r, a_rs), b.mul(pc, a_cs))], source_etype=F32),
                     a_rs,
                     a_cs,
                     b.gep(bq, [jr], source_etype=F32),
                     b_rs,
-                    b.gep(cq, [jr], source_etype=F32),
+                    b.gep(c, [b.add(b.mul(r, c_rs), b.add(jc, jr))], source_etype=F32),
                     c_rs,
-                    k,
+                    kc,
                     i64(mr),
                     nr_eff,
-                    no_acc,
+                    accumulate,
                 ],
             )
 
-        # Whole tiles without masks, then the masked remainder.
-        n_full = b.mul(b.sdiv(n, i64(nr)), i64(nr))
-        with for_range(b, i64(0), n_full, nr, name=f"jr{mr}") as jr:
-            tile(jr, i64(nr), True)
-        with b.if_then(b.icmp_signed("<", n_full, n)):
-            tile(n_full, b.sub(n, n_full), False)
+        def panels(each: Callable[[ir.Value, ir.Value, bool], None]) -> None:
+            """Whole tiles without masks, then the masked remainder."""
+            n_full = b.mul(b.sdiv(n, i64(nr)), i64(nr))
+            with for_range(b, i64(0), n_full, nr, name=f"jr{mr}") as jr:
+                each(jr, i64(nr), True)
+            with b.if_then(b.icmp_signed("<", n_full, n)):
+                each(n_full, b.sub(n, n_full), False)
+
+        def rows(each: Callable[[ir.Value], None]) -> None:
+            with for_range(b, row0, row_end, mr, name=f"ir{mr}") as r:
+                each(r)
+
+        # Panels outer: a panel's strip of B is reused from L1 by every row tile. Below
+        # ``direct_rows_first_k`` the C stores outweigh the B reads: rows outer, so each tile
+        # writes its rows of C in sequence (48x3136x24: 74 vs 58 GFLOP/s panels outer).
+        with b.if_else(b.icmp_signed("<=", kc, i64(t.direct_rows_first_k))) as (rows_first, panels_first):
+            with rows_first:
+                rows(lambda r: panels(lambda jr, w, full: tile(r, jr, w, full)))
+            with panels_first:
+                panels(lambda jr, w, full: rows(lambda r: tile(r, jr, w, full)))
 
     m_full = b.mul(b.sdiv(m, i64(t.mr)), i64(t.mr))
-    with for_range(b, i64(0), n_all, nb, name="jc") as jc:
-        jc_phi[:] = [jc]
-        with for_range(b, i64(0), m_full, t.mr, name="ir") as row0:
-            block(t.mr, t.nr, row0)
+    with for_range(b, i64(0), n_all, nb, name="jc") as jc, for_range(b, i64(0), k, t.kc, name="pc") as pc:
+        at.update(jc=jc, pc=pc, kc=smin(b, i64(t.kc), b.sub(k, pc)), acc=b.icmp_signed(">", pc, i64(0)))
+        with for_range(b, i64(0), m_full, t.mc, name="ic") as ic:
+            block(t.mr, t.nr, ic, smin(b, b.add(ic, i64(t.mc)), m_full))
         row = m_full
         for size in _row_sizes(t.mr):
             take = b.icmp_signed(">=", b.sub(m, row), i64(size))
             with b.if_then(take):
-                block(size, t.nr if size > 2 else (2 * t.nr if size == 2 else 4 * t.nr), row)
+                width = t.nr if size > 2 else (2 * t.nr if size == 2 else 4 * t.nr)
+                block(size, width, row, b.add(row, i64(size)))
             row = b.select(take, b.add(row, i64(size)), row)
     b.ret_void()
     return fn
