@@ -240,7 +240,9 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
     single variant per height -- half the code, half the compile time.  ``b_padded`` (packed B
     panels, zero-padded to NR columns) loads B unmasked: on AVX2 the two masks would otherwise
     take registers the 6x16 tile needs (a spill per k).  ``full`` (the caller guarantees
-    ``nr_eff == nr``) drops every mask, in the B loads and the C stores alike.
+    ``nr_eff == nr`` and ``mr_eff == mr``) drops every mask, in the B loads and the C stores
+    alike, and the clamping of row offsets: A's rows are then ``r * a_rs``, which x86 addressing
+    forms from one stride register instead of six offsets held across the k loop.
     """
     module = vec.module
     name = f"asyncjit.matmul.micro{mr}x{nr}{'p' if b_padded else ''}{'f' if full else ''}"
@@ -252,7 +254,7 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
     nv = nr // vec.vw
     rows = []
     for r in range(mr):
-        rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 else i64(r)
+        rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 and not full else i64(r)
         rows.append(b.mul(rr, a_rs))
     masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
 
@@ -291,7 +293,7 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
     for bb, add in ((add_bb, True), (set_bb, False)):
         b.position_at_end(bb)
         for r in range(mr):
-            if r > 0:
+            if r > 0 and not full:
                 store_bb = b.append_basic_block(f"row{r}.{'acc' if add else 'set'}")
                 b.cbranch(b.icmp_signed("<", i64(r), mr_eff), store_bb, exit_bb)
                 b.position_at_end(store_bb)
@@ -729,7 +731,14 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
                             nr_eff,
                             accumulate,
                         ]
-                        b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
+                        whole = b.and_(
+                            b.icmp_signed("==", mr_eff, i64(t.mr)), b.icmp_signed("==", nr_eff, i64(t.nr))
+                        )
+                        with b.if_else(whole) as (full_tile, edge_tile):
+                            with full_tile:
+                                b.call(_micro(vec, t.mr, t.nr, b_padded=True, full=True), args)
+                            with edge_tile:
+                                b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
     b.ret_void()
     return fn
 
