@@ -26,24 +26,10 @@ from functools import partial
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import add_entry, best_time, caller
+from kernels import MODEL_MATMULS, add_entry, best_time, caller
 
 ROUNDS = 15
-SHAPES = [
-    (512, 129, 129),
-    (512, 128, 129),
-    (256, 64, 128),
-    (128, 64, 64),
-    (128, 512, 256),
-    (1, 512, 256),
-    (24, 12544, 27),
-    (48, 3136, 24),
-    (64, 3025, 144),
-    (1000, 169, 512),
-    (64, 3025, 576),
-    (512, 512, 512),
-    (2048, 256, 256),
-]
+SHAPES = [*MODEL_MATMULS, (512, 512, 512), (2048, 256, 256)]
 
 
 def dump(path: str) -> None:
