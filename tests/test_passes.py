@@ -45,6 +45,23 @@ def test_fold_constants_never_grows_memory() -> None:
     assert all(n.attrs["value"].size == 1 for n in g.nodes if n.op == "const" and n is not g.outputs[0])
 
 
+def test_fold_constants_computes_a_broadcast_matmul_weight_once() -> None:
+    """A matmul operand that is a broadcast scalar (a model's ``ConstantOfShape`` weight), seen
+    through a transpose too, folds to a const (it needs a buffer anyway: computed once, not on
+    every call); the same broadcast feeding an elementwise op stays scalar + expand."""
+    x = Tensor.placeholder((3, 50), name="x")
+    w = Tensor.full((30, 50), 0.5)  # used transposed, as Gemm(transB=1) does
+    y = x @ w.permute(1, 0)
+    z = x + Tensor.full((3, 50), 2.0)
+    g = fold_constants(Graph.of([y.node, z.node], [x.node]))
+    mm = g.outputs[0]
+    assert mm.op == "matmul" and mm.inputs[1].op == "const"
+    assert mm.inputs[1].attrs["value"].shape == (50, 30)
+    assert g.outputs[1].inputs[1].op == "expand"
+    xv = np.random.default_rng(0).standard_normal((3, 50)).astype(np.float32)
+    np.testing.assert_allclose(reference.evaluate(mm, {x: xv}), xv @ np.full((50, 30), 0.5), rtol=1e-5)
+
+
 def test_cse_merges_equal_subexpressions() -> None:
     """Two structurally equal nodes become one."""
     x = Tensor.placeholder((4,), name="x")

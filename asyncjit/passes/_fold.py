@@ -16,6 +16,14 @@ __all__ = ["fold_constants", "MAX_FOLD_ELEMENTS"]
 MAX_FOLD_ELEMENTS = 1 << 16
 """Larger results stay as ops: folding them would bloat executables for little gain."""
 
+MAX_DENSE_FOLD_ELEMENTS = 1 << 26
+"""A matmul or conv operand made from constants by movement alone (a broadcast scalar, say, as a
+model's ``ConstantOfShape`` weights are) needs a buffer anyway: up to this size it is computed
+once, at compile time, instead of being written out on every call."""
+
+_DENSE_CONSUMERS = frozenset({"matmul", "conv", "conv1d"})
+_MOVEMENT = frozenset({"expand", "reshape", "permute"})
+
 
 def _numel(node: Node) -> int | None:
     if not all(isinstance(d, int) for d in node.shape):
@@ -42,6 +50,8 @@ def fold_constants(graph: Graph) -> Graph:
     """Replace foldable nodes by ``const`` nodes holding their value."""
 
     def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
+        if node.op in _DENSE_CONSUMERS:
+            inputs = tuple(_dense_operand(i) for i in inputs)
         new = remake(node, inputs)
         if new.op in ("placeholder", "const", "expand", "reshape") or not new.inputs:
             return new
@@ -59,3 +69,29 @@ def fold_constants(graph: Graph) -> Graph:
         return make_node("const", (), value=value)
 
     return rebuild(graph, rewrite)
+
+
+def _movement_value(node: Node) -> np.ndarray | None:
+    """The value of a constant seen through movement ops only, or ``None``."""
+    if node.op == "const":
+        return np.asarray(node.attrs["value"])
+    if node.op not in _MOVEMENT or _numel(node) is None:
+        return None
+    inner = _movement_value(node.inputs[0])
+    if inner is None:
+        return None
+    return np.asarray(OPS[node.op].reference(node, [inner], {}))
+
+
+def _dense_operand(node: Node) -> Node:
+    """``node`` folded to a ``const`` when it is movement over a constant of at most
+    ``MAX_DENSE_FOLD_ELEMENTS`` elements (see there); otherwise ``node`` itself."""
+    size = _numel(node)
+    if node.op not in _MOVEMENT or size is None or size > MAX_DENSE_FOLD_ELEMENTS:
+        return node
+    value = _movement_value(node)
+    if value is None:
+        return node
+    value = np.array(value, order="C")  # owned and contiguous: frozen below
+    value.setflags(write=False)
+    return make_node("const", (), value=value)
