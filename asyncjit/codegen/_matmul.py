@@ -793,7 +793,13 @@ def emit_matmul(
     with b.if_then(empty):
         b.ret_void()
     # Direct (no packing) when M is small, or when B is small enough to stay in L2 anyway.
-    small_b = b.icmp_signed("<=", b.mul(kv, nv), i64(t.direct_b_max))
+    # ... except when many row tiles would share strips of B whose rows are a power-of-two
+    # stride apart (N = 256: each strip maps to a few L1 sets and does not stay there).
+    aliased = b.and_(
+        b.icmp_signed(">", mv, i64(t.direct_short_k_m_max)),
+        b.icmp_signed("==", b.and_(b_rs, i64(127)), i64(0)),
+    )
+    small_b = b.and_(b.icmp_signed("<=", b.mul(kv, nv), i64(t.direct_b_max)), b.not_(aliased))
     few_rows_short_k = b.and_(
         b.icmp_signed("<=", mv, i64(t.direct_short_k_m_max)),
         b.icmp_signed("<=", kv, i64(t.direct_short_k_max)),
