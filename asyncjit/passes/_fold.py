@@ -2,6 +2,9 @@
 
 A node is folded only if its result is static and no larger than its largest input, so folding
 never grows memory (a broadcast scalar stays a scalar plus an ``expand`` that codegen inlines).
+The one exception is a matmul or conv operand made from a constant by movement alone: it needs a
+buffer anyway, so it is folded once here rather than written out on every call (see
+``MAX_DENSE_FOLD_ELEMENTS``).
 """
 
 from __future__ import annotations
