@@ -42,11 +42,21 @@ def _source(node: Node) -> Node | None:
 
 
 def _value(node: Node) -> np.ndarray:
+    """The value of a view (expand, reshape, permute) of a ``const``."""
     if node.op == "const":
         return np.asarray(node.attrs["value"])
-    shape = tuple(int(d) for d in node.shape)
     inner = _value(node.inputs[0])
+    if node.op == "permute":
+        return np.transpose(inner, tuple(node.attrs["order"]))
+    shape = tuple(int(d) for d in node.shape)
     return np.broadcast_to(inner, shape) if node.op == "expand" else inner.reshape(shape)
+
+
+def _const(value: np.ndarray) -> Node:
+    """A ``const`` node owning a frozen C-contiguous copy of ``value``."""
+    owned = np.array(value, order="C")
+    owned.setflags(write=False)
+    return make_node("const", (), value=owned)
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -67,23 +77,9 @@ def fold_constants(graph: Graph) -> Graph:
             return new
         # np.asarray(order="C"), not np.ascontiguousarray: that one turns a 0-d array into 1-d
         args = [np.asarray(_value(i), order="C") for i in new.inputs]
-        value = np.array(OPS[new.op].reference(new, args, {}), order="C")  # owned: frozen below
-        value.setflags(write=False)
-        return make_node("const", (), value=value)
+        return _const(OPS[new.op].reference(new, args, {}))
 
     return rebuild(graph, rewrite)
-
-
-def _movement_value(node: Node) -> np.ndarray | None:
-    """The value of a constant seen through movement ops only, or ``None``."""
-    if node.op == "const":
-        return np.asarray(node.attrs["value"])
-    if node.op not in _MOVEMENT or _numel(node) is None:
-        return None
-    inner = _movement_value(node.inputs[0])
-    if inner is None:
-        return None
-    return np.asarray(OPS[node.op].reference(node, [inner], {}))
 
 
 def _dense_operand(node: Node) -> Node:
@@ -92,9 +88,9 @@ def _dense_operand(node: Node) -> Node:
     size = _numel(node)
     if node.op not in _MOVEMENT or size is None or size > MAX_DENSE_FOLD_ELEMENTS:
         return node
-    value = _movement_value(node)
-    if value is None:
-        return node
-    value = np.array(value, order="C")  # owned and contiguous: frozen below
-    value.setflags(write=False)
-    return make_node("const", (), value=value)
+    view = node
+    while view.op in _MOVEMENT:
+        if _numel(view) is None:
+            return node
+        view = view.inputs[0]
+    return _const(_value(node)) if view.op == "const" else node
