@@ -33,18 +33,11 @@ def _matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 @op("Gemm")
 def _gemm(n: NodeCtx, ins: list[Value | None]) -> Value:
-    a = n.t(ins[0])
+    a, b = n.t(ins[0]), n.t(ins[1])
     if n.attr("transA", 0):
         a = a.T
-    if n.attr("transB", 0) and isinstance(ins[1], np.ndarray) and ins[1].ndim == 2:
-        # A constant weight [N, K] (a PyTorch Linear, a Caffe2 FC) stored transposed once, at
-        # load time: the matmul reads a row-major [K, N] (no packing at small M; 1.5-2x the
-        # strided read of the transposed one at 32x256x256 and 64x256x1024 here).
-        b = const_tensor(np.ascontiguousarray(ins[1].T))
-    else:
-        b = n.t(ins[1])
-        if n.attr("transB", 0):
-            b = b.T
+    if n.attr("transB", 0):
+        b = b.T  # a constant weight is stored transposed once by constant folding (passes._fold)
     out = a @ b
     alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
     if alpha != 1.0:
