@@ -353,6 +353,9 @@ def test_matmul_operand_that_is_also_an_output(rows: int) -> None:
         ((3, 4, 517), (0,), "prod"),
         ((64, 16), (0,), "sum"),
         ((3, 4100), (0,), "sum"),  # two accumulator blocks, the second partial
+        ((9, 20), (0,), "sum"),  # rows combined four at a time, then one left over
+        ((7, 3, 20), (0, 1), "prod"),  # the innermost reduced axis shorter than four
+        ((2, 8, 3, 24), (1, 2), "sum"),  # an outer kept axis, two reduced ones
     ],
 )
 def test_reductions_keeping_the_last_axis_read_rows(
@@ -369,6 +372,13 @@ def test_reductions_keeping_the_last_axis_read_rows(
         xv = rng.uniform(0.5, 1.5, shape).astype(np.float32)
         (got,) = exe.run([xv], bind)
         np.testing.assert_allclose(got, getattr(np, op)(xv, axis=axes), rtol=1e-5)
+        if op in ("sum", "prod"):  # float64 accumulators, combined in the reduced axes' order
+            kept = [d for i, d in enumerate(shape) if i not in axes]
+            rows = np.moveaxis(xv, axes, range(len(axes))).reshape(-1, *kept)
+            acc = np.full(rows.shape[1:], 0.0 if op == "sum" else 1.0)
+            for r in rows:
+                acc = acc + r if op == "sum" else acc * r
+            np.testing.assert_array_equal(got.reshape(acc.shape), acc.astype(np.float32))
     xi = Tensor.placeholder(shape, dtype="int32", name="xi")
     exe = compile(xi.sum(axis=axes), [xi])
     iv = rng.integers(-1000, 1000, shape).astype(np.int32)
