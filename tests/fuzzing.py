@@ -48,7 +48,7 @@ _OP_ULPS = {
     "exp": 1.0, "log": 1.0, "pow": 1.0, "sin": 1.0, "cos": 1.0, "tanh": 2.0, "sigmoid": 3.0,
     "erf": 2.0, "gelu": 4.0, "reduce": 1.0,
 }  # fmt: skip
-_DOT_OPS = ("matmul", "conv1d")
+_DOT_OPS = ("matmul", "conv1d", "conv")
 # erf and gelu are specified to an absolute error (tests/test_codegen_mathfn.py ABS_BOUND): in the
 # far negative tail gelu's value (< 1e-7) carries no relative accuracy
 _OP_ABS = {"erf": 2e-7, "gelu": 1e-6}
@@ -117,6 +117,17 @@ def _perturb(
         with np.errstate(all="ignore"):
             mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
             bound = (k + 1) * 2.0**-24 * mags
+    elif node.op == "pool" and node.attrs["mode"] == "avg":
+        # each window summed in float32 (float64 for float64), then divided: like a dot of the
+        # window with ones, |error| <= (taps + 1) * u * mean(|x|) plus the division's rounding;
+        # a window whose float32 sum of |x| may overflow may come out as anything
+        taps = int(np.prod(node.attrs["kernel"]))
+        eps = 2.0**-53 if value.dtype == np.float64 else 2.0**-24
+        with np.errstate(all="ignore"):
+            mags = OPS["pool"].reference(node, [np.abs(args[0])], bindings).astype(np.float64)
+            bound = (taps + 1) * eps * mags + _ulp(value)
+            limit = np.finfo(np.float64 if value.dtype == np.float64 else np.float32).max
+            bound = np.where(mags * taps > limit, np.inf, bound)
     elif node.op == "reduce" and node.attrs["op"] in ("sum", "prod") and node.attrs["axes"]:
         bound = _reduce_bound(node, value, args[0])
     elif node.op in _OP_ULPS:

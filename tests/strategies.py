@@ -1064,15 +1064,21 @@ def assert_outputs_match(
 
 
 def oracle_conv2d(
-    x: np.ndarray, w: np.ndarray, strides: tuple[int, int], pads: tuple[int, int, int, int], groups: int
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    groups: int,
+    dilations: tuple[int, int] = (1, 1),
 ) -> np.ndarray:
     """Direct loops over every output element (ONNX Conv; pads in ONNX order)."""
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
+    dh, dw = dilations
     xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]))
     xp[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + wd] = x
-    oh = (xp.shape[2] - kh) // strides[0] + 1
-    ow = (xp.shape[3] - kw) // strides[1] + 1
+    oh = (xp.shape[2] - dh * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dw * (kw - 1) - 1) // strides[1] + 1
     out = np.zeros((n, o, max(oh, 0), max(ow, 0)))
     og = o // groups
     for oc in range(o):
@@ -1082,8 +1088,8 @@ def oracle_conv2d(
                 patch = xp[
                     :,
                     g * cg : (g + 1) * cg,
-                    i * strides[0] : i * strides[0] + kh,
-                    j * strides[1] : j * strides[1] + kw,
+                    i * strides[0] : i * strides[0] + dh * (kh - 1) + 1 : dh,
+                    j * strides[1] : j * strides[1] + dw * (kw - 1) + 1 : dw,
                 ]
                 out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
     return round_to(out, x.dtype)
@@ -1174,15 +1180,19 @@ def _long_enough(b: _Builder, extra: int) -> DimChoice:
 
 
 def _k_conv2d(b: _Builder) -> None:
+    # One group of up to 6 channels and up to 8 outputs per group: stride-1 layers with 16+
+    # products per output take the padded-input kernel (``codegen._convtaps``), with row tiles
+    # of 4/2/1 output channels beside the full ones; symbolic widths move its padded frame.
     kh, kw = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
     strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
+    dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
     groups = b.draw(st.sampled_from([1, 2]))
-    cg, og = b.draw(st.integers(1, 2)), b.draw(st.integers(1, 3))
+    cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
     pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
-    extra_h = max(kh - 1 - pads[0] - pads[2], 0)
-    extra_w = max(kw - 1 - pads[1] - pads[3], 0)
+    extra_h = max(dilations[0] * (kh - 1) - pads[0] - pads[2], 0)
+    extra_w = max(dilations[1] * (kw - 1) - pads[1] - pads[3], 0)
     height = _long_enough(b, extra_h)
-    width = DimChoice(extra_w + 3, lambda _b, e=extra_w: e + 3)
+    width = _long_enough(b, extra_w + 2)
     n = b.draw_dim(nonzero=True)
     chans = DimChoice(cg * groups, lambda _b, c=cg * groups: c)
     xi = b.placeholder([n, chans, height, width], b.draw_dtype("f"))
@@ -1190,12 +1200,13 @@ def _k_conv2d(b: _Builder) -> None:
     w = (rng.integers(-8, 9, size=(og * groups, cg, kh, kw)) / 4).astype(np.float32)
     x = b.tensors[xi]
     wt = Tensor.const(w).cast(x.dtype)
-    out = x.conv(wt, strides=strides, pads=pads, groups=groups)
+    out = x.conv(wt, strides=strides, pads=pads, dilations=dilations, groups=groups)
 
     def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
-        return oracle_conv2d(a[0], oracle_cast(w, a[0].dtype).astype(np.float64), strides, pads, groups)
+        w64 = oracle_cast(w, a[0].dtype).astype(np.float64)
+        return oracle_conv2d(a[0], w64, strides, pads, groups, dilations)
 
-    b.add(out, f"conv2d[k{kh}x{kw},s{strides},g{groups},p{pads}]", (xi,), oracle)
+    b.add(out, f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}]", (xi,), oracle)
 
 
 def _k_pool(b: _Builder) -> None:

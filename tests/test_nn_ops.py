@@ -94,6 +94,49 @@ def test_conv2d_matches_ort_and_compiles(case: tuple[Any, ...]) -> None:
     np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
 
 
+TAPS_CASES = [  # cin, cout, kernel, dilations, ONNX pads, bias: stride 1, one group
+    (3, 8, (3, 3), (1, 1), (1, 1, 1, 1), True),  # a first layer: 27 products per output
+    (5, 7, (3, 3), (1, 1), (0, 0, 0, 0), False),  # no pads: the frame is the input itself
+    (8, 13, (3, 5), (1, 2), (0, 2, 1, 0), True),  # asymmetric pads, dilated columns
+    (33, 65, (5, 5), (2, 1), (2, 2, 2, 2), True),  # two channel blocks; 60 + 4 + 1 output rows
+    (30, 4, (3, 3), (1, 1), (3, 1, 0, 2), False),  # only a 4-row tile; pads past the kernel
+    (2, 1, (2, 4), (1, 1), (1, 0, 0, 1), True),  # one output channel
+]
+
+
+@pytest.mark.parametrize("case", TAPS_CASES)
+def test_stride1_conv2d_reads_the_padded_input(case: tuple[Any, ...]) -> None:
+    """Stride-1 2-D convs run on ``_convtaps`` (micro-tiles reading a zero-padded copy of x, no
+    im2col), for bounded height and width: every size up to the bounds (the scratch is sized
+    there) equals the reference and ONNX Runtime, down to the shortest input the pads allow."""
+    from asyncjit.codegen._convtaps import taps_eligible
+
+    cin, cout, k, d, p, with_bias = case
+    assert taps_eligible(cin=cin, ks=k, strides=(1, 1), dilations=d, groups=1)
+    # the shortest inputs the graph allows: the kernel's span minus the pads, at least 1
+    hmin = max(1, d[0] * (k[0] - 1) + 1 - p[0] - p[2])
+    wmin = max(1, d[1] * (k[1] - 1) + 1 - p[1] - p[3])
+    h, w_ = Var("h", hmin, 9), Var("w", wmin, 21)
+    w = RNG.standard_normal((cout, cin, *k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    xt = Tensor.placeholder((2, cin, h, w_), np.float32, "x")
+    y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, pads=p, dilations=d)
+    exe = compile(y, [xt])
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    assert "asyncjit.conv.taps" in ir_text
+    for hv, wv in ((9, 21), (hmin, wmin), (max(hmin, 4), 17), (9, max(wmin, 2))):
+        bind = {"h": hv, "w": wv}
+        x = RNG.standard_normal((2, cin, hv, wv)).astype(np.float32)
+        (got,) = exe.run([x], bind)
+        want = reference.evaluate(y, {xt: x}, bind)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if got.size:
+            ins = [x, w, b] if with_bias else [x, w]
+            (ref,) = run_ort("Conv", ins, dict(pads=p, dilations=d), [np.float32])
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_conv_float16_and_symbolic_and_3d() -> None:
     """float16 goes through the direct loop; symbolic spatial dims through the fast kernel."""
     h = Var("h", 1, 12)

@@ -13,7 +13,8 @@ non-NCHWc convolutions. ``X_col`` rows are built a whole output row at a time: t
 of each tap along the last axis is computed once, so the copy is a contiguous (stride 1) or
 strided loop with no per-element test. A pointwise conv (1x1, stride 1, no pads) skips im2col
 and reads ``x`` in place, batched over samples. The bias is added in a vectorised pass over each
-output row while it is still in cache.
+output row while it is still in cache. A stride-1 2-D conv with one group goes to ``_convtaps``
+instead (no im2col: the matmul tile reads a zero-padded copy of ``x`` at per-tap offsets).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._conv import _valid_range
+from ._convtaps import emit_conv_taps, taps_eligible, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
 from ._target import F32, I64, PTR, for_range, i64, new_function
 
@@ -55,10 +57,15 @@ def convnd_scratch_bytes(
     pads: Sequence[tuple[int, int]],
     groups: int,
     p_max: int,
+    dilations: Sequence[int],
+    s_max: Sequence[int],
 ) -> int:
-    """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)."""
+    """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)
+    and inputs of at most ``s_max`` per spatial axis (needed by the stride-1 2-D kernel)."""
     if _depthwise(cin, cout, groups):
         return 0
+    if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
+        return taps_scratch_bytes(cin=cin, cout=cout, ks=ks, dilations=dilations, pads=pads, s_max=s_max)
     if _pointwise(ks, strides, pads):
         return matmul_scratch_bytes(cout // groups, max(p_max, 1), cin // groups)
     kk = cin // groups * _prod(ks)
@@ -160,6 +167,9 @@ def emit_convnd(
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
                                dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip
+    if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
+        return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, dilations=dilations, pads=pads,
+                              has_bias=has_bias)  # fmt: skip
     kk = cin_g * _prod(ks)
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]

@@ -57,6 +57,8 @@ def scratch_bytes(kernel: Kernel) -> int:
                 pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
                 groups=groups,
                 p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
+                dilations=node.attrs["dilations"],
+                s_max=[upper(d) for d in x.shape[2:]],
             )
         )
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
