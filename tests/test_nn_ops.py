@@ -94,25 +94,30 @@ def test_conv2d_matches_ort_and_compiles(case: tuple[Any, ...]) -> None:
     np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
 
 
-TAPS_CASES = [  # cin, cout, kernel, dilations, ONNX pads, bias: stride 1, one group
-    (3, 8, (3, 3), (1, 1), (1, 1, 1, 1), True),  # a first layer: 27 products per output
-    (5, 7, (3, 3), (1, 1), (0, 0, 0, 0), False),  # no pads: the frame is the input itself
-    (8, 13, (3, 5), (1, 2), (0, 2, 1, 0), True),  # asymmetric pads, dilated columns
-    (33, 65, (5, 5), (2, 1), (2, 2, 2, 2), True),  # two channel blocks; 60 + 4 + 1 output rows
-    (30, 4, (3, 3), (1, 1), (3, 1, 0, 2), False),  # only a 4-row tile; pads past the kernel
-    (2, 1, (2, 4), (1, 1), (1, 0, 0, 1), True),  # one output channel
+TAPS_CASES = [  # cin, cout, kernel, strides, dilations, ONNX pads, bias: one group
+    (3, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),  # a first layer: 27 products per output
+    (5, 7, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), False),  # no pads: the frame is the input itself
+    (8, 13, (3, 5), (1, 1), (1, 2), (0, 2, 1, 0), True),  # asymmetric pads, dilated columns
+    (33, 65, (5, 5), (1, 1), (2, 1), (2, 2, 2, 2), True),  # two channel blocks; 60 + 4 + 1 rows
+    (30, 4, (3, 3), (1, 1), (1, 1), (3, 1, 0, 2), False),  # only a 4-row tile; pads past the kernel
+    (2, 1, (2, 4), (1, 1), (1, 1), (1, 0, 0, 1), True),  # one output channel
+    (3, 16, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), True),  # ResNet's first layer: four phase planes
+    (6, 9, (3, 3), (2, 2), (2, 1), (2, 0, 1, 2), True),  # a dilation that skips a row phase
+    (4, 5, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), False),  # every tap its own phase plane
+    (5, 7, (4, 1), (1, 2), (1, 1), (1, 0, 2, 0), True),  # a column kernel: one column phase read
 ]
 
 
 @pytest.mark.parametrize("case", TAPS_CASES)
-def test_stride1_conv2d_reads_the_padded_input(case: tuple[Any, ...]) -> None:
-    """Stride-1 2-D convs run on ``_convtaps`` (micro-tiles reading a zero-padded copy of x, no
-    im2col), for bounded height and width: every size up to the bounds (the scratch is sized
-    there) equals the reference and ONNX Runtime, down to the shortest input the pads allow."""
+def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
+    """2-D one-group convs run on ``_convtaps`` (micro-tiles reading a zero-padded copy of x, in
+    phase planes for strides > 1; no im2col), for bounded height and width: every size up to the
+    bounds (the scratch is sized there) equals the reference and ONNX Runtime, down to the
+    shortest input the pads allow."""
     from asyncjit.codegen._convtaps import taps_eligible
 
-    cin, cout, k, d, p, with_bias = case
-    assert taps_eligible(cin=cin, ks=k, strides=(1, 1), dilations=d, groups=1)
+    cin, cout, k, st, d, p, with_bias = case
+    assert taps_eligible(cin=cin, ks=k, strides=st, dilations=d, groups=1)
     # the shortest inputs the graph allows: the kernel's span minus the pads, at least 1
     hmin = max(1, d[0] * (k[0] - 1) + 1 - p[0] - p[2])
     wmin = max(1, d[1] * (k[1] - 1) + 1 - p[1] - p[3])
@@ -120,7 +125,7 @@ def test_stride1_conv2d_reads_the_padded_input(case: tuple[Any, ...]) -> None:
     w = RNG.standard_normal((cout, cin, *k)).astype(np.float32)
     b = RNG.standard_normal(cout).astype(np.float32)
     xt = Tensor.placeholder((2, cin, h, w_), np.float32, "x")
-    y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, pads=p, dilations=d)
+    y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, strides=st, pads=p, dilations=d)
     exe = compile(y, [xt])
     ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
     assert "asyncjit.conv.taps" in ir_text
@@ -133,7 +138,7 @@ def test_stride1_conv2d_reads_the_padded_input(case: tuple[Any, ...]) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         if got.size:
             ins = [x, w, b] if with_bias else [x, w]
-            (ref,) = run_ort("Conv", ins, dict(pads=p, dilations=d), [np.float32])
+            (ref,) = run_ort("Conv", ins, dict(strides=st, pads=p, dilations=d), [np.float32])
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 

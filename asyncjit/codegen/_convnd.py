@@ -13,8 +13,9 @@ non-NCHWc convolutions. ``X_col`` rows are built a whole output row at a time: t
 of each tap along the last axis is computed once, so the copy is a contiguous (stride 1) or
 strided loop with no per-element test. A pointwise conv (1x1, stride 1, no pads) skips im2col
 and reads ``x`` in place, batched over samples. The bias is added in a vectorised pass over each
-output row while it is still in cache. A stride-1 2-D conv with one group goes to ``_convtaps``
-instead (no im2col: the matmul tile reads a zero-padded copy of ``x`` at per-tap offsets).
+output row while it is still in cache. A 2-D conv with one group and strides up to 2 goes to
+``_convtaps`` instead (no im2col: the matmul tile reads a zero-padded copy of ``x`` at per-tap
+offsets).
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def convnd_scratch_bytes(
     if _depthwise(cin, cout, groups):
         return 0
     if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
-        return taps_scratch_bytes(cin=cin, cout=cout, ks=ks, dilations=dilations, pads=pads, s_max=s_max)
+        return taps_scratch_bytes(
+            cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, s_max=s_max
+        )
     if _pointwise(ks, strides, pads):
         return matmul_scratch_bytes(cout // groups, max(p_max, 1), cin // groups)
     kk = cin // groups * _prod(ks)
@@ -168,8 +171,8 @@ def emit_convnd(
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
                                dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip
     if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
-        return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, dilations=dilations, pads=pads,
-                              has_bias=has_bias)  # fmt: skip
+        return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
+                              pads=pads, has_bias=has_bias)  # fmt: skip
     kk = cin_g * _prod(ks)
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]

@@ -1,4 +1,4 @@
-"""float32 2-D convolution with stride 1, read by the matmul micro-tile from a padded input copy.
+"""float32 2-D convolution read by the matmul micro-tile from a zero-padded copy of the input.
 
 im2col writes ``cin*KH*KW`` shifted copies of the input (115 MB for a 64-channel 224x224 layer)
 for the matmul to read back and pack once more; with few output channels (M = cout) those
@@ -13,6 +13,11 @@ output (2 for a 3x3 with pad 1) are computed and dropped when ``Y'`` is copied o
 the bias added. The extra work is the padded copy of ``x`` and the copy-out, each the size of one
 activation, against im2col's ``KH*KW`` copies and the packing of them.
 
+A stride ``s > 1`` splits the padded copy into phase planes, plane ``(a, b)`` holding the padded
+rows ``a, a + sh, ...`` and columns ``b, b + sw, ...`` (only the phases some tap reads): tap
+``(kh, kw)`` then reads plane ``(kh*dh % sh, kw*dw % sw)`` at row ``oh + kh*dh // sh`` and column
+``ow + kw*dw // sw``, a run again, in a frame ``Wq = ceil(Wp / sw)`` wide.
+
 Loops (A block in L2, the B run of one tile in L1): channels in blocks of ``kc // (KH*KW)``
 (the matmul's K block), output channels in blocks of ``mc`` rows (the last block takes the rows
 left after whole MR tiles, in 4/2/1-row tiles), then NR-position panels, then MR-row tiles.
@@ -25,9 +30,13 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._matmul import _row_sizes, _Vec, matmul_tiling
-from ._target import F32, I1, I64, PTR, for_range, i64, new_function, smin
+from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
 
-__all__ = ["TAPS_MIN_K", "emit_conv_taps", "taps_eligible", "taps_scratch_bytes"]
+__all__ = ["TAPS_MAX_STRIDE", "TAPS_MIN_K", "emit_conv_taps", "taps_eligible", "taps_scratch_bytes"]
+
+TAPS_MAX_STRIDE = 2
+"""Up to 2x2 phase planes. AlexNet's 11x11 stride-4 first layer (16 planes, each tap a plane
+of its own) ran 10-25% slower this way than as im2col, whose copy is small at that stride."""
 
 TAPS_MIN_K = 16
 """Below this many products per output (``cin*KH*KW``) the k loop is too short to hide the C
@@ -37,14 +46,15 @@ tile's load and store; im2col with the direct matmul driver is used instead."""
 def taps_eligible(
     *, cin: int, ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int], groups: int
 ) -> bool:
-    """2-D, stride 1, one group, more than one tap (a 1x1 conv reads ``x`` in place already)."""
+    """2-D, one group, more than one tap (a 1x1 conv reads ``x`` in place already)."""
     return (
         len(ks) == 2
-        and all(s == 1 for s in strides)
+        and len(strides) == 2
+        and max(strides) <= TAPS_MAX_STRIDE
+        and len(dilations) == 2
         and groups == 1
         and ks[0] * ks[1] > 1
         and cin * ks[0] * ks[1] >= TAPS_MIN_K
-        and len(dilations) == 2
     )
 
 
@@ -52,12 +62,36 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-def _layout(
-    cin: int, ks: Sequence[int], dilations: Sequence[int], pads: Sequence[tuple[int, int]], nr: int
-) -> tuple[int, int, int]:
-    """(top+bottom pad, left+right pad, slack floats after ``xp``): the last panel's taps read up to
-    ``NR - 1 + (KW-1)*dw`` floats past the padded copy."""
-    return pads[0][0] + pads[0][1], pads[1][0] + pads[1][1], _round_up(nr + (ks[1] - 1) * dilations[1], 16)
+def _phases(ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int]]:
+    """The phase planes some tap reads, in order: (row phase, column phase)."""
+    (kh, kw), (sh, sw), (dh, dw) = ks, strides, dilations
+    return sorted({(i * dh % sh, j * dw % sw) for i in range(kh) for j in range(kw)})
+
+
+def _taps(ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Per tap (row-major, the weights' order): (phase plane index, row offset, column offset)."""
+    (kh, kw), (sh, sw), (dh, dw) = ks, strides, dilations
+    index = {p: k for k, p in enumerate(_phases(ks, strides, dilations))}
+    return [
+        (index[(i * dh % sh, j * dw % sw)], i * dh // sh, j * dw // sw) for i in range(kh) for j in range(kw)
+    ]
+
+
+def _frame(
+    s: Sequence[int], ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+) -> tuple[int, int, int, int]:  # fmt: skip
+    """(Hq, Wq, OH, OW) for input ``s`` (H, W): the phase planes' extents and the output's."""
+    hp, wp = s[0] + pads[0][0] + pads[0][1], s[1] + pads[1][0] + pads[1][1]
+    hq, wq = -(-hp // strides[0]), -(-wp // strides[1])
+    oh = (hp - (ks[0] - 1) * dilations[0] - 1) // strides[0] + 1
+    ow = (wp - (ks[1] - 1) * dilations[1] - 1) // strides[1] + 1
+    return hq, wq, oh, ow
+
+
+def _slack(ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int], nr: int) -> int:
+    """Floats after the copy that the last panels' junk positions may read (zeroed)."""
+    return _round_up(nr + (ks[1] - 1) * dilations[1] // strides[1], 16)
 
 
 def taps_scratch_bytes(
@@ -65,25 +99,27 @@ def taps_scratch_bytes(
     cin: int,
     cout: int,
     ks: Sequence[int],
+    strides: Sequence[int],
     dilations: Sequence[int],
     pads: Sequence[tuple[int, int]],
     s_max: Sequence[int],
 ) -> int:
     """Scratch for inputs of at most ``s_max`` (H, W): the padded copy, its slack and ``Y'``."""
     nr = matmul_tiling().nr
-    ph, pw, slack = _layout(cin, ks, dilations, pads, nr)
-    hp, wp = max(s_max[0], 0) + ph, max(s_max[1], 0) + pw
-    oh = max(hp - (ks[0] - 1) * dilations[0], 0)
-    xp = _round_up(cin * hp * wp + slack, 16)
-    return 64 + 4 * (xp + cout * _round_up(oh * wp, nr))
+    hq, wq, oh, _ow = _frame([max(v, 0) for v in s_max], ks, strides, dilations, pads)
+    planes = len(_phases(ks, strides, dilations))
+    xp = _round_up(cin * planes * hq * wq + _slack(ks, strides, dilations, nr), 16)
+    return 64 + 4 * (xp + cout * _round_up(max(oh, 0) * wq, nr))
 
 
-def _micro_taps(vec: _Vec, mr: int, nr: int, kh: int, kw: int, dw: int, full: bool) -> ir.Function:
-    """``C[0:mr_eff, 0:nr] (+)= sum_{c < nch, taps} A[r, c*T + t] * xb[c*chan + off_t + j]`` with
-    ``off_t = kh_t*row_step + kw_t*dw``; the tile stays in registers over every channel and tap.
-    Not ``full``: rows past ``mr_eff`` re-read row ``mr_eff - 1`` and are not stored."""
+def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]], full: bool) -> ir.Function:
+    """``C[0:mr_eff, 0:nr] (+)= sum_{c < nch, t} A[r, c*T + t] * xb[c*chan + off_t + j]`` with
+    ``off_t = plane_t*plane + row_t*wq + col_t`` (``taps`` as from ``_taps``); the tile stays in
+    registers over every channel and tap. Not ``full``: rows past ``mr_eff`` re-read row
+    ``mr_eff - 1`` and are not stored."""
     module = vec.module
-    name = f"asyncjit.conv.taps{mr}x{nr}.k{kh}x{kw}.dw{dw}{'f' if full else ''}"
+    key = "_".join(f"{p}.{r}.{c}" for p, r, c in taps)
+    name = f"asyncjit.conv.taps{mr}x{nr}{'f' if full else ''}.{key}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
@@ -92,7 +128,8 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, kh: int, kw: int, dw: int, full: bo
         ("a_rs", I64),
         ("xb", PTR),
         ("chan", I64),
-        ("row_step", I64),
+        ("plane", I64),
+        ("wq", I64),
         ("c", PTR),
         ("c_rs", I64),
         ("nch", I64),
@@ -100,13 +137,19 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, kh: int, kw: int, dw: int, full: bo
         ("accumulate", I1),
     ]
     fn, b = new_function(module, name, args, noalias=("a", "xb", "c"), inline="noinline")
-    a, a_rs, xb, chan, row_step, c, c_rs, nch, mr_eff, accumulate = fn.args
-    nv, vw, taps = nr // vec.vw, vec.vw, kh * kw
+    a, a_rs, xb, chan, plane, wq, c, c_rs, nch, mr_eff, accumulate = fn.args
+    nv, vw, n_taps = nr // vec.vw, vec.vw, len(taps)
     rows = []
     for r in range(mr):
         rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 and not full else i64(r)
         rows.append(b.mul(rr, a_rs))
-    offs = [b.add(b.mul(i64(t // kw), row_step), i64((t % kw) * dw)) for t in range(taps)]
+    offs = [b.add(b.add(b.mul(i64(p), plane), b.mul(i64(r), wq)), i64(col)) for p, r, col in taps]
+    # Y' is far larger than L2 for big layers: ask for the tile's rows now, so that they arrive
+    # while the FMAs run rather than stall the stores after them
+    prefetch = intrinsic(module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+    for r in range(mr):
+        row_ptr = b.gep(c, [b.mul(i64(r), c_rs)], source_etype=F32)
+        b.call(prefetch, [row_ptr, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     entry = b.block
     head = b.append_basic_block("ch.head")
@@ -124,9 +167,9 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, kh: int, kw: int, dw: int, full: bo
 
     b.position_at_end(body)
     xbase = b.mul(ch, chan)
-    abase = b.mul(ch, i64(taps))
+    abase = b.mul(ch, i64(n_taps))
     cur = [list(row) for row in accs]
-    for t in range(taps):
+    for t in range(n_taps):
         xo = b.add(xbase, offs[t])
         bv = [vec.load(b, xb, b.add(xo, i64(v * vw)), None) for v in range(nv)]
         for r in range(mr):
@@ -171,6 +214,7 @@ def emit_conv_taps(
     cin: int,
     cout: int,
     ks: Sequence[int],
+    strides: Sequence[int],
     dilations: Sequence[int],
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
@@ -181,28 +225,34 @@ def emit_conv_taps(
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
     mr, nr = t.mr, t.nr
-    (kh, kw), (dh, dw) = ks, dilations
-    (pt, _pb), (pl, _pr) = pads
-    taps = kh * kw
-    kk = cin * taps
-    ph, pw, slack = _layout(cin, ks, dilations, pads, nr)
-    cb = max(1, t.kc // taps)  # channels per K block
+    (kh, kw), (sh, sw), (dh, dw) = ks, strides, dilations
+    (pt, pb), (pl, pr) = pads
+    taps = _taps(ks, strides, dilations)
+    phases = _phases(ks, strides, dilations)
+    n_taps = kh * kw
+    kk = cin * n_taps
+    slack = _slack(ks, strides, dilations, nr)
+    cb = max(1, t.kc // n_taps)  # channels per K block
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64), ("H", I64), ("W", I64), ("OH", I64), ("OW", I64)]
     fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
     x, w, bias, y, scratch, n_arg, h, wd, oh_arg, ow_arg = fn.args
-    hp, wp = b.add(h, i64(ph)), b.add(wd, i64(pw))
-    # the frame's own output extents (stride 1); the caller's are the same, clamped to be safe
-    oh = smin(b, oh_arg, b.sub(hp, i64((kh - 1) * dh)))
-    ow = smin(b, ow_arg, b.sub(wp, i64((kw - 1) * dw)))
+    hp, wp = b.add(h, i64(pt + pb)), b.add(wd, i64(pl + pr))
+    hq = b.sdiv(b.add(hp, i64(sh - 1)), i64(sh))
+    wq = b.sdiv(b.add(wp, i64(sw - 1)), i64(sw))
+    # the frame's own output extents; the caller's are the same, clamped to be safe
+    oh_f = b.add(b.sdiv(smax(b, b.sub(hp, i64((kh - 1) * dh + 1)), i64(-1)), i64(sh)), i64(1))
+    ow_f = b.add(b.sdiv(smax(b, b.sub(wp, i64((kw - 1) * dw + 1)), i64(-1)), i64(sw)), i64(1))
+    oh, ow = smin(b, oh_arg, oh_f), smin(b, ow_arg, ow_f)
     empty = b.or_(
         b.icmp_signed("<=", n_arg, i64(0)),
         b.or_(b.icmp_signed("<=", oh, i64(0)), b.icmp_signed("<=", ow, i64(0))),
     )
     with b.if_then(empty):
         b.ret_void()
-    chan = b.mul(hp, wp)
-    frame = b.mul(oh, wp)  # positions of Y' per output channel that hold outputs or junk
+    plane = b.mul(hq, wq)
+    chan = b.mul(i64(len(phases)), plane)
+    frame = b.mul(oh, wq)  # positions of Y' per output channel that hold outputs or junk
     pr_ = b.mul(b.sdiv(b.add(frame, i64(nr - 1)), i64(nr)), i64(nr))  # Y' row length
     xp = b.inttoptr(b.and_(b.add(b.ptrtoint(scratch, I64), i64(63)), i64(-64)), PTR)
     xp_elems = b.add(b.mul(i64(cin), chan), i64(slack))
@@ -218,25 +268,34 @@ def emit_conv_taps(
     hw = b.mul(h, wd)
     ohw = b.mul(oh_arg, ow_arg)  # y's own layout
     with for_range(b, i64(0), n_arg, name="n") as n:
-        # 1. the zero-padded copy of sample n
-        with for_range(b, i64(0), i64(cin), name="pc") as c, for_range(b, i64(0), hp, name="ph") as r:
-            dst = b.gep(xp, [b.add(b.mul(c, chan), b.mul(r, wp))], source_etype=F32)
-            src_row = b.sub(r, i64(pt))
-            inside = b.and_(b.icmp_signed(">=", src_row, i64(0)), b.icmp_signed("<", src_row, h))
-            with b.if_else(inside) as (copy, pad):
-                with copy:
-                    src_off = b.add(b.mul(b.add(b.mul(n, i64(cin)), c), hw), b.mul(src_row, wd))
-                    src = b.gep(x, [src_off], source_etype=F32)
-                    fill(dst, i64(0), i64(pl))
-                    with for_range(b, i64(0), wd, name="pw") as j:
-                        v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
-                        b.store(v, b.gep(dst, [b.add(j, i64(pl))], source_etype=F32), align=4)
-                    fill(dst, b.add(wd, i64(pl)), wp)
-                with pad:
-                    fill(dst, i64(0), wp)
+        # 1. the zero-padded copy of sample n, one phase plane per (row, column) phase read
+        for k, (a_ph, b_ph) in enumerate(phases):
+            with for_range(b, i64(0), i64(cin), name="pc") as c, for_range(b, i64(0), hq, name="pq") as rq:
+                dst_off = b.add(b.mul(c, chan), b.add(b.mul(i64(k), plane), b.mul(rq, wq)))
+                dst = b.gep(xp, [dst_off], source_etype=F32)
+                src_row = b.sub(b.add(b.mul(rq, i64(sh)), i64(a_ph)), i64(pt))
+                inside = b.and_(b.icmp_signed(">=", src_row, i64(0)), b.icmp_signed("<", src_row, h))
+                with b.if_else(inside) as (copy, pad):
+                    with copy:
+                        src_off = b.add(b.mul(b.add(b.mul(n, i64(cin)), c), hw), b.mul(src_row, wd))
+                        src = b.gep(x, [src_off], source_etype=F32)
+                        if sw == 1:
+                            fill(dst, i64(0), i64(pl))
+                            with for_range(b, i64(0), wd, name="pw") as j:
+                                v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
+                                b.store(v, b.gep(dst, [b.add(j, i64(pl))], source_etype=F32), align=4)
+                            fill(dst, b.add(wd, i64(pl)), wq)
+                        else:
+                            with for_range(b, i64(0), wq, name="pw") as j:
+                                col = b.sub(b.add(b.mul(j, i64(sw)), i64(b_ph)), i64(pl))
+                                ok = b.and_(b.icmp_signed(">=", col, i64(0)), b.icmp_signed("<", col, wd))
+                                safe = b.select(ok, col, i64(0))  # wd >= 1 here: an in-bounds load
+                                v = b.load(b.gep(src, [safe], source_etype=F32), typ=F32, align=4)
+                                b.store(b.select(ok, v, zero), b.gep(dst, [j], source_etype=F32), align=4)
+                    with pad:
+                        fill(dst, i64(0), wq)
 
         # 2. Y' = W @ taps(xp), K in channel blocks
-        row_step = b.mul(wp, i64(dh))
         m_full = cout // mr * mr
         tails = []
         row = m_full
@@ -254,16 +313,18 @@ def emit_conv_taps(
                 last = b.icmp_signed("==", blk, i64(blocks - 1))
                 with for_range(b, i64(0), pr_, i64(nr), name="jr") as jr:
                     xb = b.gep(xp, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
+                    w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
 
                     def tile(r0: ir.Value, height: int, full: bool) -> None:
                         b.call(
-                            _micro_taps(vec, height, nr, kh, kw, dw, full),
+                            _micro_taps(vec, height, nr, taps, full),
                             [
-                                b.gep(w, [b.add(b.mul(r0, i64(kk)), b.mul(c0, i64(taps)))], source_etype=F32),
+                                b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
                                 i64(kk),
                                 xb,
                                 chan,
-                                row_step,
+                                plane,
+                                wq,
                                 b.gep(yp, [b.add(b.mul(r0, pr_), jr)], source_etype=F32),
                                 pr_,
                                 nch,
@@ -284,7 +345,7 @@ def emit_conv_taps(
             bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
             ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
             with for_range(b, i64(0), oh, name="orow") as orow:
-                src = b.gep(yp, [b.add(b.mul(oc, pr_), b.mul(orow, wp))], source_etype=F32)
+                src = b.gep(yp, [b.add(b.mul(oc, pr_), b.mul(orow, wq))], source_etype=F32)
                 dst = b.gep(y, [b.add(ybase, b.mul(orow, ow_arg))], source_etype=F32)
                 with for_range(b, i64(0), ow, name="ocol") as j:
                     v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
