@@ -114,10 +114,11 @@ def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
     phase planes for strides > 1; no im2col), for bounded height and width: every size up to the
     bounds (the scratch is sized there) equals the reference and ONNX Runtime, down to the
     shortest input the pads allow."""
-    from asyncjit.codegen._convtaps import taps_eligible
+    from asyncjit.codegen._convtaps import taps_chosen
 
     cin, cout, k, st, d, p, with_bias = case
-    assert taps_eligible(cin=cin, ks=k, strides=st, dilations=d, groups=1)
+    pads = ((p[0], p[2]), (p[1], p[3]))
+    assert taps_chosen(cin=cin, cout=cout, ks=k, strides=st, dilations=d, pads=pads, groups=1, s_max=(9, 21))
     # the shortest inputs the graph allows: the kernel's span minus the pads, at least 1
     hmin = max(1, d[0] * (k[0] - 1) + 1 - p[0] - p[2])
     wmin = max(1, d[1] * (k[1] - 1) + 1 - p[1] - p[3])
@@ -140,6 +141,36 @@ def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
             ins = [x, w, b] if with_bias else [x, w]
             (ref,) = run_ort("Conv", ins, dict(strides=st, pads=p, dilations=d), [np.float32])
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("cin", "cout", "hw", "k", "stride", "chosen"),
+    [
+        (64, 64, 224, 3, 1, True),  # few outputs: packing im2col's copy costs more than junk columns
+        (128, 32, 56, 3, 1, True),
+        (256, 256, 56, 3, 1, True),  # many outputs, 4% more tiles
+        (512, 512, 7, 3, 1, True),  # as many tiles as im2col's
+        (3, 64, 224, 7, 2, True),  # ResNet's stem
+        (384, 384, 13, 3, 1, False),  # 18% more tiles: im2col
+        (128, 128, 56, 3, 2, False),  # stride 2 with many outputs: im2col
+        (3, 96, 224, 11, 4, False),  # stride 4: im2col
+    ],
+)
+def test_padded_copy_is_chosen_where_it_was_faster(
+    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool
+) -> None:
+    """The 2-D strategy follows the measured rule (``_convtaps.TAPS_SMALL_COUT``/``TAPS_MAX_WASTE``),
+    and the kernel compiled for the layer is the one chosen."""
+    from asyncjit.codegen._convtaps import taps_chosen
+
+    pads = ((k // 2, k // 2),) * 2
+    kw = dict(cin=cin, cout=cout, ks=(k, k), strides=(stride, stride), dilations=(1, 1), pads=pads, groups=1)
+    assert taps_chosen(**kw, s_max=(hw, hw)) is chosen  # type: ignore[arg-type]
+    xt = Tensor.placeholder((1, cin, hw, hw), np.float32, "x")
+    w = np.zeros((cout, cin, k, k), np.float32)
+    exe = compile(xt.conv(Tensor.const(w), strides=stride, pads=k // 2), [xt])
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    assert ("asyncjit.conv.taps" in ir_text) is chosen
 
 
 def test_conv_float16_and_symbolic_and_3d() -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._conv import _valid_range
-from ._convtaps import emit_conv_taps, taps_eligible, taps_scratch_bytes
+from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
 from ._target import F32, I64, PTR, for_range, i64, new_function
 
@@ -65,7 +65,8 @@ def convnd_scratch_bytes(
     and inputs of at most ``s_max`` per spatial axis (needed by the stride-1 2-D kernel)."""
     if _depthwise(cin, cout, groups):
         return 0
-    if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
+    if taps_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups,
+                   s_max=s_max):  # fmt: skip
         return taps_scratch_bytes(
             cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, s_max=s_max
         )
@@ -155,8 +156,10 @@ def emit_convnd(
     pads: Sequence[tuple[int, int]],
     groups: int,
     has_bias: bool,
+    s_max: Sequence[int],
 ) -> ir.Function:
-    """Add the conv kernel ``name`` (see the module docstring) to ``module``.
+    """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
+    input's spatial extents (the scratch is sized there, and it picks the 2-D strategy).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`convnd_scratch_bytes` of ``scratch``.
@@ -170,7 +173,8 @@ def emit_convnd(
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
                                dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip
-    if taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
+    if taps_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups,
+                   s_max=s_max):  # fmt: skip
         return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
                               pads=pads, has_bias=has_bias)  # fmt: skip
     kk = cin_g * _prod(ks)

@@ -32,7 +32,16 @@ from llvmlite import ir
 from ._matmul import _row_sizes, _Vec, matmul_tiling
 from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
 
-__all__ = ["TAPS_MAX_STRIDE", "TAPS_MIN_K", "emit_conv_taps", "taps_eligible", "taps_scratch_bytes"]
+__all__ = [
+    "TAPS_MAX_STRIDE",
+    "TAPS_MAX_WASTE",
+    "TAPS_MIN_K",
+    "TAPS_SMALL_COUT",
+    "emit_conv_taps",
+    "taps_chosen",
+    "taps_eligible",
+    "taps_scratch_bytes",
+]
 
 TAPS_MAX_STRIDE = 2
 """Up to 2x2 phase planes. AlexNet's 11x11 stride-4 first layer (16 planes, each tap a plane
@@ -56,6 +65,44 @@ def taps_eligible(
         and ks[0] * ks[1] > 1
         and cin * ks[0] * ks[1] >= TAPS_MIN_K
     )
+
+
+TAPS_SMALL_COUT = 128
+"""Up to this many output channels (stride 1; 64 for stride 2) packing im2col's copy costs more
+than the junk columns: the padded copy is always used. Measured in one process
+(``benchmarks/conv_ab.py``): 32-128 output channels 1.1-2x faster than im2col, 64 at stride 2
+1.0-1.3x, 128 at stride 2 5% slower."""
+
+TAPS_MAX_WASTE = 1.05
+"""Above ``TAPS_SMALL_COUT``, the padded copy only where its tiles (output rows ``Wq`` wide, junk
+included) outnumber im2col's (``OH*OW`` positions) by at most this factor: 13x13 outputs with
+384 channels (1.18) ran 10% slower than im2col, 56x56 with 256 (1.04) 9-22% faster."""
+
+
+def taps_chosen(
+    *,
+    cin: int,
+    cout: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    groups: int,
+    s_max: Sequence[int],
+) -> bool:
+    """Whether a conv :func:`taps_eligible` accepts is faster on the padded copy than as im2col,
+    judged at the upper bounds ``s_max`` of its input's spatial extents."""
+    if not taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
+        return False
+    if max(strides) > 1:
+        return cout <= TAPS_SMALL_COUT // 2
+    if cout <= TAPS_SMALL_COUT:
+        return True
+    nr = matmul_tiling().nr
+    _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
+    if oh <= 0 or ow <= 0:
+        return True
+    return -(-oh * wq // nr) <= TAPS_MAX_WASTE * -(-oh * ow // nr)
 
 
 def _round_up(x: int, m: int) -> int:

@@ -552,6 +552,7 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
         groups=groups,
         has_bias=has_bias,
+        s_max=[upper(d) for d in x.shape[2:]],
     )
     bias = ctx.buffers[node.inputs[2].id] if has_bias else ctx.buffers[w.id]
     dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]

@@ -1,0 +1,151 @@
+"""Two builds of the float32 2-D conv kernels in one process, interleaved, against ONNX Runtime.
+
+As ``matmul_ab.py`` does for the matmul: on a machine whose speed drifts by 20% over seconds,
+two versions of a kernel can only be compared side by side. Each tree writes the conv kernels
+``codegen._convnd.emit_convnd`` makes for the layers below (as IR text); both modules are loaded
+into one process and each layer is timed in turns, one thread, best of ``ROUNDS`` interleaved
+rounds, with ONNX Runtime's single-node session of the same layer in the same rounds::
+
+    # in each tree (e.g. a git worktree of the older commit), write its kernel module:
+    .venv/bin/python benchmarks/conv_ab.py --dump /tmp/old.ll
+    .venv/bin/python benchmarks/conv_ab.py --dump /tmp/new.ll
+    # then compare (outputs checked against ONNX Runtime first):
+    .venv/bin/python benchmarks/conv_ab.py /tmp/old.ll /tmp/new.ll
+
+Prints milliseconds per call of each build and of ORT (``OMP_NUM_THREADS=1``, one intra-op
+thread). Kernels are called directly (no plan around them), with generous scratch.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import math
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import add_entry, best_time, caller
+
+ROUNDS = 7
+
+LAYERS = [  # label, (cin, H, W), (cout, kh, kw), stride, pad: the light models' conv layers
+    ("resnet stem 7x7 s2", (3, 224, 224), (64, 7, 7), 2, 3),
+    ("resnet 3x3 64 @56", (64, 56, 56), (64, 3, 3), 1, 1),
+    ("resnet 3x3 128 s2 @56", (128, 56, 56), (128, 3, 3), 2, 1),
+    ("resnet 3x3 128 @28", (128, 28, 28), (128, 3, 3), 1, 1),
+    ("resnet 3x3 256 @14", (256, 14, 14), (256, 3, 3), 1, 1),
+    ("resnet 3x3 512 @7", (512, 7, 7), (512, 3, 3), 1, 1),
+    ("densenet 3x3 128->32 @56", (128, 56, 56), (32, 3, 3), 1, 1),
+    ("squeezenet 3x3 16->64 @55", (16, 55, 55), (64, 3, 3), 1, 1),
+    ("inception 5x5 16->32 @28", (16, 28, 28), (32, 5, 5), 1, 2),
+    ("vgg 3x3 3->64 @224", (3, 224, 224), (64, 3, 3), 1, 1),
+    ("vgg 3x3 64 @224", (64, 224, 224), (64, 3, 3), 1, 1),
+    ("vgg 3x3 128 @112", (128, 112, 112), (128, 3, 3), 1, 1),
+    ("vgg 3x3 256 @56", (256, 56, 56), (256, 3, 3), 1, 1),
+    ("vgg 3x3 512 @28", (512, 28, 28), (512, 3, 3), 1, 1),
+    ("alexnet 11x11 s4", (3, 224, 224), (96, 11, 11), 4, 2),
+    ("alexnet 3x3 256->384 @13", (256, 13, 13), (384, 3, 3), 1, 1),
+    ("zfnet 3x3 384 @13", (384, 13, 13), (384, 3, 3), 1, 1),
+    ("resnet 3x3 256 s2 @28", (256, 28, 28), (256, 3, 3), 2, 1),
+]
+
+
+def _out(n: int, k: int, stride: int, pad: int) -> int:
+    return (n + 2 * pad - k) // stride + 1
+
+
+def dump(path: str) -> None:
+    from llvmlite import ir
+
+    from asyncjit.codegen._convnd import emit_convnd
+
+    module = ir.Module("conv_ab")
+    for i, (_label, (cin, h, w), (cout, kh, kw), s, p) in enumerate(LAYERS):
+        fn = emit_convnd(
+            module, f"bench.conv{i}", cin=cin, cout=cout, ks=(kh, kw), strides=(s, s), dilations=(1, 1),
+            pads=((p, p), (p, p)), groups=1, has_bias=True, **_bounds(emit_convnd, (h, w)),
+        )  # fmt: skip
+        add_entry(module, f"conv{i}", fn)
+    with open(path, "w") as f:
+        f.write(str(module))
+
+
+def _bounds(emit: object, s_max: tuple[int, int]) -> dict[str, object]:
+    """``s_max`` for trees whose ``emit_convnd`` takes it (older ones do not)."""
+    import inspect
+
+    return {"s_max": s_max} if "s_max" in inspect.signature(emit).parameters else {}  # type: ignore[arg-type]
+
+
+def _ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, p: int) -> object:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=(s, s), pads=(p,) * 4)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def compare(files: list[str]) -> None:
+    from asyncjit.codegen import _parallel
+    from asyncjit.codegen._target import compile_to_object, load_object
+
+    _parallel.set_intra_op_threads(1)
+    objs = []
+    for f in files:
+        with open(f) as fh:
+            objs.append(load_object(compile_to_object(fh.read())))
+    rng = np.random.default_rng(0)
+    names = " ".join(f"{os.path.basename(f):>10}" for f in files)
+    print(f"{'layer (batch 1)':>28} {names}        ORT   (ms, 1 thread, best of {ROUNDS} interleaved rounds)")
+    for i, (label, (cin, h, w_), (cout, kh, kw), s, p) in enumerate(LAYERS):
+        oh, ow = _out(h, kh, s, p), _out(w_, kw, s, p)
+        x = rng.standard_normal((1, cin, h, w_)).astype(np.float32)
+        w = (rng.standard_normal((cout, cin, kh, kw)) / math.sqrt(cin * kh * kw)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        y = np.empty((1, cout, oh, ow), np.float32)
+        # generous: either tree may lay its scratch out differently (im2col: cin*kh*kw*oh*ow floats)
+        padded = (cin + cout) * (h + 2 * p + 16) * (w_ + 2 * p + 16)
+        scratch = np.zeros(8 * (cin * kh * kw * oh * ow + padded) + (64 << 20), np.uint8)
+        ptrs = [a.ctypes.data for a in (x, w, b, y, scratch)]
+        args = [*ptrs, 1, h, w_, oh, ow]
+        runs = [caller(o, f"conv{i}", args) for o in objs]
+        sess = _ort(x, w, b, s, p)
+        (want,) = sess.run(None, {"x": x})  # type: ignore[attr-defined]
+        for run in runs:
+            y[:] = np.nan
+            run()
+            np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-3, err_msg=label)
+        fns = [*runs, lambda sess=sess, x=x: sess.run(None, {"x": x})]  # type: ignore[attr-defined]
+        best = [math.inf] * len(fns)
+        for _ in range(ROUNDS):
+            for j, fn in enumerate(fns):
+                best[j] = min(best[j], best_time(fn, 0.05, 2))
+        print(f"{label:>28} " + " ".join(f"{t * 1e3:10.3f}" for t in best))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--dump"]:
+        dump(sys.argv[2])
+        return
+    files = [a for a in sys.argv[1:] if a.endswith(".ll")]
+    if not files:
+        raise SystemExit(__doc__)
+    compare(files)
+
+
+if __name__ == "__main__":
+    main()
