@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ._matmul import _row_sizes, _Vec, matmul_tiling
+from ._matmul import _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
 from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
 
 __all__ = [
@@ -186,10 +186,7 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
     fn, b = new_function(module, name, args, noalias=("a", "xb", "c"), inline="noinline")
     a, a_rs, xb, chan, plane, wq, c, c_rs, nch, mr_eff, accumulate = fn.args
     nv, vw, n_taps = nr // vec.vw, vec.vw, len(taps)
-    rows = []
-    for r in range(mr):
-        rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 and not full else i64(r)
-        rows.append(b.mul(rr, a_rs))
+    rows = tile_rows(b, mr, a_rs, mr_eff, full)
     offs = [b.add(b.add(b.mul(i64(p), plane), b.mul(i64(r), wq)), i64(col)) for p, r, col in taps]
     # Y' is far larger than L2 for big layers: ask for the tile's rows now, so that they arrive
     # while the FMAs run rather than stall the stores after them
@@ -198,59 +195,22 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
         row_ptr = b.gep(c, [b.mul(i64(r), c_rs)], source_etype=F32)
         b.call(prefetch, [row_ptr, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
-    entry = b.block
-    head = b.append_basic_block("ch.head")
-    body = b.append_basic_block("ch.body")
-    done = b.append_basic_block("ch.done")
-    b.branch(head)
-    b.position_at_end(head)
-    ch = b.phi(I64, name="ch")
-    ch.add_incoming(i64(0), entry)
-    accs = [[b.phi(vec.vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
-    for row in accs:
-        for acc in row:
-            acc.add_incoming(vec.zero, entry)
-    b.cbranch(b.icmp_signed("<", ch, nch), body, done)
+    def step(ch: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:
+        xbase = b.mul(ch, chan)
+        abase = b.mul(ch, i64(n_taps))
+        out = [list(row) for row in accs]
+        for t in range(n_taps):
+            xo = b.add(xbase, offs[t])
+            bv = [vec.load(b, xb, b.add(xo, i64(v * vw)), None) for v in range(nv)]
+            for r in range(mr):
+                ai = b.add(rows[r], b.add(abase, i64(t)))
+                av = vec.splat(b, b.load(b.gep(a, [ai], source_etype=F32), typ=F32, align=4))
+                for v in range(nv):
+                    out[r][v] = b.call(vec.fma, [av, bv[v], out[r][v]])
+        return out
 
-    b.position_at_end(body)
-    xbase = b.mul(ch, chan)
-    abase = b.mul(ch, i64(n_taps))
-    cur = [list(row) for row in accs]
-    for t in range(n_taps):
-        xo = b.add(xbase, offs[t])
-        bv = [vec.load(b, xb, b.add(xo, i64(v * vw)), None) for v in range(nv)]
-        for r in range(mr):
-            ai = b.add(rows[r], b.add(abase, i64(t)))
-            av = vec.splat(b, b.load(b.gep(a, [ai], source_etype=F32), typ=F32, align=4))
-            for v in range(nv):
-                cur[r][v] = b.call(vec.fma, [av, bv[v], cur[r][v]])
-    for r in range(mr):
-        for v in range(nv):
-            accs[r][v].add_incoming(cur[r][v], b.block)
-    ch.add_incoming(b.add(ch, i64(1)), b.block)
-    b.branch(head)
-
-    b.position_at_end(done)
-    add_bb = b.append_basic_block("store.acc")
-    set_bb = b.append_basic_block("store.set")
-    exit_bb = b.append_basic_block("exit")
-    b.cbranch(accumulate, add_bb, set_bb)
-    for bb, add in ((add_bb, True), (set_bb, False)):
-        b.position_at_end(bb)
-        for r in range(mr):
-            if r > 0 and not full:
-                store_bb = b.append_basic_block(f"row{r}.{'acc' if add else 'set'}")
-                b.cbranch(b.icmp_signed("<", i64(r), mr_eff), store_bb, exit_bb)
-                b.position_at_end(store_bb)
-            for v in range(nv):
-                idx = b.add(b.mul(i64(r), c_rs), i64(v * vw))
-                val = accs[r][v]
-                if add:
-                    val = b.fadd(val, vec.load(b, c, idx, None))
-                vec.store(b, val, c, idx, None)
-        b.branch(exit_bb)
-    b.position_at_end(exit_bb)
-    b.ret_void()
+    accs = tile_loop(vec, b, mr, nv, nch, step, "ch")
+    store_tile(vec, b, accs, c, c_rs, accumulate, mr_eff, [None] * nv, full)
     return fn
 
 

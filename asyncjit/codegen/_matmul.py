@@ -252,53 +252,97 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
     fn, b = new_function(module, name, _MICRO_ARGS, noalias=("a", "b", "c"), inline="noinline")
     a, a_rs, a_cs, bp, b_ks, c, c_rs, kc, mr_eff, nr_eff, accumulate = fn.args
     nv = nr // vec.vw
+    rows = tile_rows(b, mr, a_rs, mr_eff, full)
+    masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
+    b_masks = [None if b_padded else m for m in masks]
+
+    def step(k: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:
+        kb = b.mul(k, b_ks)
+        ka = b.mul(k, a_cs)
+        bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), b_masks[v]) for v in range(nv)]
+        out = [list(row) for row in accs]
+        for r in range(mr):
+            av = vec.splat(b, _load_f32(b, a, b.add(rows[r], ka)))
+            for v in range(nv):
+                out[r][v] = b.call(vec.fma, [av, bv[v], accs[r][v]])
+        return out
+
+    accs = tile_loop(vec, b, mr, nv, kc, step, "k")
+    store_tile(vec, b, accs, c, c_rs, accumulate, mr_eff, masks, full)
+    return fn
+
+
+def tile_rows(b: ir.IRBuilder, mr: int, a_rs: ir.Value, mr_eff: ir.Value, full: bool) -> list[ir.Value]:
+    """Offsets of a tile's ``mr`` rows of A; not ``full``: rows past ``mr_eff`` re-read row
+    ``mr_eff - 1`` (always in bounds; their results are not stored)."""
     rows = []
     for r in range(mr):
         rr = smin(b, i64(r), b.sub(mr_eff, i64(1))) if r > 0 and not full else i64(r)
         rows.append(b.mul(rr, a_rs))
-    masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
+    return rows
 
+
+def tile_loop(
+    vec: _Vec,
+    b: ir.IRBuilder,
+    mr: int,
+    nv: int,
+    count: ir.Value,
+    step: Callable[[ir.Value, list[list[ir.Value]]], list[list[ir.Value]]],
+    name: str,
+) -> list[list[ir.Value]]:
+    """``for i < count: accs = step(i, accs)`` over an ``mr x nv`` tile of vector accumulators
+    (from zero) kept in registers; returns them after the loop, the builder placed there."""
     entry = b.block
-    head = b.append_basic_block("k.head")
-    body = b.append_basic_block("k.body")
-    done = b.append_basic_block("k.done")
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
     b.branch(head)
     b.position_at_end(head)
-    k = b.phi(I64, name="k")
-    k.add_incoming(i64(0), entry)
+    i = b.phi(I64, name=name)
+    i.add_incoming(i64(0), entry)
     accs = [[b.phi(vec.vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
     for row in accs:
         for acc in row:
             acc.add_incoming(vec.zero, entry)
-    b.cbranch(b.icmp_signed("<", k, kc), body, done)
-
+    b.cbranch(b.icmp_signed("<", i, count), body, done)
     b.position_at_end(body)
-    kb = b.mul(k, b_ks)
-    ka = b.mul(k, a_cs)
-    b_masks = [None if b_padded else m for m in masks]
-    bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), b_masks[v]) for v in range(nv)]
+    new = step(i, accs)
     for r in range(mr):
-        av = vec.splat(b, _load_f32(b, a, b.add(rows[r], ka)))
         for v in range(nv):
-            new = b.call(vec.fma, [av, bv[v], accs[r][v]])
-            accs[r][v].add_incoming(new, body)
-    k.add_incoming(b.add(k, i64(1)), body)
+            accs[r][v].add_incoming(new[r][v], b.block)
+    i.add_incoming(b.add(i, i64(1)), b.block)
     b.branch(head)
-
     b.position_at_end(done)
+    return accs
+
+
+def store_tile(
+    vec: _Vec,
+    b: ir.IRBuilder,
+    accs: list[list[ir.Value]],
+    c: ir.Value,
+    c_rs: ir.Value,
+    accumulate: ir.Value,
+    mr_eff: ir.Value,
+    masks: list[ir.Value | None],
+    full: bool,
+) -> None:
+    """``C (+)= tile`` (added to C when ``accumulate``), rows past ``mr_eff`` not stored unless
+    ``full``, lanes by ``masks``; then returns from the function."""
     add_bb = b.append_basic_block("store.acc")
     set_bb = b.append_basic_block("store.set")
     exit_bb = b.append_basic_block("exit")
     b.cbranch(accumulate, add_bb, set_bb)
     for bb, add in ((add_bb, True), (set_bb, False)):
         b.position_at_end(bb)
-        for r in range(mr):
+        for r in range(len(accs)):
             if r > 0 and not full:
                 store_bb = b.append_basic_block(f"row{r}.{'acc' if add else 'set'}")
                 b.cbranch(b.icmp_signed("<", i64(r), mr_eff), store_bb, exit_bb)
                 b.position_at_end(store_bb)
             base = b.mul(i64(r), c_rs)
-            for v in range(nv):
+            for v in range(len(accs[r])):
                 idx = b.add(base, i64(v * vec.vw))
                 val = accs[r][v]
                 if add:
@@ -307,7 +351,6 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
         b.branch(exit_bb)
     b.position_at_end(exit_bb)
     b.ret_void()
-    return fn
 
 
 def _row_sizes(mr: int) -> list[int]:
