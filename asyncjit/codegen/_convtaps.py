@@ -247,9 +247,16 @@ def emit_conv_taps(
     hp, wp = b.add(h, i64(pt + pb)), b.add(wd, i64(pl + pr))
     hq = b.sdiv(b.add(hp, i64(sh - 1)), i64(sh))
     wq = b.sdiv(b.add(wp, i64(sw - 1)), i64(sw))
-    # the frame's own output extents; the caller's are the same, clamped to be safe
-    oh_f = b.add(b.sdiv(smax(b, b.sub(hp, i64((kh - 1) * dh + 1)), i64(-1)), i64(sh)), i64(1))
-    ow_f = b.add(b.sdiv(smax(b, b.sub(wp, i64((kw - 1) * dw + 1)), i64(-1)), i64(sw)), i64(1))
+
+    # the frame's own output extents (0 when the span does not fit); the caller's are the same,
+    # clamped to them to be safe
+    def extent(padded: ir.Value, span: int, stride: int) -> ir.Value:
+        room = b.sub(padded, i64(span))
+        fits = b.icmp_signed(">=", room, i64(0))
+        return b.select(fits, b.add(b.sdiv(smax(b, room, i64(0)), i64(stride)), i64(1)), i64(0))
+
+    oh_f = extent(hp, (kh - 1) * dh + 1, sh)
+    ow_f = extent(wp, (kw - 1) * dw + 1, sw)
     oh, ow = smin(b, oh_arg, oh_f), smin(b, ow_arg, ow_f)
     empty = b.or_(
         b.icmp_signed("<=", n_arg, i64(0)),
