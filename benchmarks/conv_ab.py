@@ -29,7 +29,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import add_entry, best_time, caller
+from kernels import add_entry, caller, interleaved_best, load_builds
 
 ROUNDS = 7
 
@@ -100,14 +100,7 @@ def _ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, p: int) -> object:
 
 
 def compare(files: list[str]) -> None:
-    from asyncjit.codegen import _parallel
-    from asyncjit.codegen._target import compile_to_object, load_object
-
-    _parallel.set_intra_op_threads(1)
-    objs = []
-    for f in files:
-        with open(f) as fh:
-            objs.append(load_object(compile_to_object(fh.read())))
+    objs = load_builds(files)
     rng = np.random.default_rng(0)
     names = " ".join(f"{os.path.basename(f):>10}" for f in files)
     print(f"{'layer (batch 1)':>28} {names}        ORT   (ms, 1 thread, best of {ROUNDS} interleaved rounds)")
@@ -130,10 +123,7 @@ def compare(files: list[str]) -> None:
             run()
             np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-3, err_msg=label)
         fns = [*runs, lambda sess=sess, x=x: sess.run(None, {"x": x})]  # type: ignore[attr-defined]
-        best = [math.inf] * len(fns)
-        for _ in range(ROUNDS):
-            for j, fn in enumerate(fns):
-                best[j] = min(best[j], best_time(fn, 0.05, 2))
+        best = interleaved_best(fns, ROUNDS, 0.05)
         print(f"{label:>28} " + " ".join(f"{t * 1e3:10.3f}" for t in best))
 
 

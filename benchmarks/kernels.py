@@ -64,6 +64,29 @@ def best_time(fn: Callable[[], object], min_total: float = 0.2, repeats: int = 5
     return best
 
 
+def load_builds(files: list[str]) -> list[LoadedObject]:
+    """The LLVM IR modules in ``files`` (one per source tree), compiled and loaded into this
+    process, with the intra-op threads at one: the A/B scripts time them side by side."""
+    from asyncjit.codegen import _parallel
+
+    _parallel.set_intra_op_threads(1)
+    objs = []
+    for f in files:
+        with open(f) as fh:
+            objs.append(load_object(compile_to_object(fh.read())))
+    return objs
+
+
+def interleaved_best(fns: list[Callable[[], object]], rounds: int, min_total: float) -> list[float]:
+    """Each function's best per-call seconds over ``rounds`` rounds that call them in turn: on a
+    machine whose speed drifts by seconds, only figures taken side by side compare."""
+    best = [math.inf] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], best_time(fn, min_total, 2))
+    return best
+
+
 def add_entry(module: ir.Module, entry: str, kernel: ir.Function) -> None:
     fn, b = new_function(module, entry, [("args", PTR)], linkage="external")
     vals = []

@@ -26,7 +26,7 @@ from functools import partial
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import MODEL_MATMULS, add_entry, best_time, caller
+from kernels import MODEL_MATMULS, add_entry, caller, interleaved_best, load_builds
 
 ROUNDS = 15
 SHAPES = [*MODEL_MATMULS, (512, 512, 512), (2048, 256, 256)]
@@ -44,15 +44,9 @@ def dump(path: str) -> None:
 
 
 def compare(files: list[str], shapes: list[tuple[int, int, int]]) -> None:
-    from asyncjit.codegen import _parallel
     from asyncjit.codegen._matmul import matmul_scratch_bytes
-    from asyncjit.codegen._target import compile_to_object, load_object
 
-    _parallel.set_intra_op_threads(1)
-    objs = []
-    for f in files:
-        with open(f) as fh:
-            objs.append(load_object(compile_to_object(fh.read())))
+    objs = load_builds(files)
     rng = np.random.default_rng(0)
     names = " ".join(f"{os.path.basename(f):>10}" for f in files)
     print(f"{'M x N x K':>16} {names}      numpy   (GFLOP/s, 1 thread, best of {ROUNDS} interleaved rounds)")
@@ -71,10 +65,7 @@ def compare(files: list[str], shapes: list[tuple[int, int, int]]) -> None:
             np.testing.assert_allclose(c, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(k))
         out = np.empty((m, n), np.float32)
         fns = [*runs, partial(np.matmul, a, w, out=out)]
-        best = [math.inf] * len(fns)
-        for _ in range(ROUNDS):
-            for i, fn in enumerate(fns):
-                best[i] = min(best[i], best_time(fn, 0.02, 2))
+        best = interleaved_best(fns, ROUNDS, 0.02)
         gf = 2 * m * n * k / 1e9
         print(f"{m:>5} x {n:>4} x {k:>4} " + " ".join(f"{gf / t:10.1f}" for t in best))
 

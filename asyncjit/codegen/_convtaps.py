@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ._matmul import _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
+from ._matmul import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
 from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
 
 __all__ = [
@@ -103,10 +103,6 @@ def taps_chosen(
     if oh <= 0 or ow <= 0:
         return True
     return -(-oh * wq // nr) <= TAPS_MAX_WASTE * -(-oh * ow // nr)
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 def _phases(ks: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int]]:
