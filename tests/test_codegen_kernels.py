@@ -200,12 +200,17 @@ class TestMatmul:
             (130, 37, 9),
             (64, 2100, 3),
             (9, 33, 1),
+            (200, 49, 300),
+            (100, 57, 40),
+            (70, 8, 50),
+            (65, 16, 300),
         ],
     )
     @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
     def test_block_boundaries(self, layout: str, m: int, n: int, k: int) -> None:
         """Shapes that cross the KC/MC/NC cache blocks, the direct driver's column and K blocks
-        (both loop orders) and every driver (direct, dot, packed)."""
+        (both loop orders), every driver (direct, dot, packed) and the packed driver's last
+        panels of at most NR/2 columns (half-width tiles) and of more."""
         check_matmul(matmul_module(), layout, 2, m, n, k, seed=m * n + k)
 
     @pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (5, 33, 17), (24, 128, 96)])
@@ -281,6 +286,7 @@ _GUARD_SCRIPT = textwrap.dedent(
     for layout in ("nn", "nt", "tn", "tt", "bcast_b"):
         shapes = [(1, 1, 1), (3, 37, 5), (9, 33, 17), (17, 45, 300), (70, 50, 40), (5, 1, 64)]
         shapes += [(5, 300, 300), (40, 700, 27)]  # the direct driver's column blocks
+        shapes += [(70, 49, 40), (130, 8, 20)]  # packed, a half-width last panel
         for (m, n, k) in shapes:
             a, b, a_s, b_s = make_operands(rng, layout, 2, m, n, k)
             ga, gb = guarded(a), guarded(b)

@@ -14,10 +14,12 @@ Design (measured on the 2-core AVX-512 host, see ``benchmarks/kernels.py``):
   tile is 8x32 (16 zmm accumulators): it beat 12x32, 14x32, 6x64 and 4x64 on 512^3 here (~93 vs
   72-91 GFLOP/s, best of noisy runs; the host peaks near 93); with
   AVX2 (VW=8) the same code gives 8x16 (16 ymm).  Row remainders use 4-, 2- and 1-row
-  micro-kernels, column remainders masked loads/stores: nothing outside the extents is touched.
+  micro-kernels, column remainders masked loads/stores (a packed last panel of at most NR/2
+  columns runs a half-width tile): nothing outside the extents is touched.
 * Three drivers, chosen per call from the runtime strides and sizes:
-  ``direct`` (B has unit column stride and M <= 16 or K*N <= 64K elements): no packing, the
-  micro-kernel reads A and B in place -- packing B would cost as much as the whole product;
+  ``direct`` (B has unit column stride and M <= 16 or K*N <= 64K elements; for M > 64 only
+  when B's rows are whole cache lines apart): no packing, the micro-kernel reads A and B in
+  place -- packing B would cost as much as the whole product;
   ``dot`` (A rows and B columns both contiguous in k, i.e. ``x @ W.T`` with a PyTorch weight,
   and M <= 32): each C element is a vectorised dot product, 4x4 of them at a time;
   ``packed`` (everything else, and all large problems): BLIS-style cache blocking with A and B
@@ -726,6 +728,7 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
     a, bp, c, scratch, m, n, k, a_rs, a_cs, b_rs, b_cs, c_rs = fn.args
     pack_a = _pack_a(vec, t)
     pack_b = _pack_b(vec, t)
+    micro_half = _micro(vec, t.mr, t.nr // 2, b_padded=True)
     # 64-byte align the scratch; the A block (sized from the runtime M, K) comes first.
     base = b.ptrtoint(scratch, I64)
     aligned = b.and_(b.add(base, i64(63)), i64(-64))
@@ -780,8 +783,15 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
                         with b.if_else(whole) as (full_tile, edge_tile):
                             with full_tile:
                                 b.call(_micro(vec, t.mr, t.nr, b_padded=True, full=True), args)
+                            # a last panel of at most NR/2 columns: half-width tiles (half the
+                            # FMAs; with the rule above, 2048x49x512 went 50-56 -> 69-72 GFLOP/s, AVX2)
                             with edge_tile:
-                                b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
+                                half = b.icmp_signed("<=", nr_eff, i64(t.nr // 2))
+                                with b.if_else(half) as (narrow, wide):
+                                    with narrow:
+                                        b.call(micro_half, args)
+                                    with wide:
+                                        b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
     b.ret_void()
     return fn
 
@@ -842,7 +852,17 @@ def emit_matmul(
         b.icmp_signed(">", mv, i64(t.direct_short_k_m_max)),
         b.icmp_signed("==", b.and_(b_rs, i64(127)), i64(0)),
     )
-    small_b = b.and_(b.icmp_signed("<=", b.mul(kv, nv), i64(t.direct_b_max)), b.not_(aliased))
+    # ... and except when many row tiles would read B's rows at offsets that are not whole cache
+    # lines apart (N = 49: every strip load splits a line; packing B, a 1/M share of the work
+    # there, made W[2048,512] @ X[512,49] 1.68 -> 1.41 ms, 33 columns 1.13 -> 1.07, AVX2; see
+    # benchmarks/matmul_ab.py).
+    misaligned = b.and_(
+        b.icmp_signed(">", mv, i64(t.direct_short_k_m_max)),
+        b.icmp_signed("!=", b.and_(b_rs, i64(15)), i64(0)),
+    )
+    small_b = b.and_(
+        b.icmp_signed("<=", b.mul(kv, nv), i64(t.direct_b_max)), b.not_(b.or_(aliased, misaligned))
+    )
     few_rows_short_k = b.and_(
         b.icmp_signed("<=", mv, i64(t.direct_short_k_m_max)),
         b.icmp_signed("<=", kv, i64(t.direct_short_k_max)),
