@@ -284,3 +284,22 @@ def test_objects_address_their_data_with_64_bit_relocations(tmp_path: Path) -> N
     out = subprocess.run(["readelf", "-rW", str(path)], capture_output=True, text=True, check=True).stdout
     kinds = {line.split()[2] for line in out.splitlines() if "R_X86_64_" in line}
     assert kinds == {"R_X86_64_64"}, kinds
+
+
+def test_broadcast_weight_is_serialized_as_its_core_and_written_out_on_load() -> None:
+    """A folded ``ConstantOfShape``-style weight keeps only its scalar in the serialized
+    executable (and so in cache entries), and the loaded executable computes the same result."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile, deserialize
+
+    x = Tensor.placeholder((3, 500), name="x")
+    w = Tensor.full((400, 500), 0.5)  # 800 KB written out
+    exe = compile(x @ w.permute(1, 0), [x])
+    assert exe.const_sources[0].strides == (0, 0) and exe.consts[0].flags.c_contiguous
+    blob = exe.serialize()
+    assert len(blob) < 400 * 500 * 4
+    again = deserialize(blob)
+    xv = np.random.default_rng(0).standard_normal((3, 500)).astype(np.float32)
+    want = exe.run([xv])[0]
+    np.testing.assert_array_equal(again.run([xv])[0], want)
+    np.testing.assert_allclose(want, xv @ np.full((500, 400), 0.5, np.float32), rtol=1e-5)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from asyncjit import Tensor, Var, reference
+from asyncjit.graph import make_node, structural_key
 from asyncjit.passes import (
     ALIGN,
     Graph,
@@ -49,17 +51,78 @@ def test_fold_constants_computes_a_broadcast_matmul_weight_once() -> None:
     """A matmul operand that is a broadcast scalar (a model's ``ConstantOfShape`` weight), seen
     through a transpose too, folds to a const (it needs a buffer anyway: computed once, not on
     every call); the same broadcast feeding an elementwise op stays scalar + expand."""
-    x = Tensor.placeholder((3, 50), name="x")
+    x = Tensor.placeholder((12, 50), name="x")
     w = Tensor.full((30, 50), 0.5)  # used transposed, as Gemm(transB=1) does
     y = x @ w.permute(1, 0)
-    z = x + Tensor.full((3, 50), 2.0)
+    z = x + Tensor.full((12, 50), 2.0)
     g = fold_constants(Graph.of([y.node, z.node], [x.node]))
     mm = g.outputs[0]
     assert mm.op == "matmul" and mm.inputs[1].op == "const"
-    assert mm.inputs[1].attrs["value"].shape == (50, 30)
+    value = mm.inputs[1].attrs["value"]
+    assert value.shape == (50, 30) and value.strides == (0, 0)  # the view: written out at load
     assert g.outputs[1].inputs[1].op == "expand"
-    xv = np.random.default_rng(0).standard_normal((3, 50)).astype(np.float32)
+    xv = np.random.default_rng(0).standard_normal((12, 50)).astype(np.float32)
     np.testing.assert_allclose(reference.evaluate(mm, {x: xv}), xv @ np.full((50, 30), 0.5), rtol=1e-5)
+
+
+def test_fold_constants_keeps_a_transposed_weight_for_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With at most ``TRANSPOSED_MAX_ROWS`` rows (a batch-1 ``Linear``) a large ``W.T`` weight
+    stays a ``permute`` of its (folded) const, which the dot driver streams row by row; with more
+    rows (a bounded batch above it) the transposed copy is folded."""
+    from asyncjit.passes import _fold
+    from asyncjit.passes._fold import TRANSPOSED_MAX_ROWS
+
+    monkeypatch.setattr(_fold, "MAX_FOLD_ELEMENTS", 100)  # a "large" weight: not folded as such
+
+    weight = np.random.default_rng(1).standard_normal((30, 50)).astype(np.float32)
+    few = Tensor.placeholder((TRANSPOSED_MAX_ROWS, 50), name="few")
+    many = Tensor.placeholder((Var("b", 1, TRANSPOSED_MAX_ROWS + 1), 50), name="many")
+    g = fold_constants(
+        Graph.of(
+            [(a @ Tensor.const(weight).permute(1, 0)).node for a in (few, many)],
+            [few.node, many.node],
+        )
+    )
+    kept, folded = g.outputs[0].inputs[1], g.outputs[1].inputs[1]
+    assert kept.op == "permute" and kept.inputs[0].op == "const"
+    assert folded.op == "const" and folded.attrs["value"].shape == (50, 30)
+    xv = np.ones((TRANSPOSED_MAX_ROWS, 50), np.float32)
+    np.testing.assert_allclose(reference.evaluate(g.outputs[0], {few: xv}), xv @ weight.T, rtol=1e-5)
+
+
+def test_fold_constants_folds_a_broadcast_weight_of_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the dense-fold cap a broadcast weight still folds (to its view: nothing is written
+    at compile time), while a transposed dense one stays a ``permute`` of its const."""
+    from asyncjit.passes import _fold
+
+    monkeypatch.setattr(_fold, "MAX_DENSE_FOLD_ELEMENTS", 100)
+    monkeypatch.setattr(_fold, "MAX_FOLD_ELEMENTS", 100)
+    x = Tensor.placeholder((30, 50), name="x")
+    wide = x @ Tensor.const(np.float32(0.25)).reshape(1, 1).expand(50, 40)
+    dense = x @ Tensor.const(np.ones((40, 50), np.float32)).permute(1, 0)
+    g = fold_constants(Graph.of([wide.node, dense.node], [x.node]))
+    folded, kept = g.outputs[0].inputs[1], g.outputs[1].inputs[1]
+    assert folded.op == "const" and folded.attrs["value"].strides == (0, 0)
+    assert kept.op == "permute"
+
+
+def test_broadcast_constants_hash_by_their_core() -> None:
+    """A broadcast const is hashed from its core: equal views hash alike, different values
+    differ, and a view of 2^32 elements is keyed without writing it out."""
+    from asyncjit.graph import broadcast_core
+
+    huge = np.broadcast_to(np.float32(1.5), (1 << 16, 1 << 16))
+    assert broadcast_core(huge) is not None and broadcast_core(huge).shape == (1, 1)
+    keys = [
+        structural_key(make_node("const", (), value=v), ())
+        for v in (huge, *(np.broadcast_to(np.float32(f), huge.shape) for f in (1.5, 2.0)))
+    ]
+    assert keys[0] == keys[1] != keys[2]
+    assert broadcast_core(np.ones((3, 4), np.float32)) is None
+    row = np.broadcast_to(np.arange(4, dtype=np.float32), (5, 4))
+    core = broadcast_core(row)
+    assert core is not None and core.shape == (1, 4)
+    np.testing.assert_array_equal(np.broadcast_to(core, row.shape), row)
 
 
 def test_cse_merges_equal_subexpressions() -> None:

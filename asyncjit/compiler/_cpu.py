@@ -31,6 +31,7 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
+from ..graph._node import CONST_ALIGN, aligned_copy
 from ..profiler import _state as _trace
 from ..symbolic import Dim, compile_dims
 from ._cost import KernelInfo
@@ -158,6 +159,15 @@ class CpuLauncher:
         self._profiled(self._args_addr, ticks.ctypes.data)
 
 
+def aligned_const(value: Any) -> np.ndarray:
+    """``value`` as the kernels read it: C-contiguous at a 64-byte boundary (``aligned_copy``),
+    copied only when it is not already (a broadcast weight is written out here)."""
+    arr = np.asarray(value)
+    if arr.flags.c_contiguous and arr.ctypes.data % CONST_ALIGN == 0:
+        return arr
+    return aligned_copy(arr)
+
+
 class CpuExecutable(Executable):
     """Native code for one plan plus the metadata to call it safely. Build with ``compile``."""
 
@@ -187,7 +197,10 @@ class CpuExecutable(Executable):
         self.dyn_bytes = dyn_bytes  # the dynamic arena's size over the vars (0: none)
         self.signature = signature
         self.layout = layout
-        self.consts = tuple(np.asarray(c, order="C") for c in consts)  # keeps 0-d consts 0-d
+        # as given (a broadcast weight stays a view: serialized as its core) and written out
+        # for the kernels, 64-byte aligned
+        self.const_sources = tuple(consts)
+        self.consts = tuple(aligned_const(c) for c in consts)
         self.arena_bytes = arena_bytes
         self.kernel_names = tuple(kernel_names)
         self._ir_text = ir_text

@@ -22,6 +22,7 @@ from ..codegen._module import ArgLayout
 from ..codegen._target import LoadedObject, host_target_key
 from ..dtypes import from_numpy
 from ..errors import CompileError
+from ..graph import aligned_copy, broadcast_core
 from ..symbolic import DataVar, Var, from_json, to_json
 from ._cache import load_code
 from ._cost import KernelInfo
@@ -33,8 +34,8 @@ from ._partition import CompilerPlugin, plugin_identity, registered_plugins
 __all__ = ["FORMAT_VERSION", "MAGIC", "build_executable", "deserialize", "plan_metadata", "serialize_cpu"]
 
 MAGIC = b"AJITEXE\n"
-FORMAT_VERSION = 2  # 2: plans with dispatched plugin partitions (segments, calls, payloads)
-_READABLE = (1, 2)
+FORMAT_VERSION = 3  # 2: plans with dispatched plugin partitions; 3: broadcast constants as cores
+_READABLE = (1, 2, 3)
 _HEAD = struct.Struct("<IQQQ")
 _DIGEST = 32
 
@@ -125,7 +126,12 @@ def serialize_cpu(exe: CpuExecutable) -> bytes:
 def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Everything about a plan but its object code, as JSON, and its constants in order."""
     sig = exe.signature
-    consts = [np.asarray(c, order="C") for c in exe.consts]  # 0-d stays 0-d
+    # 0-d stays 0-d; a broadcast constant is stored as its core (written out when loaded)
+    sources = [np.asarray(c) for c in exe.const_sources]
+    cores = [broadcast_core(c) for c in sources]
+    consts = [
+        np.asarray(c, order="C") if core is None else core for c, core in zip(sources, cores, strict=True)
+    ]
     meta = {
         "name": exe.name,
         "inputs": [_spec(a) for a in sig.inputs],
@@ -148,7 +154,11 @@ def plan_metadata(exe: CpuExecutable) -> tuple[dict[str, Any], list[np.ndarray]]
         "fixed": exe.fixed,
         "code_key": exe.code_key,
         "target": list(host_target_key()),
-        "consts": [{"dtype": c.dtype.str, "shape": list(c.shape), "nbytes": c.nbytes} for c in consts],
+        "consts": [
+            {"dtype": c.dtype.str, "shape": list(src.shape), "nbytes": c.nbytes}
+            | ({} if core is None else {"core": list(core.shape)})
+            for c, src, core in zip(consts, sources, cores, strict=True)
+        ],
         "flops": exe.flops_estimate,
         "ir_text": exe.ir_text,
     }
@@ -220,10 +230,18 @@ def build_executable(
     consts = []
     pos = 0
     for c in meta["consts"]:
-        arr = np.frombuffer(
-            raw, dtype=np.dtype(c["dtype"]), count=int(np.prod(c["shape"], dtype=np.int64)), offset=pos
-        )
-        consts.append(arr.reshape(c["shape"]).copy())
+        stored = c.get("core", c["shape"])
+        count = int(np.prod(stored, dtype=np.int64))
+        arr = np.frombuffer(raw, dtype=np.dtype(c["dtype"]), count=count, offset=pos)
+        if "core" in c:  # a broadcast constant: the executable writes it out
+            view = np.broadcast_to(arr.reshape(stored).copy(), tuple(c["shape"]))
+            if broadcast_core(view) is None:
+                raise CompileError(
+                    f"serialized executable: constant core {stored} does not broadcast to {c['shape']}"
+                )
+            consts.append(view)
+        else:
+            consts.append(aligned_copy(arr.reshape(c["shape"])))
         pos += int(c["nbytes"])
     sig = Signature(
         tuple(_unspec(a) for a in meta["inputs"]),

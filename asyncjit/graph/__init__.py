@@ -6,7 +6,9 @@ from ._dynamic import defined_var as defined_var
 from ._dynamic import new_data_var as new_data_var
 from ._nn import pool_out_len as pool_out_len
 from ._node import Node as Node
+from ._node import aligned_copy as aligned_copy
 from ._node import as_node as as_node
+from ._node import broadcast_core as broadcast_core
 from ._node import graph_vars as graph_vars
 from ._node import make_node as make_node
 from ._node import shape_str as shape_str
@@ -24,7 +26,9 @@ __all__ = [
     "OPS",
     "Node",
     "OpDef",
+    "aligned_copy",
     "as_node",
+    "broadcast_core",
     "cast_array",
     "cast_scalar",
     "check_size",

@@ -23,7 +23,17 @@ from ..dtypes import DType
 from ..errors import ArgumentTypeError, TensorError, VarBoundsError
 from ..symbolic import Dim, Var, free_vars
 
-__all__ = ["Node", "as_node", "graph_vars", "make_node", "shape_str", "structural_key", "toposort"]
+__all__ = [
+    "Node",
+    "as_node",
+    "aligned_copy",
+    "broadcast_core",
+    "graph_vars",
+    "make_node",
+    "shape_str",
+    "structural_key",
+    "toposort",
+]
 
 _ids = itertools.count()
 
@@ -93,6 +103,53 @@ def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
             del _DIGESTS[key]
 
 
+def broadcast_core(value: np.ndarray) -> np.ndarray | None:
+    """The data of a broadcast view (``value`` with a zero stride on some axis of length > 1):
+    ``value`` at index 0 of those axes, shaped with 1 there, so that ``np.broadcast_to(core,
+    value.shape)`` equals ``value``; ``None`` for any other array.
+
+    Such a ``const`` (a folded ``ConstantOfShape`` weight) is hashed, serialized and cached as its
+    core, and written out only when an executable is built from it.
+    """
+    if value.ndim == 0 or value.size <= 1:
+        return None
+    pairs = zip(value.shape, value.strides, strict=True)
+    axes = [ax for ax, (n, st) in enumerate(pairs) if st == 0 and n > 1]
+    if not axes:
+        return None
+    index = tuple(slice(0, 1) if ax in axes else slice(None) for ax in range(value.ndim))
+    return np.ascontiguousarray(value[index])
+
+
+CONST_ALIGN = 64
+
+
+def aligned_copy(value: Any) -> np.ndarray:
+    """A frozen C-contiguous copy of ``value`` at a 64-byte boundary (0-d stays 0-d).
+
+    numpy's large allocations start 16 bytes into a page, where every other 32- or 64-byte
+    vector load of a weight splits a cache line; constants are copied here once (``Tensor.const``,
+    folding, loading an executable), so executables can use them as they are.
+    """
+    arr = np.asarray(value)
+    raw = np.empty(arr.nbytes + CONST_ALIGN, np.uint8)
+    start = -raw.ctypes.data % CONST_ALIGN
+    out = raw[start : start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    out[...] = arr
+    out.setflags(write=False)
+    raw.setflags(write=False)
+    return out
+
+
+def _owned_frozen(value: np.ndarray) -> bool:
+    """Read-only and owning its memory, or a read-only view of such an array (``aligned_copy``):
+    it cannot change while it lives."""
+    if value.flags.writeable:
+        return False
+    base = value.base
+    return base is None or (isinstance(base, np.ndarray) and base.base is None and not base.flags.writeable)
+
+
 def _digest(value: np.ndarray) -> str:
     """The array's content hash, memoised for frozen arrays that own their data (constants).
 
@@ -101,13 +158,18 @@ def _digest(value: np.ndarray) -> str:
     cannot change under us (``Tensor.const`` makes such a copy), so its digest is kept while it
     lives; any other array is hashed each time.
     """
-    frozen = not value.flags.writeable and value.base is None
+    frozen = _owned_frozen(value)
     if frozen:
         with _DIGESTS_LOCK:
             hit = _DIGESTS.get(id(value))
         if hit is not None and hit[0]() is value:
             return hit[1]
-    digest = hashlib.blake2b(np.asarray(value, order="C").tobytes(), digest_size=16).hexdigest()
+    core = broadcast_core(value)
+    if core is not None:  # a broadcast weight: its data, not the written-out array, is hashed
+        body = repr(("broadcast", value.shape, core.shape)).encode() + core.tobytes()
+    else:
+        body = np.asarray(value, order="C").tobytes()
+    digest = hashlib.blake2b(body, digest_size=16).hexdigest()
     if frozen:
         key = id(value)
         ref = weakref.ref(value, functools.partial(_forget, key))

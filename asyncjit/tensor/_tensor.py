@@ -21,7 +21,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import ArgumentTypeError, ScalarOverflowError, ShapeMismatchError, TensorError
-from ..graph import Node, make_node, shape_str
+from ..graph import Node, aligned_copy, make_node, shape_str
 from ..symbolic import Dim, Expr, as_dim, prod
 from . import _dynamic, _indexing, _movement, _nn, _resize
 
@@ -99,9 +99,7 @@ class Tensor(_movement.Movement, _dynamic.DynamicShapes):
         elif arr.dtype == np.float64:
             arr = arr.astype(np.float32)
         dt.from_numpy(arr.dtype)  # rejects unsupported dtypes with a clear TypeError
-        arr = np.array(arr, order="C")  # a copy; np.ascontiguousarray would make 0-d arrays 1-d
-        arr.setflags(write=False)
-        return Tensor(make_node("const", (), value=arr))
+        return Tensor(make_node("const", (), value=aligned_copy(arr)))  # a frozen copy
 
     @staticmethod
     def full(shape: Sequence[Dim], value: Scalar, dtype: DType | Any | None = None) -> Tensor:
