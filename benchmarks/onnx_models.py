@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/onnx_models.py [--quick] [--models silero,light_squeezenet,...]
     .venv/bin/python benchmarks/onnx_models.py --kernels [--models light_squeezenet,...]
+    .venv/bin/python benchmarks/onnx_models.py --layers light_resnet50
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
 calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
@@ -10,7 +11,9 @@ compile + load) of a fresh process with an empty compile cache (cold) and again 
 it left (warm). For Silero VAD the hand-built ``SileroVad`` (asyncjit.models) runs too: the
 generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.0 is faster.
 ``--kernels`` prints instead, for the ``light_*`` models, each side's sum of per-kernel minima
-(a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``).
+(a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``); ``--layers
+MODEL`` each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its
+shapes (``layer_rows``).
 """
 
 from __future__ import annotations
@@ -181,14 +184,12 @@ def light_rows(names: list[str], calls: int) -> list[str]:
     return rows
 
 
-def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
-    """Per model, the sum over its kernels of each kernel's fastest call: ours from
-    ``asyncjit.profiler.trace`` spans, ONNX Runtime's (1 thread) from its node profile.
-
-    A diagnostic for a loaded machine: a whole-model median there mostly measures when the
-    process held a core, while the fastest of many calls of each kernel is close to its
-    quiet-machine time, for both sides alike. The scored figures are the latency table's.
-    """
+def _minima(
+    name: str, calls: int
+) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, Any]], dict[str, int]]:
+    """One light model's per-kernel minima (µs): ours by kernel name, in first-run order, from
+    ``asyncjit.profiler.trace`` spans; ONNX Runtime's (1 thread) by node, in order, from its node
+    profile, with each node's ``args`` (op name, input and output shapes); and our kernels' flops."""
     import json
 
     import onnx
@@ -198,41 +199,56 @@ def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
     from asyncjit.codegen import _parallel
     from asyncjit.profiler import trace
 
-    data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    path = str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx")
+    sess = ao.InferenceSession(path)
+    _parallel.set_intra_op_threads(1)  # after the session: its Client sizes the threads
+    info = sess.get_inputs()[0]
+    shape = tuple(int(d) for d in info.shape)
+    feed = {info.name: (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)}
+    sess.run(None, feed)
+    assert sess.plan is not None
+    flops = {k.name: k.flops for k in sess.plan.executable.kernels}
+    with trace() as t:
+        for _ in range(calls):
+            sess.run(None, feed)
+    ours: dict[str, float] = {}
+    for e in t.events:
+        if e.get("cat") == "kernel":
+            ours[e["name"]] = min(ours.get(e["name"], np.inf), e["dur"])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        opts.profile_file_prefix = str(Path(tmp) / "ort")
+        peer = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        for _ in range(calls + 1):
+            peer.run(None, feed)
+        events = json.loads(Path(peer.end_profiling()).read_text())
+    theirs: dict[str, float] = {}
+    args: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            theirs[e["name"]] = min(theirs.get(e["name"], np.inf), e["dur"])
+            args.setdefault(e["name"], e.get("args", {}))
+    return ours, theirs, args, flops
+
+
+def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
+    """Per model, the sum over its kernels of each kernel's fastest call: ours from
+    ``asyncjit.profiler.trace`` spans, ONNX Runtime's (1 thread) from its node profile.
+
+    A diagnostic for a loaded machine: a whole-model median there mostly measures when the
+    process held a core, while the fastest of many calls of each kernel is close to its
+    quiet-machine time, for both sides alike. The scored figures are the latency table's.
+    """
+    from asyncjit.codegen import _parallel
+
     rows = []
     old = _parallel.intra_op_threads()
     try:
         for name in names:
-            path = str(data / f"{name}.onnx")
-            sess = ao.InferenceSession(path)
-            _parallel.set_intra_op_threads(1)  # after the session: its Client sizes the threads
-            info = sess.get_inputs()[0]
-            shape = tuple(int(d) for d in info.shape)
-            feed = {
-                info.name: (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)
-            }
-            sess.run(None, feed)
-            with trace() as t:
-                for _ in range(calls):
-                    sess.run(None, feed)
-            ours: dict[str, float] = {}
-            for e in t.events:
-                if e.get("cat") == "kernel":
-                    ours[e["name"]] = min(ours.get(e["name"], np.inf), e["dur"])
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = 1
-            opts.inter_op_num_threads = 1
-            opts.enable_profiling = True
-            with tempfile.TemporaryDirectory() as tmp:
-                opts.profile_file_prefix = str(Path(tmp) / "ort")
-                peer = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-                for _ in range(calls + 1):
-                    peer.run(None, feed)
-                events = json.loads(Path(peer.end_profiling()).read_text())
-            theirs: dict[str, float] = {}
-            for e in events:
-                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-                    theirs[e["name"]] = min(theirs.get(e["name"], np.inf), e["dur"])
+            ours, theirs, _, _ = _minima(name, calls)
             a, b = sum(ours.values()) / 1e3, sum(theirs.values()) / 1e3
             top = max(ours, key=lambda k: ours[k])
             rows.append(
@@ -245,6 +261,49 @@ def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
     return rows
 
 
+def _conv_flops(args: dict[str, Any]) -> int:
+    """2 x multiply-adds of an ORT conv node, from its profiled shapes (0 if they are missing)."""
+    try:
+        w = next(iter(args["input_type_shape"][1].values()))
+        y = next(iter(args["output_type_shape"][0].values()))
+    except (KeyError, IndexError, StopIteration):
+        return 0
+    return int(2 * np.prod(y) * np.prod(w[1:]))
+
+
+def layer_rows(name: str, calls: int) -> None:
+    """Each conv kernel of one light model beside ONNX Runtime's conv node with the same flops
+    (the first not yet paired, in graph order), with the node's shapes: where a model's
+    difference lies, layer by layer. Our conv kernels include the bias; a BatchNormalization
+    that ORT folds into its conv is a separate kernel here (compare the sums, not 1%)."""
+    from asyncjit.codegen import _parallel
+
+    old = _parallel.intra_op_threads()
+    try:
+        ours, theirs, args, flops = _minima(name, calls)
+    finally:
+        _parallel.set_intra_op_threads(old)
+    peer = [k for k in theirs if "Conv" in str(args[k].get("op_name", ""))]
+    mine = [k for k in ours if k.endswith("_conv_conv")]
+    print(f"{name}: {len(mine)} conv kernels, ORT {len(peer)} conv nodes (minima over {calls} calls, ms)")
+    print("| kernel | asyncjit | ORT | ratio | x | w | y |")
+    print("|---|---|---|---|---|---|---|")
+    total = [0.0, 0.0]
+    for k in mine:
+        match = next((p for p in peer if _conv_flops(args[p]) == flops.get(k)), None)
+        if match is None:
+            print(f"| {k} | {ours[k] / 1e3:.3f} | (no ORT conv with its flops) | | | | |")
+            continue
+        peer.remove(match)
+        x, y = ours[k] / 1e3, theirs[match] / 1e3
+        total[0] += x
+        total[1] += y
+        shapes = [next(iter(d.values()), "?") for d in args[match]["input_type_shape"][:2]]
+        out = next(iter(args[match]["output_type_shape"][0].values()), "?")
+        print(f"| {k} | {x:.3f} | {y:.3f} | {x / y:.2f}x | {shapes[0]} | {shapes[1]} | {out} |")
+    print(f"| paired | {total[0]:.2f} | {total[1]:.2f} | {total[0] / max(total[1], 1e-9):.2f}x | | | |")
+
+
 def main() -> None:
     import logging
 
@@ -252,6 +311,10 @@ def main() -> None:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     calls = 20 if QUICK else 200
+    if "--layers" in sys.argv:
+        print(f"load: {os.getloadavg()}")
+        layer_rows(_arg("--layers", "light_resnet50"), 10 if QUICK else 30)
+        return
     light = [
         "light_squeezenet",
         "light_shufflenet",
