@@ -204,13 +204,18 @@ class TestMatmul:
             (100, 57, 40),
             (70, 8, 50),
             (65, 16, 300),
+            (1, 1025, 1024),  # a few rows over a large B: K blocks of GEMV_KC rows
+            (3, 1000, 1100),
+            (6, 37, 70),  # "nt": the dot driver's 4x4 tiles, then 2x4 for two rows left
+            (7, 37, 70),  # ... then a 4x4 tile for three rows left
         ],
     )
     @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
     def test_block_boundaries(self, layout: str, m: int, n: int, k: int) -> None:
         """Shapes that cross the KC/MC/NC cache blocks, the direct driver's column and K blocks
-        (both loop orders), every driver (direct, dot, packed) and the packed driver's last
-        panels of at most NR/2 columns (half-width tiles) and of more."""
+        (both loop orders, and the few-row K blocks over a large B), every driver (direct, dot,
+        packed) and the packed driver's last panels of at most NR/2 columns (half-width tiles)
+        and of more."""
         check_matmul(matmul_module(), layout, 2, m, n, k, seed=m * n + k)
 
     @pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (5, 33, 17), (24, 128, 96)])
@@ -287,6 +292,8 @@ _GUARD_SCRIPT = textwrap.dedent(
         shapes = [(1, 1, 1), (3, 37, 5), (9, 33, 17), (17, 45, 300), (70, 50, 40), (5, 1, 64)]
         shapes += [(5, 300, 300), (40, 700, 27)]  # the direct driver's column blocks
         shapes += [(70, 49, 40), (130, 8, 20)]  # packed, a half-width last panel
+        shapes += [(2, 1030, 1021)]  # direct, K blocks of GEMV_KC rows spanning every column
+        shapes += [(6, 33, 17), (7, 35, 19)]  # dot ("nt"): two and three rows after the 4x4 tiles
         for (m, n, k) in shapes:
             a, b, a_s, b_s = make_operands(rng, layout, 2, m, n, k)
             ga, gb = guarded(a), guarded(b)

@@ -57,6 +57,13 @@ from ._target import (
 
 __all__ = ["PARALLEL_MIN_MACS", "MatmulTiling", "emit_matmul", "matmul_scratch_bytes", "matmul_tiling"]
 
+GEMV_M_MAX = 4
+GEMV_MIN_B = 1 << 20
+GEMV_KC = 8
+"""The direct driver streams B row after row (K blocks of ``GEMV_KC`` rows spanning every
+column) for at most ``GEMV_M_MAX`` rows over a B of at least ``GEMV_MIN_B`` elements (fewer
+rows than any MR: that nest has no whole MR-row tiles)."""
+
 PARALLEL_MIN_MACS = 1 << 26
 """Multiply-adds from which one matmul (of a batch) splits its columns over the intra-op threads
 (see ``_parallel``): ~1.7 ms on one core, so spawning and joining (20-60 µs a thread) stays
@@ -407,8 +414,17 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
     # and one panel's KC x NR strip of it in L1 while every row tile of an MC-row block reads it
     # (panels outer, row tiles inner). NB is a whole number of the widest tiles.
     wide = 4 * t.nr
+    # A few rows over a B far larger than L2 (a batch-1 fully connected layer on a [K, N]
+    # weight): K blocks of GEMV_KC rows, so that a block spans every column and B streams a few
+    # rows at a time; in KC x NB blocks each tile read KC short runs a row apart, which the
+    # prefetchers follow badly (1 x 4096 @ 4096 x 4096: 3.9 -> 2.75 ms = 24 GB/s, as fast as the
+    # dot driver on the transposed weight; 2 rows 7.0 -> 3.0 ms; GEMV_KC 2, 4, 16 were slower).
+    gemv = b.and_(
+        b.icmp_signed("<=", m, i64(GEMV_M_MAX)),
+        b.icmp_signed(">=", b.mul(k, n_all), i64(GEMV_MIN_B)),
+    )
     kc_max = smin(b, k, i64(t.kc))
-    nb = b.mul(
+    nb_blocks = b.mul(
         smax(b, b.sdiv(b.sdiv(i64(t.direct_b_max), smax(b, kc_max, i64(1))), i64(wide)), i64(1)), i64(wide)
     )
     at: dict[str, ir.Value] = {}
@@ -416,7 +432,7 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
     def block(mr: int, nr: int, row0: ir.Value, row_end: ir.Value) -> None:
         jc, pc, kc, accumulate = at["jc"], at["pc"], at["kc"], at["acc"]
         bq = b.gep(bp, [b.add(b.mul(pc, b_rs), jc)], source_etype=F32)
-        n = smin(b, nb, b.sub(n_all, jc))
+        n = smin(b, at["nb"], b.sub(n_all, jc))
 
         def tile(r: ir.Value, jr: ir.Value, nr_eff: ir.Value, full: bool) -> None:
             b.call(
@@ -458,17 +474,32 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
                 panels(lambda jr, w, full: rows(lambda r: tile(r, jr, w, full)))
 
     m_full = b.mul(b.sdiv(m, i64(t.mr)), i64(t.mr))
-    with for_range(b, i64(0), n_all, nb, name="jc") as jc, for_range(b, i64(0), k, t.kc, name="pc") as pc:
-        at.update(jc=jc, pc=pc, kc=smin(b, i64(t.kc), b.sub(k, pc)), acc=b.icmp_signed(">", pc, i64(0)))
-        with for_range(b, i64(0), m_full, t.mc, name="ic") as ic:
-            block(t.mr, t.nr, ic, smin(b, b.add(ic, i64(t.mc)), m_full))
-        row = m_full
-        for size in _row_sizes(t.mr):
-            take = b.icmp_signed(">=", b.sub(m, row), i64(size))
-            with b.if_then(take):
-                width = t.nr if size > 2 else (2 * t.nr if size == 2 else 4 * t.nr)
-                block(size, width, row, b.add(row, i64(size)))
-            row = b.select(take, b.add(row, i64(size)), row)
+
+    def nest(kstep: int, nb: ir.Value, whole_tiles: bool) -> None:
+        """Column blocks of ``nb``, K blocks of ``kstep`` (a constant: the k loops fold it);
+        MR-row tiles only where M may exceed GEMV_M_MAX."""
+        with (
+            for_range(b, i64(0), n_all, nb, name="jc") as jc,
+            for_range(b, i64(0), k, kstep, name="pc") as pc,
+        ):
+            acc = b.icmp_signed(">", pc, i64(0))
+            at.update(jc=jc, pc=pc, nb=nb, kc=smin(b, i64(kstep), b.sub(k, pc)), acc=acc)
+            if whole_tiles:
+                with for_range(b, i64(0), m_full, t.mc, name="ic") as ic:
+                    block(t.mr, t.nr, ic, smin(b, b.add(ic, i64(t.mc)), m_full))
+            row = m_full if whole_tiles else i64(0)
+            for size in _row_sizes(t.mr):
+                take = b.icmp_signed(">=", b.sub(m, row), i64(size))
+                with b.if_then(take):
+                    width = t.nr if size > 2 else (2 * t.nr if size == 2 else 4 * t.nr)
+                    block(size, width, row, b.add(row, i64(size)))
+                row = b.select(take, b.add(row, i64(size)), row)
+
+    with b.if_else(gemv) as (few_rows, other):
+        with few_rows:
+            nest(GEMV_KC, smax(b, n_all, i64(1)), whole_tiles=False)
+        with other:
+            nest(t.kc, nb_blocks, whole_tiles=True)
     b.ret_void()
     return fn
 
@@ -592,8 +623,9 @@ def _dot(vec: _Vec, t: MatmulTiling) -> ir.Function:
     """``a_cs == 1 and b_rs == 1``: C[i, j] = dot(A row i, B column j), vectorised along k.
 
     Used for small M with B transposed (``x @ W.T``): packing W would cost as much as the
-    product.  Tiles of 4x4 dots (8 loads per 16 FMAs) for groups of four rows, 1x8 for the
-    remaining rows; each dot is reduced horizontally once at the end (masked k tail).
+    product.  Tiles of 4x4 dots (8 loads per 16 FMAs) for groups of four rows and for three
+    rows left, 2x4 for two, 1x8 for one; each dot is reduced horizontally once at the end
+    (masked k tail).
     """
     name = f"asyncjit.matmul.dot{vec.vw}"
     existing = vec.module.globals.get(name)
@@ -607,10 +639,18 @@ def _dot(vec: _Vec, t: MatmulTiling) -> ir.Function:
         a=a, bp=bp, c=c, m=m, n=n, k=k, k_full=k_full, tail_mask=tail_mask, a_rs=a_rs, b_cs=b_cs, c_rs=c_rs
     )
     m4 = b.mul(b.sdiv(m, i64(4)), i64(4))
+    rest = b.sub(m, m4)
     with for_range(b, i64(0), m4, 4, name="i4") as i0, for_range(b, i64(0), n, 4, name="j4") as j0:
         _dot_tile(b, vec, 4, 4, i0=i0, j0=j0, **common)
-    with for_range(b, m4, m, 1, name="i1") as i0, for_range(b, i64(0), n, 8, name="j8") as j0:
-        _dot_tile(b, vec, 1, 8, i0=i0, j0=j0, **common)
+    # two or three rows left: one pass over B for them all (as 1x8 passes, a row each, 2 x 4096
+    # @ W.T of 4096 x 4096 read W twice: 5.7 ms against 3.0), three in 4x4 tiles whose fourth
+    # row re-reads the third and is not stored (6.2 -> 3.6 ms)
+    with b.if_then(b.icmp_signed("==", rest, i64(3))), for_range(b, i64(0), n, 4, name="j3") as j0:
+        _dot_tile(b, vec, 4, 4, i0=m4, j0=j0, **common)
+    with b.if_then(b.icmp_signed("==", rest, i64(2))), for_range(b, i64(0), n, 4, name="j2") as j0:
+        _dot_tile(b, vec, 2, 4, i0=m4, j0=j0, **common)
+    with b.if_then(b.icmp_signed("==", rest, i64(1))), for_range(b, i64(0), n, 8, name="j8") as j0:
+        _dot_tile(b, vec, 1, 8, i0=m4, j0=j0, **common)
     b.ret_void()
     return fn
 
