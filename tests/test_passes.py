@@ -86,6 +86,12 @@ def test_fold_constants_keeps_a_transposed_weight_for_few_rows(monkeypatch: pyte
     kept, folded = g.outputs[0].inputs[1], g.outputs[1].inputs[1]
     assert kept.op == "permute" and kept.inputs[0].op == "const"
     assert folded.op == "const" and folded.attrs["value"].shape == (50, 30)
+    # any other permute (not the last two axes swapped, which the matmul reads through strides)
+    # is still folded, few rows or not
+    x3 = Tensor.placeholder((3, 2, 50), name="x3")
+    w3 = Tensor.const(np.ones((50, 3, 30), np.float32)).permute(1, 0, 2)
+    g3 = fold_constants(Graph.of([(x3 @ w3).node], [x3.node]))
+    assert g3.outputs[0].inputs[1].op == "const"
     xv = np.ones((TRANSPOSED_MAX_ROWS, 50), np.float32)
     np.testing.assert_allclose(reference.evaluate(g.outputs[0], {few: xv}), xv @ weight.T, rtol=1e-5)
 
