@@ -303,3 +303,32 @@ def test_broadcast_weight_is_serialized_as_its_core_and_written_out_on_load() ->
     want = exe.run([xv])[0]
     np.testing.assert_array_equal(again.run([xv])[0], want)
     np.testing.assert_allclose(want, xv @ np.full((500, 400), 0.5, np.float32), rtol=1e-5)
+
+
+def test_deserialize_refuses_a_core_that_does_not_broadcast() -> None:
+    """A broadcast constant whose recorded core cannot broadcast to its shape (a forged entry,
+    digest fixed up) is a CompileError naming both, not a numpy error."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile, deserialize
+    from asyncjit.compiler._serialize import _DIGEST, _HEAD, MAGIC
+    from asyncjit.errors import CompileError
+
+    x = Tensor.placeholder((3, 500), name="x")
+    blob = compile(x @ Tensor.full((400, 500), 0.25).permute(1, 0), [x]).serialize()
+    pre = len(MAGIC) + _HEAD.size
+    version, mlen, olen, _ = _HEAD.unpack_from(blob, len(MAGIC))
+    meta = json.loads(blob[pre : pre + mlen])
+    (entry,) = [c for c in meta["consts"] if "core" in c]
+    objs = blob[pre + mlen : pre + mlen + olen]
+
+    def forged(core: list[int], consts: bytes) -> bytes:
+        entry["core"], entry["nbytes"] = core, len(consts)
+        mb = json.dumps(meta, sort_keys=True).encode()
+        body = MAGIC + _HEAD.pack(version, len(mb), olen, len(consts)) + mb + objs + consts
+        return body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+
+    two = np.zeros(2, np.float32).tobytes()
+    with pytest.raises(CompileError, match="does not broadcast"):
+        deserialize(forged([2, 1], two))  # 2 rows cannot broadcast to 400
+    with pytest.raises(CompileError, match="runs past"):
+        deserialize(forged([4, 1], two))  # 4 elements recorded, 2 stored

@@ -227,15 +227,23 @@ def build_executable(
 ) -> CpuExecutable:
     """A ``CpuExecutable`` from serialized metadata, its constants' bytes and loaded object code
     (shared by ``deserialize`` and AOT bundles, which choose among several objects)."""
-    consts = []
+    consts: list[np.ndarray] = []
     pos = 0
     for c in meta["consts"]:
         stored = c.get("core", c["shape"])
         count = int(np.prod(stored, dtype=np.int64))
-        arr = np.frombuffer(raw, dtype=np.dtype(c["dtype"]), count=count, offset=pos)
+        dtype = np.dtype(c["dtype"])
+        if count < 0 or pos + count * dtype.itemsize > len(raw):
+            raise CompileError(
+                f"serialized executable: constant {len(consts)} runs past the constants' bytes"
+            )
+        arr = np.frombuffer(raw, dtype=dtype, count=count, offset=pos)
         if "core" in c:  # a broadcast constant: the executable writes it out
-            view = np.broadcast_to(arr.reshape(stored).copy(), tuple(c["shape"]))
-            if broadcast_core(view) is None:
+            try:
+                view = np.broadcast_to(arr.reshape(stored).copy(), tuple(c["shape"]))
+            except ValueError:
+                view = None
+            if view is None or broadcast_core(view) is None:
                 raise CompileError(
                     f"serialized executable: constant core {stored} does not broadcast to {c['shape']}"
                 )
