@@ -29,10 +29,14 @@ PART_FIELDS = (
 """The i64 job block a part reads (pointers as integers; ``which``: 0 direct, 1 dot, 2 packed;
 ``next``: the next unclaimed chunk, 0 before the parts start)."""
 
-CHUNKS_PER_PART = 2
-"""Chunks per part: each chunk packs A again, so few (CPU per 512^3 call: 1.05x one thread's
-with 1 chunk per part, 1.06x with 2, 1.09x with 4); more than one, so a part preempted inside
-a chunk holds up the join for half as long."""
+CHUNKS_PER_PART = 4
+"""Chunks per part. Finer chunks let the caller take over the columns of a helper that starts
+late (a helper thread starts 0.1-0.5 ms after it is created here, on another virtual CPU the
+host must wake first); each chunk reads all of A again (in place when its rows are contiguous)
+and packs only its own columns of B. 512^3 on 2 threads, median of 60 calls with 5 ms idle
+before each: 1.47x one thread with 2 chunks per part, 1.57x with 4, 1.62x with 8; 8192x256x256:
+1.59x, 1.58x, 1.64x; in a second run 1.71x, 1.77x, 1.83x and 1.68x, 1.76x, 1.69x
+(``benchmarks/kernels.py --goals`` gives the goal figure)."""
 
 
 class _Tiling(Protocol):
