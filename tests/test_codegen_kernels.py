@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llvmlite import ir
 
-from asyncjit.codegen._conv import conv1d_output_length, conv1d_scratch_bytes, emit_conv1d
+from asyncjit.codegen._conv import _use_direct, conv1d_output_length, conv1d_scratch_bytes, emit_conv1d
 from asyncjit.codegen._matmul import emit_matmul, matmul_scratch_bytes
 from asyncjit.codegen._target import (
     I64,
@@ -343,10 +343,19 @@ CONV_CONFIGS: list[tuple[int, int, int, int, int, int, int, int]] = [
 ]
 
 
+def _im2col_config(index: int) -> bool:
+    cin, cout, _k, _s, _d, groups, _pl, _pr = CONV_CONFIGS[index]
+    return not _use_direct(cin // groups, cout // groups)
+
+
 @functools.cache
-def conv_module() -> Compiled:
-    module = ir.Module("test_conv1d")
+def conv_module(kn: bool = False) -> Compiled:
+    """Every configuration; ``kn``: those on the im2col path, reading ``w`` stored
+    ``[cin/groups, k, cout]`` (the layout constant weights of short outputs get)."""
+    module = ir.Module("test_conv1d_kn" if kn else "test_conv1d")
     for i, (cin, cout, k, stride, dilation, groups, pad_l, pad_r) in enumerate(CONV_CONFIGS):
+        if kn and not _im2col_config(i):
+            continue
         kern = emit_conv1d(
             module,
             f"asyncjit.test.conv{i}",
@@ -358,6 +367,7 @@ def conv_module() -> Compiled:
             groups=groups,
             pad_l=pad_l,
             pad_r=pad_r,
+            w_kn=kn,
         )
         _add_entry(module, f"conv{i}", kern)
     return Compiled(module)
@@ -384,7 +394,9 @@ def reference_conv1d(
     return y
 
 
-def run_conv(index: int, n: int, length: int, seed: int) -> tuple[F32Array, npt.NDArray[np.float64]]:
+def run_conv(
+    index: int, n: int, length: int, seed: int, kn: bool = False
+) -> tuple[F32Array, npt.NDArray[np.float64]]:
     cin, cout, k, stride, dilation, groups, pad_l, pad_r = CONV_CONFIGS[index]
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, cin, length)).astype(np.float32)
@@ -406,8 +418,10 @@ def run_conv(index: int, n: int, length: int, seed: int) -> tuple[F32Array, npt.
         ),
         dtype=np.uint8,
     )
-    conv_module().call(
-        f"conv{index}", [x.ctypes.data, w.ctypes.data, y.ctypes.data, scratch.ctypes.data, n, length, lout]
+    stored = np.ascontiguousarray(w.transpose(1, 2, 0)) if kn else w
+    conv_module(kn).call(
+        f"conv{index}",
+        [x.ctypes.data, stored.ctypes.data, y.ctypes.data, scratch.ctypes.data, n, length, lout],
     )
     _assert_canary(ybuf)
     ref = reference_conv1d(x, w, stride=stride, dilation=dilation, groups=groups, pad_l=pad_l, pad_r=pad_r)
@@ -440,6 +454,21 @@ class TestConv1d:
         y, ref = run_conv(index, n, length, seed=n)
         np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3)
 
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        index=st.sampled_from([i for i in range(len(CONV_CONFIGS)) if _im2col_config(i)]),
+        n=st.integers(1, 40),
+        length=st.integers(1, 300),
+        seed=st.integers(0, 2**31),
+    )
+    def test_weight_stored_k_by_n(self, index: int, n: int, length: int, seed: int) -> None:
+        """The ``[cin/groups, k, cout]`` weight (``w_kn``): the transposed product at every
+        batch and length, grouped, strided, dilated, padded."""
+        y, ref = run_conv(index, n, length, seed, kn=True)
+        k_total = CONV_CONFIGS[index][0] // CONV_CONFIGS[index][5] * CONV_CONFIGS[index][2]
+        tol = 2e-6 * k_total + 1e-6
+        np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.sqrt(k_total))
+
     def test_long_output_uses_per_sample_layout(self) -> None:
         """Lout >= 32 with N > 1 goes down the batched branch."""
         y, ref = run_conv(1, 3, 100, seed=3)
@@ -456,3 +485,19 @@ class TestConv1d:
     def test_invalid_parameters_rejected(self, kwargs: dict[str, int]) -> None:
         with pytest.raises(ValueError, match="conv1d"):
             emit_conv1d(ir.Module(), "bad", **kwargs)
+
+    def test_depthwise_takes_no_stored_k_by_n_weight(self) -> None:
+        with pytest.raises(ValueError, match="im2col"):
+            emit_conv1d(
+                ir.Module(),
+                "bad",
+                cin=8,
+                cout=8,
+                k=3,
+                stride=1,
+                dilation=1,
+                groups=8,
+                pad_l=1,
+                pad_r=1,
+                w_kn=True,
+            )

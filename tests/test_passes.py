@@ -26,6 +26,47 @@ def _ops(g: Graph) -> list[str]:
     return [n.op for n in g.nodes]
 
 
+def test_fold_constants_stores_a_short_conv1d_weight_k_by_n() -> None:
+    """A constant conv1d weight of a short output is stored ``[cin/groups, k, cout]`` and
+    permuted back (the tuned kernel reads it in place as its matmul's ``[K, N]`` operand); long
+    outputs and depthwise convs keep ``[cout, cin/groups, k]``; the value never changes."""
+    from asyncjit.passes._fusion import CONV1D_KN_ORDER, conv1d_kn_weight
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((12, 3, 3)).astype(np.float32)  # groups=2: cin 6, cout 12
+    dw = rng.standard_normal((6, 1, 3)).astype(np.float32)  # depthwise
+    short = Tensor.placeholder((Var("n", 1, 64), 6, 8), name="short")
+    long = Tensor.placeholder((2, 6, 40), name="long")
+    outs = [
+        short.conv1d(Tensor.const(w), padding=1, stride=2, groups=2),
+        long.conv1d(Tensor.const(w), padding=1, groups=2),
+        short.conv1d(Tensor.const(dw), padding=1, groups=6),
+    ]
+    g = fold_constants(Graph.of([o.node for o in outs], [short.node, long.node]))
+    kn, kept, depthwise = (o.inputs[1] for o in g.outputs)
+    assert kn.op == "permute" and tuple(kn.attrs["order"]) == CONV1D_KN_ORDER
+    assert kn.inputs[0].op == "const" and kn.inputs[0].attrs["value"].shape == (3, 3, 12)
+    assert conv1d_kn_weight(g.outputs[0]) is kn.inputs[0]
+    assert kept.op == "const" and depthwise.op == "const"
+    assert conv1d_kn_weight(g.outputs[1]) is None and conv1d_kn_weight(g.outputs[2]) is None
+    xv = rng.standard_normal((5, 6, 8)).astype(np.float32)
+    want = reference.evaluate(outs[0].node, {short: xv}, {"n": 5})
+    np.testing.assert_array_equal(reference.evaluate(g.outputs[0], {short: xv}, {"n": 5}), want)
+    # folding again leaves it as it is
+    again = fold_constants(g)
+    assert again.outputs[0].inputs[1].op == "permute"
+    # and the compiled plan reads it in place, at every batch
+    from asyncjit.compiler import compile
+
+    exe = compile(outs[0], [short], name="conv1d_kn")
+    for n in (1, 7, 64):
+        xn = rng.standard_normal((n, 6, 8)).astype(np.float32)
+        (got,) = exe.run([xn], {})
+        np.testing.assert_allclose(
+            got, reference.evaluate(outs[0].node, {short: xn}, {"n": n}), rtol=1e-5, atol=1e-5
+        )
+
+
 def test_simplify_removes_identities_and_merges_views() -> None:
     """``x*1``, no-op casts and reshape-of-reshape disappear; the value is unchanged."""
     x = Tensor.placeholder((2, 6), name="x")

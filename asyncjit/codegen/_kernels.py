@@ -18,7 +18,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import matmul_operand
+from ..passes._fusion import conv1d_kn_weight, matmul_operand
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -403,6 +403,7 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
     n_, length, lout = x.shape[0], x.shape[2], node.shape[2]
     em = ctx.em
     lib = conv_library()
+    kn = conv1d_kn_weight(node)  # the weight stored [cin/groups, k, cout], read in place
     if node.dtype.name == "float32" and lib is not None and _static_pads(node):
         fn = lib.emit_conv1d(
             ctx.fn.module,
@@ -415,10 +416,11 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
             groups=groups,
             pad_l=int(pl),
             pad_r=int(pr),
+            w_kn=kn is not None,
         )
         args = [
             ctx.buffers[x.id],
-            ctx.buffers[w.id],
+            ctx.buffers[(w if kn is None else kn).id],
             ctx.out,
             ctx.scratch,
             em.dim(n_),

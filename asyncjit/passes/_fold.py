@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph import OPS, Node, aligned_copy, broadcast_core, make_node
 from ..symbolic import upper
-from ._fusion import transposed_source
+from ._fusion import CONV1D_KN_ORDER, conv1d_kn_weight, transposed_source
 from ._graph import Graph, rebuild, remake
 
 __all__ = ["MAX_FOLD_ELEMENTS", "fold_constants"]
@@ -75,6 +75,8 @@ def fold_constants(graph: Graph) -> Graph:
                 for k, i in enumerate(inputs)
             )
         new = remake(node, inputs)
+        if new.op == "conv1d":
+            new = _conv1d_kn(new)
         if new.op in ("placeholder", "const", "expand", "reshape") or not new.inputs:
             return new
         sources = [_source(i) for i in new.inputs]
@@ -129,6 +131,21 @@ def _dense_operand(node: Node) -> Node:
         value.setflags(write=False)  # a view: nothing to copy
         return make_node("const", (), value=value)
     return _const(value) if size <= MAX_DENSE_FOLD_ELEMENTS else node
+
+
+def _conv1d_kn(node: Node) -> Node:
+    """A float32 conv1d with a constant weight ``[cout, cin/groups, k]``: the weight stored
+    ``[cin/groups, k, cout]`` and permuted back (``CONV1D_KN_ORDER``), which the tuned kernel
+    reads in place as the ``[K, N]`` operand of its matmul (``codegen._conv.takes_kn_weight``);
+    else ``node`` itself. A broadcast weight keeps its view (it is written out only once)."""
+    x, w = node.inputs
+    if w.op != "const" or w.dtype.name != "float32" or broadcast_core(w.attrs["value"]) is not None:
+        return node
+    swapped = make_node(
+        "permute", (_const(np.transpose(w.attrs["value"], (1, 2, 0))),), order=CONV1D_KN_ORDER
+    )
+    candidate = remake(node, (x, swapped))
+    return candidate if conv1d_kn_weight(candidate) is not None else node
 
 
 def _broadcasts(node: Node) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..graph import OPS, Node
+from ..symbolic import is_bounded, upper
 from ._graph import Graph
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "MatmulOperand",
     "fuse",
     "matmul_operand",
+    "conv1d_kn_weight",
+    "CONV1D_KN_ORDER",
     "OWN_LOOP_OPS",
     "transposed_source",
 ]
@@ -134,6 +137,31 @@ def matmul_operand(node: Node) -> MatmulOperand:
     return MatmulOperand(t if t is not None else x, t is not None, broadcast)
 
 
+CONV1D_KN_ORDER = (2, 0, 1)
+"""``permute`` order that makes a conv1d weight ``[cout, cin/groups, k]`` of one stored
+``[cin/groups, k, cout]`` (the layout the tuned conv1d reads as the ``[K, N]`` matmul operand)."""
+
+
+def conv1d_kn_weight(node: Node) -> Node | None:
+    """The ``[cin/groups, k, cout]`` source a float32 conv1d ``node`` reads its weight from in
+    place (``codegen._conv.takes_kn_weight``), when its weight is that source permuted by
+    ``CONV1D_KN_ORDER`` and the tuned kernel runs it (static pads, bounded sizes); else None."""
+    if node.op != "conv1d" or node.dtype.name != "float32":
+        return None
+    x, w = node.inputs
+    if w.op != "permute" or tuple(w.attrs["order"]) != CONV1D_KN_ORDER or w.dtype.name != "float32":
+        return None
+    from ..codegen._library import conv_library
+
+    lib = conv_library()
+    groups = node.attrs["groups"]
+    cout, cin_g = int(w.shape[0]), int(w.shape[1])
+    static = all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(x.shape)
+    if lib is None or not static or not lib.takes_kn_weight(cin_g, cout // groups, int(upper(node.shape[2]))):
+        return None
+    return w.inputs[0]
+
+
 def _strided_matmul() -> bool:
     from ..codegen._library import matmul_library
 
@@ -189,6 +217,8 @@ def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
             mat.add(n.id)
         if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
             mat.update(matmul_operand(i).node.id for i in n.inputs)
+        elif (kn := conv1d_kn_weight(n)) is not None:
+            mat.update((n.inputs[0].id, kn.id))
         elif n.op in _DENSE_OPERANDS:
             mat.update(i.id for i in n.inputs)
     memo: dict[int, bool] = {}
@@ -275,6 +305,9 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
             sources = {s.id: s for s in (matmul_operand(i).node for i in n.inputs)}
             fused: tuple[Node, ...] = ()
             reads = tuple(sources[k] for k in sorted(sources))
+        elif (kn := conv1d_kn_weight(n)) is not None:  # the weight's stored source, in place
+            sources = {s.id: s for s in (n.inputs[0], kn)}
+            fused, reads = (), tuple(sources[k] for k in sorted(sources))
         else:
             fused, reads = _walk(n, mat)
         kind = n.op if n.op in OWN_LOOP_OPS else "loop"
