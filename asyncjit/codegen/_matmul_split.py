@@ -29,14 +29,15 @@ PART_FIELDS = (
 """The i64 job block a part reads (pointers as integers; ``which``: 0 direct, 1 dot, 2 packed;
 ``next``: the next unclaimed chunk, 0 before the parts start)."""
 
-CHUNKS_PER_PART = 4
+CHUNKS_PER_PART = 8
 """Chunks per part. Finer chunks let the caller take over the columns of a helper that starts
 late (a helper thread starts 0.1-0.5 ms after it is created here, on another virtual CPU the
-host must wake first); each chunk reads all of A again (in place when its rows are contiguous)
-and packs only its own columns of B. 512^3 on 2 threads, median of 60 calls with 5 ms idle
-before each: 1.47x one thread with 2 chunks per part, 1.57x with 4, 1.62x with 8; 8192x256x256:
-1.59x, 1.58x, 1.64x; in a second run 1.71x, 1.77x, 1.83x and 1.68x, 1.76x, 1.69x
-(``benchmarks/kernels.py --goals`` gives the goal figure)."""
+host must wake first) and shorten the wait for the last chunk; each chunk reads all of A again
+(in place when its rows are contiguous) and packs only its own columns of B. On 2 threads,
+median of 60 calls with 5 ms idle before each, in one process (6 runs): 512^3 took 2-4% less
+time with 8 chunks per part than with 4, and as much as with 16; 1024^3 3-5% less than with 4;
+with 2 it was 2-10% slower than with 4 (``benchmarks/kernels.py --goals`` gives the goal
+figure)."""
 
 
 class _Tiling(Protocol):
