@@ -86,6 +86,25 @@ def silero_factory(client: Client, max_batch_size: int, num_slots: int) -> Batch
     return SileroBatchedStep(16000, max_streams=num_slots, max_batch_size=max_batch_size, client=client)
 
 
+def silero_onnx_factory(client: Client, max_batch_size: int, num_slots: int) -> BatchedStep:
+    """Silero VAD imported from the silero-vad package's ONNX file by the generic importer
+    (``asyncjit.onnx.recurrent_step``: no model code), the same workload as ``silero_factory``."""
+    import asyncjit.onnx as ao
+    from asyncjit.models.silero_vad import default_model_path
+
+    path = default_model_path().with_name("silero_vad_16k_op15.onnx")
+    dims = {"batch": (1, max_batch_size), "sequence": 576}
+    sess = ao.InferenceSession(path, dims, values={"sr": 16000}, client=client)
+    return ao.recurrent_step(
+        sess,
+        state={"state": "stateN"},
+        context=64,
+        max_streams=num_slots,
+        max_batch_size=max_batch_size,
+        client=client,
+    )
+
+
 def silero_copy_factory(client: Client, max_batch_size: int, num_slots: int) -> BatchedStep:
     """The same plan compiled without the donated pool: each run writes a whole new pool (the
     double-buffered path, for the in-place comparison)."""
@@ -243,7 +262,12 @@ async def run_mux(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["silero", "toy"], default="silero")
+    ap.add_argument(
+        "--model",
+        choices=["silero", "silero-onnx", "toy"],
+        default="silero",
+        help="silero: the hand-built model; silero-onnx: the generic ONNX import of the same file",
+    )
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--chunks", type=int, default=100, help="chunks per stream")
     ap.add_argument("--max-batch", type=int, default=None, help="default 256")
@@ -281,8 +305,17 @@ def main() -> None:
     args = ap.parse_args()
     backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
 
-    silero = args.model == "silero" and not args.step
-    factory: StepFactory = _load(args.step) if args.step else silero_factory if silero else toy_factory
+    silero = args.model in ("silero", "silero-onnx") and not args.step
+    generic = args.model == "silero-onnx"
+    factory: StepFactory = (
+        _load(args.step)
+        if args.step
+        else silero_onnx_factory
+        if generic
+        else silero_factory
+        if silero
+        else toy_factory
+    )
     peers: list[tuple[str, Peer]] = [(p, _load(p)) for p in args.peer]
     if silero:
         n_ort = args.ort_streams or args.streams
@@ -306,9 +339,11 @@ def main() -> None:
         step = factory(client, max_batch, slots_n)
         # the copy-path pool beside the in-place one (Silero only): same plan without donation
         copy_step = (
-            silero_copy_factory(client, max_batch, slots_n) if silero and args.pool == "both" else None
+            silero_copy_factory(client, max_batch, slots_n)
+            if silero and not generic and args.pool == "both"
+            else None
         )
-        if silero and args.pool == "copy":
+        if silero and not generic and args.pool == "copy":
             step = silero_copy_factory(client, max_batch, slots_n)
         for s in (step, copy_step):
             if s is not None and args.pool_rows:

@@ -15,6 +15,7 @@ import pytest
 from asyncjit import Tensor
 from asyncjit.codegen import _parallel
 from asyncjit.codegen._matmul import PARALLEL_MIN_MACS, _region_bytes, matmul_scratch_bytes, matmul_tiling
+from asyncjit.codegen._matmul_split import ROW_SPLIT_RATIO
 from asyncjit.compiler import compile
 from asyncjit.runtime import Client
 
@@ -28,7 +29,8 @@ def restore_threads() -> Iterator[None]:
 
 @pytest.mark.parametrize(
     ("batch", "m", "n", "k"),
-    [(1, 512, 520, 300), (3, 96, 1030, 700), (1, 1000, 70, 1000)],  # N not a multiple of NR
+    # N not a multiple of NR; the last two split rows (packed driver, M >= 2N; M not a multiple of MR)
+    [(1, 512, 520, 300), (3, 96, 1030, 700), (1, 1000, 70, 1000), (2, 4099, 131, 130)],
 )
 def test_split_matmul_equals_one_thread_bit_for_bit(batch: int, m: int, n: int, k: int) -> None:
     assert m * n * k >= PARALLEL_MIN_MACS  # each product of the batch is split
@@ -54,12 +56,15 @@ def test_scratch_covers_every_split() -> None:
     """The scratch bound holds the per-thread regions of any split up to MAX_THREADS, each as
     large as the part function lays it out (``w`` columns, rounded up to NR)."""
     t = matmul_tiling()
-    for m, n, k in [(512, 512, 512), (96, 1030, 700), (1000, 70, 1000)]:
+    for m, n, k in [(512, 512, 512), (96, 1030, 700), (1000, 70, 1000), (8192, 256, 256)]:
         total = matmul_scratch_bytes(m, n, k)
         for parts in range(1, _parallel.MAX_THREADS + 1):
             cols = (n + parts - 1) // parts
             w = (cols + t.nr - 1) // t.nr * t.nr
             assert total >= parts * _region_bytes(t, m, w, k), (m, n, k, parts)
+            # a row split (any M, N with M >= ROW_SPLIT_RATIO * N up to the maxima): all N columns
+            for nn in range(1, min(n, m // ROW_SPLIT_RATIO) + 1, 7):
+                assert total >= parts * _region_bytes(t, m, nn, k), (m, nn, k, parts)
 
 
 def test_thread_count_is_checked_and_sized_by_the_client() -> None:
@@ -74,10 +79,11 @@ def test_thread_count_is_checked_and_sized_by_the_client() -> None:
         assert _parallel.intra_op_threads() == 3
 
 
-@pytest.mark.parametrize("which", [0, 1, 2])  # direct, dot, packed driver
+@pytest.mark.parametrize("which", [0, 1, 2, 3])  # direct, dot, packed driver; 3: packed, rows split
 def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
-    """Parts claim column chunks from a shared counter: when only the last part ever runs (the
-    others' threads never got a core), it computes every column, bit for bit as one part does."""
+    """Parts claim column (or row) chunks from a shared counter: when only the last part ever
+    runs (the others' threads never got a core), it computes every column, bit for bit as one
+    part does."""
     from llvmlite import ir
 
     from asyncjit.codegen._matmul import _direct, _dot, _packed, _Vec
@@ -94,7 +100,10 @@ def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
     loaded = load_object(compile_to_object(str(module)))
     run_part = loaded.cfunc("run_part", None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
-    m, n, k = (24, 203, 40) if which == 1 else (70, 203, 90)
+    rows_split = which == 3
+    which = 2 if rows_split else which
+    m, n, k = (24, 203, 40) if which == 1 else (209, 45, 90) if rows_split else (70, 203, 90)
+    assert rows_split == (which == 2 and m >= ROW_SPLIT_RATIO * n)
     rng = np.random.default_rng(which)
     a = rng.standard_normal((m, k)).astype(np.float32)
     bm = rng.standard_normal((k, n)).astype(np.float32)

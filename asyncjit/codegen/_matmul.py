@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from ._matmul_split import PART_FIELDS, call_driver, column_part
+from ._matmul_split import PART_FIELDS, ROW_SPLIT_RATIO, call_driver, column_part
 from ._parallel import MAX_THREADS, emit_parallel_for, threads_value
 from ._target import (
     F32,
@@ -139,13 +139,16 @@ def matmul_scratch_bytes(m_max: int, n_max: int, k_max: int) -> int:
     single = _region_bytes(t, m_max, n_max, k_max)
     if m_max * n_max * k_max < PARALLEL_MIN_MACS:
         return single
-    # split over T threads: T regions for ceil(N / T) columns each (rounded up to NR)
+    # split over T threads: T regions for ceil(N / T) columns each (rounded up to NR), or, when
+    # rows are split (M >= ROW_SPLIT_RATIO * N, so N <= M_max / ratio), T regions for all N
+    rows_n = min(n_max, m_max // ROW_SPLIT_RATIO)
     return max(
         single,
         *(
             parts * _region_bytes(t, m_max, _round_up(-(-n_max // parts), t.nr), k_max)
             for parts in range(2, MAX_THREADS + 1)
         ),
+        MAX_THREADS * _region_bytes(t, m_max, rows_n, k_max),
     )
 
 

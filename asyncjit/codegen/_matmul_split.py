@@ -1,15 +1,18 @@
-"""A matmul's columns split over the intra-op threads (``_parallel``): the part function.
+"""A matmul split over the intra-op threads (``_parallel``): the part function.
 
-The columns are cut into ``CHUNKS_PER_PART * parts`` chunks of ``w = ceil(N / chunks)`` columns
-rounded up to the micro-tile width NR. Each part claims chunks from a shared counter (an atomic
-add) until none is left, so a part whose thread the OS has not scheduled yet (another job on
-the core) leaves its chunks to the parts that run instead of making them wait at the join (with
-a static half each, a 512^3 product on 2 threads measured 0.75x of one thread on a loaded
-machine: the caller finished its half, then waited for a helper that had no core). The driver
-is chosen once for the whole product, so each column is computed exactly as on one thread
-(results do not depend on the thread count or on which part took a chunk); a part uses its own
-slice of scratch, sized as ``_matmul._region_bytes(M, ceil(N / parts) rounded to NR, K)``, which
-covers a chunk.
+The columns (or, for the packed driver on a tall product, ``M >= ROW_SPLIT_RATIO * N``, the
+rows) are cut into ``CHUNKS_PER_PART * parts`` chunks rounded up to the micro-tile width NR (or
+height MR). Each part claims chunks from a shared counter (an atomic add) until none is left, so
+a part whose thread the OS has not scheduled yet (another job on the core) leaves its chunks to
+the parts that run instead of making them wait at the join (with a static half each, a 512^3
+product on 2 threads measured 0.75x of one thread on a loaded machine: the caller finished its
+half, then waited for a helper that had no core). The driver is chosen once for the whole
+product, so each element is computed exactly as on one thread: the same products summed in the
+same order (results do not depend on the thread count or on which part took a chunk; rows are
+split only for the packed driver, whose arithmetic per element does not depend on which rows
+share a tile). A part uses its own slice of scratch, sized as ``_matmul._region_bytes(M,
+ceil(N / parts) rounded to NR, K)`` for a column split and ``_region_bytes(M, N, K)`` for a row
+split, which covers a chunk.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from llvmlite import ir
 from ._parallel import new_part_function
 from ._target import F32, I64, PTR, i64, smin
 
-__all__ = ["PART_FIELDS", "call_driver", "column_part"]
+__all__ = ["PART_FIELDS", "ROW_SPLIT_RATIO", "call_driver", "column_part"]
 
 PART_FIELDS = (
     "A", "B", "C", "scratch", "M", "N", "K", "a_rs", "a_cs", "b_rs", "b_cs", "c_rs", "which", "next"
@@ -38,6 +41,12 @@ median of 60 calls with 5 ms idle before each, in one process (6 runs): 512^3 to
 time with 8 chunks per part than with 4, and as much as with 16; 1024^3 3-5% less than with 4;
 with 2 it was 2-10% slower than with 4 (``benchmarks/kernels.py --goals`` gives the goal
 figure)."""
+
+
+ROW_SPLIT_RATIO = 2
+"""The packed driver splits rows instead of columns from ``M >= ROW_SPLIT_RATIO * N``: each
+column chunk reads all of A again, a row chunk only its rows (and packs all of B, the smaller
+operand there). 8192x256x256 on 2 threads in 16 column chunks cost 1.5x one thread's CPU."""
 
 
 class _Tiling(Protocol):
@@ -84,19 +93,25 @@ def column_part(
     fields = {k: b.gep(job, [i64(i)], source_etype=I64) for i, k in enumerate(PART_FIELDS)}
     f = {k: b.load(ptr, typ=I64) for k, ptr in fields.items() if k != "next"}
     m, n, k = f["M"], f["N"], f["K"]
-    # the scratch region of a part is sized for ceil(N / parts) columns; a chunk is narrower
-    part_w = _round_up(b, b.sdiv(b.add(n, b.sub(parts, i64(1))), parts), t.nr)
+    which = f["which"]
+    use_direct, use_dot = b.icmp_signed("==", which, i64(0)), b.icmp_signed("==", which, i64(1))
+    # rows or columns: see the module docstring
+    rows = b.and_(b.icmp_signed("==", which, i64(2)), b.icmp_signed(">=", m, b.mul(n, i64(ROW_SPLIT_RATIO))))
     chunks = b.mul(parts, i64(CHUNKS_PER_PART))
-    w = _round_up(b, b.sdiv(b.add(n, b.sub(chunks, i64(1))), chunks), t.nr)
+    extent = b.select(rows, m, n)
+    unit = b.select(rows, i64(t.mr), i64(t.nr))
+    per = b.sdiv(b.add(extent, b.sub(chunks, i64(1))), chunks)
+    w = b.mul(b.sdiv(b.add(per, b.sub(unit, i64(1))), unit), unit)  # rows or columns per chunk
+    # the scratch region of a part: B blocks of ceil(N / parts) columns (a chunk is narrower)
+    # when columns are split, of all N columns when rows are
+    part_w = _round_up(b, b.sdiv(b.add(n, b.sub(parts, i64(1))), parts), t.nr)
     kc = smin(b, k, i64(t.kc))
     a_blk = b.mul(_round_up(b, smin(b, m, i64(t.mc)), t.mr), kc)
     a_blk = b.and_(b.add(a_blk, i64(15)), i64(-16))
-    b_blk = b.mul(_round_up(b, smin(b, part_w, i64(t.nc)), t.nr), kc)
+    b_blk = b.mul(_round_up(b, smin(b, b.select(rows, n, part_w), i64(t.nc)), t.nr), kc)
     region = b.add(i64(64), b.mul(i64(4), b.add(a_blk, b_blk)))
     scratch = b.inttoptr(b.add(f["scratch"], b.mul(p, region)), PTR)
-    a_ptr = b.inttoptr(f["A"], PTR)
-    which = f["which"]
-    use_direct, use_dot = b.icmp_signed("==", which, i64(0)), b.icmp_signed("==", which, i64(1))
+    a_base, b_base, c_base = (b.inttoptr(f[x], PTR) for x in ("A", "B", "C"))
 
     claim = b.append_basic_block("claim")
     work = b.append_basic_block("work")
@@ -105,12 +120,16 @@ def column_part(
     b.position_at_end(claim)
     c = b.atomic_rmw("add", fields["next"], i64(1), "monotonic")
     j0 = b.mul(c, w)
-    nt = smin(b, w, b.sub(n, j0))
+    nt = smin(b, w, b.sub(extent, j0))
     b.cbranch(b.icmp_signed(">", nt, i64(0)), work, done)
     b.position_at_end(work)
-    b_ptr = b.gep(b.inttoptr(f["B"], PTR), [b.mul(j0, f["b_cs"])], source_etype=F32)
-    c_ptr = b.gep(b.inttoptr(f["C"], PTR), [j0], source_etype=F32)
-    args = [a_ptr, b_ptr, c_ptr, scratch, m, nt, k, f["a_rs"], f["a_cs"], f["b_rs"], f["b_cs"], f["c_rs"]]
+    zero = i64(0)
+    i0, c0 = b.select(rows, j0, zero), b.select(rows, zero, j0)  # first row, first column
+    a_ptr = b.gep(a_base, [b.mul(i0, f["a_rs"])], source_etype=F32)
+    b_ptr = b.gep(b_base, [b.mul(c0, f["b_cs"])], source_etype=F32)
+    c_ptr = b.gep(c_base, [b.add(b.mul(i0, f["c_rs"]), c0)], source_etype=F32)
+    mt, ntc = b.select(rows, nt, m), b.select(rows, n, nt)
+    args = [a_ptr, b_ptr, c_ptr, scratch, mt, ntc, k, f["a_rs"], f["a_cs"], f["b_rs"], f["b_cs"], f["c_rs"]]
     call_driver(b, drivers, use_direct, use_dot, args)
     b.branch(claim)
     b.position_at_end(done)
