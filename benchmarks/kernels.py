@@ -219,27 +219,35 @@ def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarra
 
 
 def bench_conv() -> None:
+    """Each layer twice: the weight stored ``[cout, cin, k]`` (a weight passed at run time) and
+    ``[cin, k, cout]`` (``w_kn``: how a constant weight of these short outputs is stored)."""
     module = ir.Module("bench_conv")
     for i, (_, cin, cout, k, stride, pad, _l) in enumerate(VAD_LAYERS):
-        add_entry(
-            module,
-            f"c{i}",
-            emit_conv1d(
+        for prefix, kn in (("c", False), ("kn", True)):
+            add_entry(
                 module,
-                f"bench.conv{i}",
-                cin=cin,
-                cout=cout,
-                k=k,
-                stride=stride,
-                dilation=1,
-                groups=1,
-                pad_l=pad,
-                pad_r=pad,
-            ),
-        )
+                f"{prefix}{i}",
+                emit_conv1d(
+                    module,
+                    f"bench.{prefix}conv{i}",
+                    cin=cin,
+                    cout=cout,
+                    k=k,
+                    stride=stride,
+                    dilation=1,
+                    groups=1,
+                    pad_l=pad,
+                    pad_r=pad,
+                    w_kn=kn,
+                ),
+            )
     obj, ms = compile_module(module)
     print(f"\n## conv1d, Silero VAD layers (module compile {ms:.0f} ms)")
-    print(f"{'layer':>22} {'N':>4} {'ours us':>9} {'numpy us':>9} {'ratio':>6} {'ours GF/s':>10}")
+    print("(ours: weight [cout, cin, k]; [K,N]: weight [cin, k, cout], as a constant weight is stored)")
+    print(
+        f"{'layer':>22} {'N':>4} {'ours us':>9} {'[K,N] us':>9} {'numpy us':>9} {'ratio':>6} "
+        f"{'[K,N] ratio':>11} {'ours GF/s':>10}"
+    )
     rng = np.random.default_rng(0)
     for n in (1, 8, 64, 256) if not QUICK else (1, 64):
         for i, (label, cin, cout, k, stride, pad, length) in enumerate(VAD_LAYERS):
@@ -267,15 +275,25 @@ def bench_conv() -> None:
                 f"c{i}",
                 [x.ctypes.data, w.ctypes.data, y.ctypes.data, scratch.ctypes.data, n, length, lout],
             )
+            w_kn = np.ascontiguousarray(w.transpose(1, 2, 0))
+            y_kn = np.empty_like(y)
+            run_kn = caller(
+                obj,
+                f"kn{i}",
+                [x.ctypes.data, w_kn.ctypes.data, y_kn.ctypes.data, scratch.ctypes.data, n, length, lout],
+            )
             run()
+            run_kn()
             ref = numpy_conv(x, w, stride, pad)
             np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * math.sqrt(cin * k))
+            np.testing.assert_allclose(y_kn, ref, rtol=1e-3, atol=1e-3 * math.sqrt(cin * k))
             t_ours = best_time(run, 0.1)
+            t_kn = best_time(run_kn, 0.1)
             t_np = best_time(functools.partial(numpy_conv, x, w, stride, pad), 0.1)
             gf = 2 * n * cout * lout * cin * k / 1e9
             print(
-                f"{label:>22} {n:>4} {t_ours * 1e6:9.2f} {t_np * 1e6:9.2f} {t_np / t_ours:6.2f} "
-                f"{gf / t_ours:10.1f}"
+                f"{label:>22} {n:>4} {t_ours * 1e6:9.2f} {t_kn * 1e6:9.2f} {t_np * 1e6:9.2f} "
+                f"{t_np / t_ours:6.2f} {t_np / t_kn:11.2f} {gf / t_ours:10.1f}"
             )
 
 
@@ -453,6 +471,9 @@ def main() -> None:
     print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     if "--matmul" in sys.argv:
         bench_matmul()
+        return
+    if "--conv" in sys.argv:
+        bench_conv()
         return
     if "--goals" not in sys.argv:
         bench_matmul()

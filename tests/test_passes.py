@@ -52,6 +52,17 @@ def test_fold_constants_stores_a_short_conv1d_weight_k_by_n() -> None:
     xv = rng.standard_normal((5, 6, 8)).astype(np.float32)
     want = reference.evaluate(outs[0].node, {short: xv}, {"n": 5})
     np.testing.assert_array_equal(reference.evaluate(g.outputs[0], {short: xv}, {"n": 5}), want)
+    # rows of 64 channels (256 bytes apart) keep [cout, cin, k] under more than 64 output columns
+    w64 = rng.standard_normal((64, 6, 3)).astype(np.float32)
+    narrow_batch = Tensor.placeholder((Var("m", 1, 8), 6, 8), name="narrow_batch")
+    g64 = fold_constants(
+        Graph.of(
+            [b.conv1d(Tensor.const(w64), padding=1, stride=2).node for b in (short, narrow_batch)],
+            [short.node, narrow_batch.node],
+        )
+    )
+    assert g64.outputs[0].inputs[1].op == "const"  # 64 x 4 columns
+    assert g64.outputs[1].inputs[1].op == "permute"  # 8 x 4 columns
     # folding again leaves it as it is
     again = fold_constants(g)
     assert again.outputs[0].inputs[1].op == "permute"

@@ -73,15 +73,26 @@ def _use_direct(cin_g: int, cout_g: int) -> bool:
     return cin_g == 1 and cout_g < 8
 
 
-def takes_kn_weight(cin_g: int, cout_g: int, lout_max: int) -> bool:
+_KN_WIDE_COLS = 64
+"""Above this many output columns (batch x length, at their bounds) a weight with ``cout`` a
+multiple of 64 but not of 128 keeps ``[cout, cin/groups, k]``: see ``takes_kn_weight``."""
+
+
+def takes_kn_weight(cin_g: int, cout_g: int, groups: int, lout_max: int, cols_max: int) -> bool:
     """Whether the kernel reads a constant weight stored ``[cin/groups, k, cout]`` (``w_kn``;
     ``passes.fold_constants`` stores it so): outputs shorter than ``_BATCHED_MIN_LOUT`` on the
     im2col path. Every call then takes the transposed product ``X_col^T @ W^T`` with ``W^T``
     read as rows of ``cout`` (the direct or packed driver) instead of through the dot driver on
-    ``W``'s rows: 4 x 387 @ 387 x 128 of a cache-resident weight 5.5 us against 8.8. Long
-    outputs keep ``[cout, cin/groups, k]``: their per-sample product reads the weight as A,
-    which this layout would make strided (0.83-0.97x at 100-300 outputs)."""
-    return not _use_direct(cin_g, cout_g) and lout_max < _BATCHED_MIN_LOUT
+    ``W``'s rows: 4 x 387 @ 387 x 128 of a cache-resident weight 5.5 us against 8.8.
+
+    Not for long outputs (their per-sample product reads the weight as A, which this layout
+    makes strided: 0.83-0.97x at 100-300 outputs), nor for rows of ``cout`` 256 bytes apart
+    (64, 192, ... channels) under many output columns: the direct driver then reads B strips
+    whose rows fall in a quarter of L1's sets (``benchmarks/kernels.py --conv``, 256 streams:
+    128->64 k3 s2 0.71x, 64->64 0.85x, where every other layer gained)."""
+    cout = cout_g * groups
+    aliased = cout % 64 == 0 and cout % 128 != 0 and cols_max > _KN_WIDE_COLS
+    return not _use_direct(cin_g, cout_g) and lout_max < _BATCHED_MIN_LOUT and not aliased
 
 
 def _is_pointwise(k: int, stride: int, pad_l: int, pad_r: int) -> bool:

@@ -157,7 +157,13 @@ def conv1d_kn_weight(node: Node) -> Node | None:
     groups = node.attrs["groups"]
     cout, cin_g = int(w.shape[0]), int(w.shape[1])
     static = all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(x.shape)
-    if lib is None or not static or not lib.takes_kn_weight(cin_g, cout // groups, int(upper(node.shape[2]))):
+    lout_max = int(upper(node.shape[2])) if static else 0
+    cols_max = int(upper(x.shape[0])) * lout_max if static else 0
+    if (
+        lib is None
+        or not static
+        or not lib.takes_kn_weight(cin_g, cout // groups, groups, lout_max, cols_max)
+    ):
         return None
     return w.inputs[0]
 
