@@ -1,6 +1,6 @@
 """Throughput of the native kernels against numpy, measured in one run on this machine.
 
-    .venv/bin/python benchmarks/kernels.py [--quick] [--goals | --matmul] [--repeat N]
+    .venv/bin/python benchmarks/kernels.py [--quick] [--goals | --matmul | --conv] [--repeat N]
 
 Prints GFLOP/s and the ratio to numpy (single-threaded OpenBLAS: ``OPENBLAS_NUM_THREADS=1`` is
 set before numpy loads) for matmul at 512^3 and the small shapes of LSTM / linear layers, conv1d
@@ -10,7 +10,8 @@ block, as the runtime does; best of several repetitions. The tables run on one t
 (intra-op threads set to 1); the closing goals section (alone with ``--goals``) gives, as medians
 of ``--repeat`` interleaved rounds (default 3), 512^3 matmul on all cores against one, ``tanh``
 against numpy, and a sum over axis 0 of 4096x4096 against the copy bandwidth. ``--matmul``:
-only the matmul table.
+only the matmul table; ``--conv``: only the conv1d table (each layer with its weight stored
+``[cout, cin, k]`` and ``[cin, k, cout]``, the layout a constant weight of short outputs gets).
 """
 
 from __future__ import annotations
