@@ -222,26 +222,15 @@ def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarra
 def bench_conv() -> None:
     """Each layer twice: the weight stored ``[cout, cin, k]`` (a weight passed at run time) and
     ``[cin, k, cout]`` (``w_kn``: how a constant weight of these short outputs is stored)."""
+
+    def geometry(cin: int, cout: int, k: int, stride: int, pad: int) -> dict[str, int]:
+        return dict(cin=cin, cout=cout, k=k, stride=stride, dilation=1, groups=1, pad_l=pad, pad_r=pad)
+
     module = ir.Module("bench_conv")
     for i, (_, cin, cout, k, stride, pad, _l) in enumerate(VAD_LAYERS):
         for prefix, kn in (("c", False), ("kn", True)):
-            add_entry(
-                module,
-                f"{prefix}{i}",
-                emit_conv1d(
-                    module,
-                    f"bench.{prefix}conv{i}",
-                    cin=cin,
-                    cout=cout,
-                    k=k,
-                    stride=stride,
-                    dilation=1,
-                    groups=1,
-                    pad_l=pad,
-                    pad_r=pad,
-                    w_kn=kn,
-                ),
-            )
+            geom = geometry(cin, cout, k, stride, pad)
+            add_entry(module, f"{prefix}{i}", emit_conv1d(module, f"bench.{prefix}conv{i}", **geom, w_kn=kn))
     obj, ms = compile_module(module)
     print(f"\n## conv1d, Silero VAD layers (module compile {ms:.0f} ms)")
     print("(ours: weight [cout, cin, k]; [K,N]: weight [cin, k, cout], as a constant weight is stored)")
@@ -256,21 +245,8 @@ def bench_conv() -> None:
             w = rng.standard_normal((cout, cin, k)).astype(np.float32)
             lout = conv1d_output_length(length, k=k, stride=stride, dilation=1, pad_l=pad, pad_r=pad)
             y = np.empty((n, cout, lout), np.float32)
-            scratch = np.zeros(
-                conv1d_scratch_bytes(
-                    cin=cin,
-                    cout=cout,
-                    k=k,
-                    stride=stride,
-                    dilation=1,
-                    groups=1,
-                    n_max=n,
-                    l_max=length,
-                    pad_l=pad,
-                    pad_r=pad,
-                ),
-                np.uint8,
-            )
+            geom = geometry(cin, cout, k, stride, pad)
+            scratch = np.zeros(conv1d_scratch_bytes(**geom, n_max=n, l_max=length), np.uint8)
             run = caller(
                 obj,
                 f"c{i}",
