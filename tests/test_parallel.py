@@ -131,7 +131,10 @@ def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
 
 def _placement_probe() -> tuple[object, object]:
     """A plan-like object whose parallel-for body records, per part, the CPU it runs on and the
-    first word of its affinity mask (CPUs 0-63)."""
+    first word of its affinity mask (CPUs 0-63). Part 0 (the caller's) then spins until part 1
+    has recorded its CPU (at most ~10^8 iterations): a busy caller, as in a real kernel, so a
+    helper queued behind it on its core could not have run first. ``ctx``: 5 int64s, the last
+    the flag."""
     from llvmlite import ir
 
     from asyncjit.codegen._target import I32, I64, PTR, compile_to_object, i64, load_object, new_function
@@ -147,6 +150,23 @@ def _placement_probe() -> tuple[object, object]:
     slot = bb.gep(ctx, [bb.mul(part, i64(2))], source_etype=I64)
     bb.store(cpu, slot)
     bb.store(bb.load(mask, typ=I64), bb.gep(slot, [i64(1)], source_etype=I64))
+    flag = bb.gep(ctx, [i64(4)], source_etype=I64)
+    with bb.if_else(bb.icmp_signed("==", part, i64(0))) as (caller, helper):
+        with caller:
+            spins = bb.alloca(I64)
+            bb.store(i64(0), spins)
+            head = bb.append_basic_block("spin")
+            done = bb.append_basic_block("spun")
+            bb.branch(head)
+            bb.position_at_end(head)
+            n = bb.add(bb.load(spins, typ=I64), i64(1))
+            bb.store(n, spins)
+            seen = bb.atomic_rmw("add", flag, i64(0), "monotonic")
+            go_on = bb.and_(bb.icmp_signed("==", seen, i64(0)), bb.icmp_signed("<", n, i64(100_000_000)))
+            bb.cbranch(go_on, head, done)
+            bb.position_at_end(done)
+        with helper:
+            bb.atomic_rmw("xchg", flag, i64(1), "monotonic")
     bb.ret_void()
     fn, b = new_function(module, "run", [("ctx", PTR), ("parts", I64)], linkage="external")
     _parallel.emit_parallel_for(b, body, fn.args[0], fn.args[1])
@@ -158,27 +178,28 @@ def _placement_probe() -> tuple[object, object]:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or min(os.sched_getaffinity(0)) >= 64, reason="one CPU")
 def test_helpers_start_off_the_callers_cpu_then_may_run_anywhere() -> None:
     """Linux starts a new thread on its creator's CPU; a helper is created with an affinity that
-    excludes the caller's CPU, and widens it back to the process's before its part runs."""
+    excludes the caller's CPU (so it runs at once while the caller computes), then widened back
+    to the process's."""
     loaded, run = _placement_probe()  # the object holds the code: keep it alive
     allowed = sum(1 << c for c in os.sched_getaffinity(0) if c < 64)
     apart = 0
     calls = 20
     for _ in range(calls):
-        rec = (ctypes.c_int64 * 4)()
+        rec = (ctypes.c_int64 * 5)()
         time.sleep(0.002)  # idle cores between calls: where plain placement kept both on one
         run(ctypes.addressof(rec), 2)
-        caller_cpu, _, helper_cpu, helper_mask = rec
+        caller_cpu, _, helper_cpu, helper_mask, _ = rec
         assert helper_mask == allowed  # widened back: the scheduler may move it later
         apart += helper_cpu != caller_cpu
     # by construction every helper starts elsewhere (20 of 20 here; 11-12 of 20 with plain
-    # placement); the caller or the helper may still migrate in between, rarely
+    # placement and an idle caller, fewer with a busy one); a migration in between is rare
     assert apart >= calls * 4 // 5, apart
     del loaded
 
 
 def test_parallel_for_with_one_part_spawns_nothing() -> None:
     loaded, run = _placement_probe()  # the object holds the code: keep it alive
-    rec = (ctypes.c_int64 * 4)(-7, -7, -7, -7)
+    rec = (ctypes.c_int64 * 5)(-7, -7, -7, -7, 1)  # flag set: the caller's part does not spin
     run(ctypes.addressof(rec), 1)
-    assert rec[0] >= 0 and list(rec[2:]) == [-7, -7]
+    assert rec[0] >= 0 and list(rec[2:4]) == [-7, -7]
     del loaded

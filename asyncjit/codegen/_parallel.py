@@ -13,8 +13,13 @@ device actors share. A failed ``pthread_create`` runs that part on the calling t
 until a load balance moves it, often after the kernel is over: a helper spawned plainly shared
 the caller's core in 32 of 40 calls here (a split 5 ms job took 10 ms, not 5). So a helper is
 created with an affinity that excludes the caller's current CPU (when the process may run on
-another), and widens its own affinity back to the process's as its first act: it starts on
-another core, and may still move wherever the scheduler likes.
+another), which places it on another core's queue, and the caller widens it back to the
+process's CPUs right after ``pthread_create``, so the scheduler may still move it (to this core,
+when the other is busy and this one idles at the join). The cost of the choice: with the other
+core busy (another process, an event loop spinning), a helper preempted in the middle of a chunk
+holds the join until its core's next time slice; 512^3 with a busy loop on the other core ran
+0.72-0.77x one thread in the median (bimodal: the best calls 1.6x, the others a slice late), where
+plain placement ran 1.0x (and 1.0-1.3x on an idle machine, against 1.5-1.9x now).
 
 **How many.** ``intra_op_threads()`` (default: the cores this process may run on), capped at
 ``MAX_THREADS``, which the scratch sizing assumes. Each loaded plan reads it from its own
@@ -121,7 +126,7 @@ def _decl(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir
 
 
 I8 = ir.IntType(8)
-_JOB = 4  # i64 fields of a job: ctx (as an integer), part, parts, the process's CPU mask (or 0)
+_JOB = 3  # i64 fields of a job: ctx (as an integer), part, parts
 _MASK_WORDS = 16  # a glibc cpu_set_t: 1,024 CPUs in 128 bytes
 _ATTR_WORDS = 8  # room for a pthread_attr_t (56 bytes on x86-64 glibc)
 
@@ -137,10 +142,7 @@ def _trampoline(module: ir.Module, body: ir.Function) -> ir.Function:
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     job = fn.args[0]
-    ctx, part, parts, mask = (b.load(b.gep(job, [i64(i)], source_etype=I64), typ=I64) for i in range(_JOB))
-    with b.if_then(b.icmp_unsigned("!=", mask, i64(0))):  # started off the caller's CPU: widen back
-        setaff = _decl(module, "sched_setaffinity", I32, [I32, I64, PTR])
-        b.call(setaff, [ir.Constant(I32, 0), i64(8 * _MASK_WORDS), b.inttoptr(mask, PTR)])
+    ctx, part, parts = (b.load(b.gep(job, [i64(i)], source_etype=I64), typ=I64) for i in range(_JOB))
     fields = [b.inttoptr(ctx, PTR), part, parts]
     b.call(body, fields)
     b.ret(ir.Constant(PTR, None))
@@ -169,18 +171,24 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
     zero = ir.Constant(I32, 0)
     parts = b.select(b.icmp_signed(">", parts, i64(MAX_THREADS)), i64(MAX_THREADS), parts)  # the arrays' size
     with b.if_then(b.icmp_signed(">", parts, i64(1))):
-        mask_arg = _placement(b, mask, avoid, attr)
+        placed = _placement(b, mask, avoid, attr)
+        widen = _decl(module, "pthread_setaffinity_np", I32, [I64, I64, PTR])
         with for_range(b, i64(1), parts, name="spawn") as p:
             job = b.gep(jobs, [b.mul(p, i64(_JOB))], source_etype=I64)
-            for i, v in enumerate((b.ptrtoint(ctx, I64), p, parts, mask_arg)):
+            for i, v in enumerate((b.ptrtoint(ctx, I64), p, parts)):
                 b.store(v, b.gep(job, [i64(i)], source_etype=I64))
             tid = b.gep(tids, [p], source_etype=I64)
             rc = b.call(create, [tid, attr, tramp, job])
             ok = b.icmp_signed("==", rc, zero)
             flag = b.gep(started, [p], source_etype=I8)
             b.store(b.zext(ok, I8), flag)
-            with b.if_then(b.not_(ok)):  # no thread: do that part here
-                b.call(body, [ctx, p, parts])
+            with b.if_else(ok) as (created, failed):
+                with created, b.if_then(placed):
+                    # queued on another CPU now; widened at once, so that when that CPU is busy
+                    # and this one idles at the join, the scheduler may pull it here
+                    b.call(widen, [b.load(tid, typ=I64), i64(8 * _MASK_WORDS), mask])
+                with failed:  # no thread: do that part here
+                    b.call(body, [ctx, p, parts])
         b.call(_decl(module, "pthread_attr_destroy", I32, [PTR]), [attr])
     b.call(body, [ctx, i64(0), parts])
     with for_range(b, i64(1), parts, name="join") as p:
@@ -193,7 +201,8 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
 def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value) -> ir.Value:
     """Initialise the thread attributes ``attr`` for the helpers: when the process may run on a CPU
     other than the one this thread is on now, their affinity is the process's minus that CPU.
-    Returns ``mask`` (the process's CPUs, which a helper restores) as an integer, or 0."""
+    Fills ``mask`` with the process's CPUs (what a created helper is widened back to); returns
+    whether the attributes restrict the helpers (an ``i1``)."""
     module = b.module
     b.call(_decl(module, "pthread_attr_init", I32, [PTR]), [attr])
     got = b.call(
@@ -216,7 +225,7 @@ def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value)
     with b.if_then(usable):  # a failed hint leaves the attributes as they were: plain placement
         setaff = _decl(module, "pthread_attr_setaffinity_np", I32, [PTR, I64, PTR])
         b.call(setaff, [attr, i64(8 * _MASK_WORDS), avoid])
-    return b.select(usable, b.ptrtoint(mask, I64), i64(0))
+    return usable
 
 
 def new_part_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
