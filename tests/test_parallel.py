@@ -87,13 +87,13 @@ def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
     from llvmlite import ir
 
     from asyncjit.codegen._matmul import _direct, _dot, _packed, _Vec
-    from asyncjit.codegen._matmul_split import PART_FIELDS, column_part
+    from asyncjit.codegen._matmul_split import PART_FIELDS, split_part
     from asyncjit.codegen._target import I64, PTR, compile_to_object, load_object, new_function
 
     t = matmul_tiling()
     module = ir.Module("part_alone")
     vec = _Vec(module, t.vw)
-    part = column_part(module, t, (_direct(vec, t), _dot(vec, t), _packed(vec, t)))
+    part = split_part(module, t, (_direct(vec, t), _dot(vec, t), _packed(vec, t)))
     fn, b = new_function(module, "run_part", [("job", PTR), ("p", I64), ("parts", I64)], linkage="external")
     b.call(part, list(fn.args))
     b.ret_void()

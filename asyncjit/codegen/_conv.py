@@ -415,11 +415,11 @@ def emit_conv1d(
     """
     _check(cin, cout, k, stride, dilation, groups, pad_l, pad_r)
     cin_g, cout_g = cin // groups, cout // groups
-    if w_kn and _use_direct(cin_g, cout_g):
-        raise ValueError(
-            f"conv1d: the [cin/groups, k, cout] weight layout needs the im2col path, {cin_g=} {cout_g=}"
-        )
     if _use_direct(cin_g, cout_g):
+        if w_kn:
+            raise ValueError(
+                f"conv1d: the [cin/groups, k, cout] weight layout needs the im2col path, {cin_g=} {cout_g=}"
+            )
         return _emit_direct(
             module,
             name,

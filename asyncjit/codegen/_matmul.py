@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from ._matmul_split import PART_FIELDS, ROW_SPLIT_RATIO, call_driver, column_part
+from ._matmul_split import PART_FIELDS, ROW_SPLIT_RATIO, call_driver, split_part
 from ._parallel import MAX_THREADS, emit_parallel_for, threads_value
 from ._target import (
     F32,
@@ -153,7 +153,7 @@ def matmul_scratch_bytes(m_max: int, n_max: int, k_max: int) -> int:
 
 
 def _region_bytes(t: MatmulTiling, m: int, n: int, k: int) -> int:
-    """Scratch of one driver call (mirrored in IR by ``_matmul_split.column_part``)."""
+    """Scratch of one driver call (mirrored in IR by ``_matmul_split.split_part``)."""
     kc = min(t.kc, max(k, 1))
     a_block = _round_up(_round_up(min(t.mc, max(m, 1)), t.mr) * kc, 16)
     b_block = _round_up(min(t.nc, max(n, 1)), t.nr) * kc
@@ -925,7 +925,7 @@ def emit_matmul(
     parts = smin(b, b.select(big, threads_value(b), i64(1)), col_tiles)
     which = b.select(use_direct, i64(0), b.select(use_dot, i64(1), i64(2)))
     drivers = (direct, dot, packed)
-    part = column_part(module, t, drivers)
+    part = split_part(module, t, drivers)
     job = b.alloca(I64, size=len(PART_FIELDS))
     with for_range(b, i64(0), batch, name="p") as p:
         ap = b.gep(a, [b.mul(p, a_bs)], source_etype=F32)

@@ -24,7 +24,7 @@ from llvmlite import ir
 from ._parallel import new_part_function
 from ._target import F32, I64, PTR, i64, smin
 
-__all__ = ["PART_FIELDS", "ROW_SPLIT_RATIO", "call_driver", "column_part"]
+__all__ = ["PART_FIELDS", "ROW_SPLIT_RATIO", "call_driver", "split_part"]
 
 PART_FIELDS = (
     "A", "B", "C", "scratch", "M", "N", "K", "a_rs", "a_cs", "b_rs", "b_cs", "c_rs", "which", "next"
@@ -80,7 +80,7 @@ def _round_up(b: ir.IRBuilder, x: ir.Value, m: int) -> ir.Value:
     return b.mul(b.sdiv(b.add(x, i64(m - 1)), i64(m)), i64(m))
 
 
-def column_part(
+def split_part(
     module: ir.Module, t: _Tiling, drivers: tuple[ir.Function, ir.Function, ir.Function]
 ) -> ir.Function:
     """``part(job, p, parts)`` for the ``emit_parallel_for`` of a matmul (shared per module)."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph import OPS, Node, aligned_copy, broadcast_core, make_node
 from ..symbolic import upper
-from ._fusion import CONV1D_KN_ORDER, conv1d_kn_weight, transposed_source
+from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, transposed_source
 from ._graph import Graph, rebuild, remake
 
 __all__ = ["MAX_FOLD_ELEMENTS", "fold_constants"]
@@ -139,13 +139,14 @@ def _conv1d_kn(node: Node) -> Node:
     reads in place as the ``[K, N]`` operand of its matmul (``codegen._conv.takes_kn_weight``);
     else ``node`` itself. A broadcast weight keeps its view (it is written out only once)."""
     x, w = node.inputs
-    if w.op != "const" or w.dtype.name != "float32" or broadcast_core(w.attrs["value"]) is not None:
+    if w.op != "const" or w.dtype.name != "float32" or not conv1d_takes_kn(node):
+        return node
+    if broadcast_core(w.attrs["value"]) is not None:
         return node
     swapped = make_node(
         "permute", (_const(np.transpose(w.attrs["value"], (1, 2, 0))),), order=CONV1D_KN_ORDER
     )
-    candidate = remake(node, (x, swapped))
-    return candidate if conv1d_kn_weight(candidate) is not None else node
+    return remake(node, (x, swapped))
 
 
 def _broadcasts(node: Node) -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "fuse",
     "matmul_operand",
     "conv1d_kn_weight",
+    "conv1d_takes_kn",
     "CONV1D_KN_ORDER",
     "OWN_LOOP_OPS",
     "transposed_source",
@@ -142,30 +143,46 @@ CONV1D_KN_ORDER = (2, 0, 1)
 ``[cin/groups, k, cout]`` (the layout the tuned conv1d reads as the ``[K, N]`` matmul operand)."""
 
 
-def conv1d_kn_weight(node: Node) -> Node | None:
-    """The ``[cin/groups, k, cout]`` source a float32 conv1d ``node`` reads its weight from in
-    place (``codegen._conv.takes_kn_weight``), when its weight is that source permuted by
-    ``CONV1D_KN_ORDER`` and the tuned kernel runs it (static pads, bounded sizes); else None."""
+def conv1d_takes_kn(node: Node) -> bool:
+    """Whether the tuned kernel would read float32 conv1d ``node``'s weight stored ``[cin/groups,
+    k, cout]`` (``codegen._conv.takes_kn_weight``: static pads, bounded sizes, short outputs);
+    decided from shapes and attributes alone, before any weight is copied."""
     if node.op != "conv1d" or node.dtype.name != "float32":
-        return None
-    x, w = node.inputs
-    if w.op != "permute" or tuple(w.attrs["order"]) != CONV1D_KN_ORDER or w.dtype.name != "float32":
-        return None
+        return False
     from ..codegen._library import conv_library
 
     lib = conv_library()
+    x, w = node.inputs
+    if lib is None or not all(isinstance(p, int) for p in node.attrs["padding"]) or not is_bounded(x.shape):
+        return False
     groups = node.attrs["groups"]
     cout, cin_g = int(w.shape[0]), int(w.shape[1])
-    static = all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(x.shape)
-    lout_max = int(upper(node.shape[2])) if static else 0
-    cols_max = int(upper(x.shape[0])) * lout_max if static else 0
-    if (
-        lib is None
-        or not static
-        or not lib.takes_kn_weight(cin_g, cout // groups, groups, lout_max, cols_max)
-    ):
+    lout_max = int(upper(node.shape[2]))
+    return bool(
+        lib.takes_kn_weight(cin_g, cout // groups, groups, lout_max, int(upper(x.shape[0])) * lout_max)
+    )
+
+
+def conv1d_kn_weight(node: Node) -> Node | None:
+    """The ``[cin/groups, k, cout]`` source a float32 conv1d ``node`` reads its weight from in
+    place, when its weight is that source permuted by ``CONV1D_KN_ORDER`` and ``conv1d_takes_kn``;
+    else None."""
+    if node.op != "conv1d":
         return None
-    return w.inputs[0]
+    w = node.inputs[1]
+    if w.op != "permute" or tuple(w.attrs["order"]) != CONV1D_KN_ORDER or w.dtype.name != "float32":
+        return None
+    return w.inputs[0] if conv1d_takes_kn(node) else None
+
+
+def _read_in_place(node: Node) -> tuple[Node, ...] | None:
+    """The buffers a tuned kernel reads for ``node`` through strides, past the views in between
+    (a float32 matmul's operand sources, a conv1d's stored ``[K, N]`` weight); None: read the
+    inputs as they are."""
+    if node.op == "matmul" and node.dtype.name == "float32" and _strided_matmul():
+        return tuple(matmul_operand(i).node for i in node.inputs)
+    kn = conv1d_kn_weight(node)
+    return None if kn is None else (node.inputs[0], kn)
 
 
 def _strided_matmul() -> bool:
@@ -221,10 +238,8 @@ def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
     for n in nodes:
         if n.op == "placeholder" or (n.op == "const" and not _is_scalar_const(n)) or n.op in OWN_LOOP_OPS:
             mat.add(n.id)
-        if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
-            mat.update(matmul_operand(i).node.id for i in n.inputs)
-        elif (kn := conv1d_kn_weight(n)) is not None:
-            mat.update((n.inputs[0].id, kn.id))
+        if (sources := _read_in_place(n)) is not None:
+            mat.update(s.id for s in sources)
         elif n.op in _DENSE_OPERANDS:
             mat.update(i.id for i in n.inputs)
     memo: dict[int, bool] = {}
@@ -304,16 +319,13 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
             continue
         if n.id not in mat or n.id in inside or n.op == "placeholder" or n.op == "const":
             continue
-        if n.op == "matmul" and n.dtype.name == "float32" and _strided_matmul():
-            # The tuned matmul reads each operand's source through strides, whatever lies in
+        if (in_place := _read_in_place(n)) is not None:
+            # The tuned kernel reads each operand's source through strides, whatever lies in
             # between is materialized or not (an operand that is also an output has its own
             # buffer, yet the kernel reads the source it was made from).
-            sources = {s.id: s for s in (matmul_operand(i).node for i in n.inputs)}
+            sources = {s.id: s for s in in_place}
             fused: tuple[Node, ...] = ()
             reads = tuple(sources[k] for k in sorted(sources))
-        elif (kn := conv1d_kn_weight(n)) is not None:  # the weight's stored source, in place
-            sources = {s.id: s for s in (n.inputs[0], kn)}
-            fused, reads = (), tuple(sources[k] for k in sorted(sources))
         else:
             fused, reads = _walk(n, mat)
         kind = n.op if n.op in OWN_LOOP_OPS else "loop"
