@@ -952,6 +952,46 @@ async def test_submit_many_nowait_is_all_or_nothing_and_wait_all_keeps_errors_ap
 
 
 @pytest.mark.anyio
+async def test_submit_many_waits_once_for_room_for_a_block(client: Client) -> None:
+    """A block for one stream whose queue is full takes the places free, then waits until the
+    rest fits (one wake-up, not one per step the mux takes); all queued in order, and equal to
+    the unbatched run."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca = chunks_for(51, 8)
+    async with StreamMux(step, max_queue_delay=0, pipeline_depth=1, queue_depth=4) as mux:
+        a = mux.open_stream_nowait()
+        gate.armed = True
+        first = mux.submit_many_nowait([a] * 4, ca[:4])  # a full queue; the first step is batched
+        wakes = 0
+        room_set = type(a)._wake_producer
+
+        def counting(stream: Any) -> None:
+            nonlocal wakes
+            wakes += 1
+            room_set(stream)
+
+        type(a)._wake_producer = counting  # type: ignore[method-assign]
+        try:
+            async with anyio.create_task_group() as tg:
+                later: list[Any] = []
+
+                async def block() -> None:
+                    later.extend(await mux.submit_many([a] * 4, ca[4:]))
+
+                await gate.wait_entered()  # step 1 runs: 3 queued, room for 1 of the 4
+                tg.start_soon(block)
+                await anyio.sleep(0.01)
+                assert not later and a.statistics().queued == 4  # the 5th, then a wait for 3
+                gate.open()
+        finally:
+            type(a)._wake_producer = room_set  # type: ignore[method-assign]
+        await mux.wait_all(first + later)
+        assert wakes == 1  # woken once, when the other three fit
+    assert close_to([f.result() for f in first + later], run_unbatched(toy_step, ca, ZERO))
+
+
+@pytest.mark.anyio
 async def test_wait_all_cancelled_abandons_its_steps(client: Client) -> None:
     """A cancelled wait_all: batched steps run (state advances, result dropped), others withdrawn."""
     gate = Gate()

@@ -89,6 +89,71 @@ def test_pongs_follow_their_chunks_in_order(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_real_time_client_is_served_in_the_callback_path(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends a frame and its ping, then waits for the pong (a live microphone's
+    pattern): the steady state is handled while the reader task stays parked (asyncio: in the
+    transport's callback; trio: by the server's ReadHub) and answered from the mux's completion;
+    the answers are those of the general path (pongs in order, edges as the reference)."""
+    from asyncjit.serve import _wyoming
+    from asyncjit.serve._hub import read_hub_available
+
+    taken: list[bool] = []
+    parked: list[bool] = []  # called from the transport's callback (the reader task waits)
+    fast_read = _wyoming.WyomingConnection.fast_read
+
+    def counting(self: Any, data: bytes) -> bool:
+        parked.append(self._parked)
+        done = fast_read(self, data)
+        taken.append(done)
+        return done
+
+    monkeypatch.setattr(_wyoming.WyomingConnection, "fast_read", counting)
+    pcm = speech_pcm()
+    with running(backend) as srv:
+
+        async def main() -> list[dict[str, Any]]:
+            from wyoming.event import async_read_event
+
+            reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
+            writer.write(wyoming_frame("audio-start", START))
+            seen: list[dict[str, Any]] = []
+            for n, i in enumerate(range(0, len(pcm) - FRAME_BYTES + 1, FRAME_BYTES)):
+                writer.write(wyoming_frame("audio-chunk", START, pcm[i : i + FRAME_BYTES]))
+                writer.write(wyoming_frame("ping", {"text": str(n)}))
+                await writer.drain()
+                while True:
+                    event = await async_read_event(reader)
+                    assert event is not None
+                    seen.append({"type": event.type, **event.data})
+                    if event.type == "pong":
+                        assert event.data["text"] == str(n)
+                        break
+            writer.write(wyoming_frame("audio-stop") + wyoming_frame("ping", {"text": "done"}))
+            await writer.drain()
+            while seen[-1].get("text") != "done":
+                event = await async_read_event(reader)
+                assert event is not None
+                seen.append({"type": event.type, **event.data})
+            writer.close()
+            return seen
+
+        seen = asyncio.run(main())
+        kinds = {"voice-started": "start", "voice-stopped": "end"}
+        assert_edges_match(
+            [(kinds[e["type"]], e["timestamp"]) for e in seen if e["type"] in kinds], reference_edges()
+        )
+        wait_until_clean(srv)
+    frames = len(pcm) // FRAME_BYTES
+    # every audio read after the first (audio-start comes with nothing else) takes it
+    assert sum(taken) >= frames - 2, (sum(taken), frames, len(taken))
+    # asyncio: from the transport's callback; trio: from the server's ReadHub (Linux)
+    if backend == "asyncio" or read_hub_available():
+        assert sum(parked) >= frames - 2, (sum(parked), frames)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_good_frames_before_a_broken_one_are_answered(backend: str) -> None:
     """One write: audio, a ping, then garbage. The pong comes, then the ``bad_frame`` error."""
     data = (

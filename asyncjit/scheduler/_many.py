@@ -74,21 +74,35 @@ def submit_many_nowait(
                 f"{s!r}: no room for {k} more step(s) (queue_depth={depth}); await submit_many() "
                 "to wait for room"
             )
+    if len(counts) == 1:  # one stream's block (a server connection's read)
+        return streams[0]._enqueue_rows(coerced)
     return [s._enqueue(c) for s, c in zip(streams, coerced, strict=True)]
 
 
 async def submit_many(
     mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
 ) -> list[StepFuture]:
-    """Queue in order, waiting for room where a stream's queue is full; cancelled: withdrawn."""
+    """Queue in order, waiting for room where a stream's queue is full; cancelled: withdrawn.
+
+    A run of steps for one stream waits once for room for the whole run (or a full queue's
+    worth), not once per step: a producer behind the mux (a server's connection catching up on
+    a backlog) then costs one wake-up per block instead of one per step."""
     coerced = _chunk_list(mux, streams, chunks)
     futures: list[StepFuture] = []
+    depth = mux.queue_depth
+    n = len(coerced)
     try:
-        for s, c in zip(streams, coerced, strict=True):
-            if s._status == OPEN and len(s._queue) < mux.queue_depth:
-                futures.append(s._enqueue(c))
-            else:
-                futures.append(await s.submit(c))
+        i = 0
+        while i < n:
+            s = streams[i]
+            if s._status == OPEN and len(s._queue) < depth:
+                futures.append(s._enqueue(coerced[i]))
+                i += 1
+                continue
+            run = 1
+            while i + run < n and run < depth and streams[i + run] is s:
+                run += 1
+            await s._wait_room(run)
     except BaseException:
         for fut in futures:  # a half-submitted group: the queued steps never run
             fut.cancel()

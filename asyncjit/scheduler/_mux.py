@@ -514,6 +514,7 @@ class StreamMux:
         batch: list[StepFuture] = []
         delays = self._metrics.queue_delay
         activity = self._activity
+        depth = self.queue_depth
         for _ in range(min(len(ready), self._cap)):
             stream, _ = ready.popitem(last=False)
             fut = stream._queue.popleft()
@@ -522,7 +523,7 @@ class StreamMux:
             delays.add(now - fut.arrival)
             stream._last_active = now
             activity.move_to_end(stream)
-            if stream._room is not None:
+            if stream._room is not None and len(stream._queue) + stream._room_for <= depth:
                 stream._wake_producer()
         for fut in batch:  # streams with more steps queue up again, behind every other stream
             stream = fut.stream

@@ -47,11 +47,11 @@ class StepFuture:
 
     __slots__ = ("_error", "_group", "_signal", "_state", "_tb", "_value", "arrival", "chunk", "stream")
 
-    def __init__(self, stream: MuxStream, chunk: npt.NDArray[Any], arrival: float, signal: Signal) -> None:
+    def __init__(self, stream: MuxStream, chunk: npt.NDArray[Any], arrival: float) -> None:
         self.stream = stream
         self.chunk: npt.NDArray[Any] | None = chunk
         self.arrival = arrival
-        self._signal = signal
+        self._signal: Signal | None = None  # made by the first waiter (a group waits without one)
         self._state = PENDING
         self._value: npt.NDArray[Any] | None = None
         self._error: BaseException | None = None
@@ -99,8 +99,11 @@ class StepFuture:
 
     async def _wait(self) -> npt.NDArray[Any]:
         if self._state < DONE:
+            signal = self._signal
+            if signal is None:
+                signal = self._signal = self.stream._mux._signal()
             try:
-                await self._signal.wait()
+                await signal.wait()
             except BaseException:
                 self._abandon()
                 raise
@@ -117,7 +120,8 @@ class StepFuture:
     def _resolve(self, value: npt.NDArray[Any]) -> None:
         self._value = value
         self._state = DONE
-        self._signal.set()
+        if self._signal is not None:
+            self._signal.set()
         if self._group is not None:
             self._group._one_done()
 
@@ -126,14 +130,16 @@ class StepFuture:
         self._tb = error.__traceback__
         self._state = DONE
         self.chunk = None
-        self._signal.set()
+        if self._signal is not None:
+            self._signal.set()
         if self._group is not None:
             self._group._one_done()
 
     def _mark_cancelled(self) -> None:
         self._state = CANCELLED
         self.chunk = None
-        self._signal.set()
+        if self._signal is not None:
+            self._signal.set()
         if self._group is not None:
             self._group._one_done()
 
@@ -169,6 +175,7 @@ class MuxStream:
         "_mux",
         "_queue",
         "_room",
+        "_room_for",
         "_status",
         "_submitted",
         "name",
@@ -184,6 +191,7 @@ class MuxStream:
         self._status = NEW
         self._queue: deque[StepFuture] = deque()
         self._room: Signal | None = None
+        self._room_for = 1  # the free places the task waiting on _room needs before it is woken
         self._submitted = 0
         self._last_active = 0.0
         self._closed_by: tuple[type[JitError], str] | None = None
@@ -250,8 +258,9 @@ class MuxStream:
         else:
             fut = await self.submit(chunk)
         if fut._state < DONE:  # StepFuture._wait, inlined: one coroutine less per step
+            signal = fut._signal = self._mux._signal()
             try:
-                await fut._signal.wait()
+                await signal.wait()
             except BaseException:
                 fut._abandon()
                 raise
@@ -276,6 +285,23 @@ class MuxStream:
                 await room.wait()
             finally:
                 self._room = None
+
+    async def _wait_room(self, k: int) -> None:
+        """Wait until ``k`` more steps fit in the queue (``k <= queue_depth``), woken once for
+        all of them rather than once per step the mux takes (a block submitted by one task)."""
+        while True:
+            self._check_usable()
+            if len(self._queue) + k <= self._mux.queue_depth:
+                return
+            if self._room is not None:
+                raise StreamBusyError(f"{self!r}: another task already waits to submit on this stream")
+            room = self._room = self._mux._signal()
+            self._room_for = k
+            try:
+                await room.wait()
+            finally:
+                self._room = None
+                self._room_for = 1
 
     def submit_nowait(self, chunk: npt.ArrayLike) -> StepFuture:
         """``submit`` without waiting.
@@ -304,7 +330,7 @@ class MuxStream:
         """Queue a chunk already coerced by the mux (a private copy in the plan's dtype)."""
         mux = self._mux
         now = mux._clock()
-        fut = StepFuture(self, arr, now, mux._signal())
+        fut = StepFuture(self, arr, now)
         q = self._queue
         q.append(fut)
         self._submitted += 1
@@ -313,6 +339,22 @@ class MuxStream:
         if len(q) == 1:
             mux._on_ready(self)
         return fut
+
+    def _enqueue_rows(self, rows: list[npt.NDArray[Any]]) -> list[StepFuture]:
+        """``_enqueue`` for a block of chunks (room checked by the caller): one clock reading and
+        one activity update for all of them."""
+        mux = self._mux
+        now = mux._clock()
+        futures = [StepFuture(self, arr, now) for arr in rows]
+        q = self._queue
+        was_empty = not q
+        q.extend(futures)
+        self._submitted += len(futures)
+        self._last_active = now
+        mux._activity.move_to_end(self)
+        if was_empty and q:
+            mux._on_ready(self)
+        return futures
 
     def _withdraw(self, fut: StepFuture) -> None:
         """Remove a step that is not batched (cancelled by its waiter or by ``cancel()``)."""

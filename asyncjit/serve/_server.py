@@ -25,6 +25,7 @@ from .._log import get_logger
 from ..errors import InvalidArgumentError
 from ..scheduler import StreamMux
 from ._errors import ConnectionRefused
+from ._hub import ReadHub, read_hub_available
 from ._metrics import CONTENT_TYPE, ServeMetrics
 from ._model import ServedModel
 from ._session import QUEUE_DEPTH, Connection
@@ -103,6 +104,7 @@ class VadServer:
         self._drained: anyio.Event | None = None
         self._page: bytes | None = None
         self._progress: dict[Connection, tuple[int, int, float]] = {}
+        self.read_hub: ReadHub | None = None  # trio: one task waits for the parked readers' sockets
 
     def __repr__(self) -> str:
         state = "draining" if self.draining else ("serving" if self._mux is not None else "idle")
@@ -150,6 +152,9 @@ class VadServer:
                     for bound_listener, conn_cls in listeners:
                         accepting.start_soon(bound_listener.serve, partial(self._handle, conn_cls), conns)
                     accepting.start_soon(self._sweep)
+                    if _on_trio() and read_hub_available():
+                        self.read_hub = ReadHub()
+                        accepting.start_soon(self.read_hub.run)
                     self.log.info(
                         "serve.listening", **{k: f"{h}:{p}" for k, (h, p) in self.addresses.items()}
                     )
@@ -164,6 +169,7 @@ class VadServer:
                 with anyio.CancelScope(shield=True):
                     await opened.aclose()
             self._mux = None
+            self.read_hub = None
             self.log.info("serve.stopped")
 
     def shutdown(self) -> None:
@@ -266,6 +272,16 @@ class VadServer:
                 self._page = (resources.files("asyncjit") / "data" / "vad.html").read_bytes()
             return 200, "text/html; charset=utf-8", self._page
         return 404, "text/plain", f"no page {path}; try /, /health or /metrics\n".encode()
+
+
+def _on_trio() -> bool:
+    try:
+        import trio
+
+        trio.lowlevel.current_task()
+    except (ImportError, RuntimeError):
+        return False
+    return True
 
 
 def _version() -> str:

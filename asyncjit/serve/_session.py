@@ -12,11 +12,14 @@ probabilities to a ``SpeechTracker`` (``push_many``), edges and pongs encoded in
 buffer, one socket write for everything ready. Counters and the latency histogram are updated
 once per wake-up, not per chunk.
 
-What a read costs is mostly task switches and the event loop's own Python, so: while the
-responder is parked, ``commit`` arms the read's steps to answer the read the moment they are done,
-from the mux's completion (``_answer_inline``: the answers, then one write), so the responder
-task is not woken at all; it still handles control ops, writes the socket does not take at once
-and everything while it is awake, in the same order. Writes skip the checkpoint a stream's
+What a read costs is mostly task switches and the event loop's own Python, so: a protocol's
+``fast_read`` handles its steady state where the bytes arrive while the reader stays parked (the
+asyncio transport's callback through ``Tap``; on trio the server's ``ReadHub``), and hands
+anything else to the reader untouched. While the responder is parked, ``commit`` arms the read's
+steps to answer the read the moment they are done, from the mux's completion
+(``_answer_inline``: every ready read, then one write, then the next read's steps armed), so the
+responder task is not woken at all; it still handles control ops, writes the socket does not
+take at once and everything while it is awake, in the same order. Writes skip the checkpoint a stream's
 ``send`` makes when the socket takes the bytes at once; on asyncio the transport keeps reading
 between reads (anyio pauses and resumes it around every ``receive``: two ``epoll_ctl``), on trio
 the reader waits for readability before its ``recv`` (anyio's ``receive`` first tries one that
@@ -39,14 +42,17 @@ import anyio
 import anyio.abc
 
 from ..audio import PcmConverter, PcmFormat
-from ..errors import AudioFormatError, JitError, WouldBlock
+from ..errors import AudioFormatError, JitError
 from ..models._speech_tracker import SpeechEdge, SpeechTracker
 from ..scheduler import MuxStream, Rechunker, StepFuture
 from ..scheduler._many import notify_when_done, unnotify
 from ..scheduler._signal import Signal, signal_factory
+from ..scheduler._stream import DONE
 from ._errors import ClientError
+from ._hub import Tap
 
 if TYPE_CHECKING:
+    from ._hub import ReadHub
     from ._server import VadServer
 
 __all__ = ["Connection", "Utterance"]
@@ -127,6 +133,13 @@ class Connection(abc.ABC):
         self._proto = getattr(stream, "_protocol", None) if DIRECT_SOCKETS else None
         self._transport = getattr(stream, "_transport", None) if hasattr(self._proto, "read_queue") else None
         self._raw = None if self._transport is not None or not DIRECT_SOCKETS else _raw_socket(stream)
+        self._parked = False  # the reader waits in ``receive`` for the transport (asyncio)
+        self._buf = bytearray()  # what the reader has read and not parsed yet (a partial message)
+        self._hub_wake: Signal | None = None  # the parked reader's, while the hub reads for it
+        self._handed: bytes | BaseException | None = None  # what the hub left to the reader
+        self._fast = type(self).fast_read is not Connection.fast_read  # the protocol has one
+        if self._transport is not None and self._fast:
+            self._transport.set_protocol(Tap(self._proto, self))
         self._more = False  # the last raw read filled its buffer: more is likely waiting
         self._burst = 0  # raw reads in a row without waiting
         self._ops: list[tuple[Any, ...]] = []  # queued for the responder; ``commit`` sends them
@@ -164,6 +177,12 @@ class Connection(abc.ABC):
     def on_close(self, code: str, message: str) -> None:
         """Provided by each protocol's connection class."""
 
+    def fast_read(self, data: bytes) -> bool:
+        """Handle ``data`` in the transport's callback while the reader waits in ``receive``
+        (asyncio only): True when it did (the reader is not woken), False to leave it to the
+        reader (nothing changed). A protocol provides it for its steady state."""
+        return False
+
     async def opening(self) -> None:  # noqa: B027 (an optional hook: by default it does nothing)
         """Anything the protocol sends or reads before the read loop (a handshake, admission);
         it sends through the outbox (``put((RAW, data))``), as the responder already runs."""
@@ -187,7 +206,11 @@ class Connection(abc.ABC):
             if proto.is_at_eof or proto.exception is not None or transport.is_closing():
                 return await self.stream.receive(max_bytes)  # raises as the stream would
             transport.resume_reading()
-            await proto.read_event.wait()
+            self._parked = True
+            try:
+                await proto.read_event.wait()
+            finally:
+                self._parked = False
             if not queue:  # the end of the stream, or an error: the stream says which
                 return await self.stream.receive(max_bytes)
         chunk: bytes = queue.popleft()
@@ -204,11 +227,15 @@ class Connection(abc.ABC):
         """On trio: wait until the socket is readable, then ``recv`` (the stream's ``receive``
         first tries a ``recv`` that fails when the client has sent nothing yet, and checkpoints
         around it). After a full read more is likely waiting: read at once, with a checkpoint
-        every ``BURST_READS`` reads so that a client sending without pause cannot hold the loop."""
+        every ``BURST_READS`` reads so that a client sending without pause cannot hold the loop.
+        With the server's ``ReadHub``, the reader parks and the hub reads for it (``_hub_readable``)."""
         import trio  # only a trio stream has a raw socket here
 
         sock = self._raw
         assert sock is not None
+        hub = self.server.read_hub if self._fast else None
+        if hub is not None and not self._more:
+            return await self._receive_hub(hub, sock.fileno())
         if not self._more:
             await trio.lowlevel.wait_readable(sock)
         elif self._burst >= BURST_READS:
@@ -227,6 +254,52 @@ class Connection(abc.ABC):
         self._burst = self._burst + 1 if self._more else 0
         return data
 
+    async def _receive_hub(self, hub: ReadHub, fd: int) -> bytes:
+        """Park with the socket in the hub until it hands over what ``fast_read`` left."""
+        handed = self._handed
+        if handed is None:
+            wake = self._hub_wake = self._signal()
+            hub.add(fd, self)
+            self._parked = True
+            try:
+                await wake.wait()
+            finally:
+                self._parked = False
+                self._hub_wake = None
+                hub.discard(fd)
+            handed = self._handed
+        self._handed = None
+        if isinstance(handed, BaseException):
+            raise handed
+        assert handed is not None
+        return handed
+
+    def _hub_readable(self) -> None:
+        """The hub saw the parked reader's socket readable: read, answer it in ``fast_read`` or
+        hand the data (or the end of the stream) to the reader."""
+        sock = self._raw
+        assert sock is not None
+        try:
+            data: bytes = sock.recv(READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._hand_over(anyio.BrokenResourceError(str(exc)))
+            return
+        if not data:
+            self._hand_over(anyio.EndOfStream())
+        elif not self.fast_read(data):
+            self._hand_over(data)
+
+    def _hand_over(self, item: bytes | BaseException) -> None:
+        """Give the reader what the hub read (it takes it when it next receives) and wake it."""
+        self._handed = item
+        hub = self.server.read_hub
+        if hub is not None and self._raw is not None:
+            hub.discard(self._raw.fileno())
+        if self._hub_wake is not None:
+            self._hub_wake.set()
+
     def _hold(self) -> None:
         """The reader is about to wait (for room): stop reading the socket meanwhile."""
         if self._transport is not None:
@@ -243,14 +316,9 @@ class Connection(abc.ABC):
         self._ops.append(item)
 
     async def commit(self) -> None:
-        """Send the queued ops as one outbox item (waits while the outbox is full: backpressure).
-
-        A responder parked for work is woken when the item's steps are done, not before: it
-        would only park again on them (one task switch per read saved)."""
-        ops = self._ops
-        if not ops:
+        """Send the queued ops as one outbox item (waits while the outbox is full: backpressure)."""
+        if not self._ops:
             return
-        self._ops = []
         outbox = self._outbox
         while len(outbox) >= OUTBOX_ITEMS and not self._outbox_closed:
             self._hold()
@@ -261,14 +329,22 @@ class Connection(abc.ABC):
                 self._room = None
         if self._outbox_closed:
             raise anyio.BrokenResourceError("the responder is gone")
-        outbox.append(ops)
+        self._commit_now()
+
+    def _commit_now(self) -> None:
+        """``commit`` when the outbox has room. A responder parked for work is woken when the
+        item's steps are done, not before: it would only park again on them (one task switch per
+        read saved); while earlier items wait, the watch on the first one covers this one."""
+        ops = self._ops
+        self._ops = []
+        self._outbox.append(ops)
         wake = self._wake
         if wake is not None and not self._watched and not wake.is_set():
-            futures = [fut for op in ops if op[0] == AUDIO for fut in op[2]]
+            futures = [fut for op in ops if op[0] == AUDIO for fut in op[2] if fut._state < DONE]
             if futures:
                 self._watched = notify_when_done(futures, self._inline)
             else:
-                wake.set()
+                self._answer_inline()
 
     def _close_outbox(self) -> None:
         """No more items: the responder answers what is queued and returns."""
@@ -317,9 +393,9 @@ class Connection(abc.ABC):
             return
         mux = self.server.mux
         streams = [utt.stream] * len(rows)
-        try:
+        if len(utt.stream._queue) + len(rows) <= mux.queue_depth:
             futures = mux.submit_many_nowait(streams, rows)
-        except WouldBlock:
+        else:  # behind: wait for room (committing first, so the responder answers what is queued)
             self._hold()
             await self.commit()
             futures = await mux.submit_many(streams, rows)
@@ -390,38 +466,60 @@ class Connection(abc.ABC):
                 await self.flush()
 
     def _answer_inline(self) -> None:
-        """A parked responder's read is answered (its steps are done): answer it here, in the
-        mux's completion, and write, unless it needs the responder (a control op, a write the
-        socket does not take at once, a responder already awake)."""
+        """A parked responder's first item is answered (its steps are done): answer every item
+        ready now here, in the mux's completion, and write; then watch the next item's steps the
+        same way. The responder is woken only for what needs it: a control op, a write the socket
+        does not take at once, bytes already waiting to be written."""
         self._watched = []
         wake = self._wake
         if wake is None or wake.is_set():
             return
+        if self._wbuf or self.writing or self._closing:
+            wake.set()
+            return
+        ops = self._take_ready()
+        if ops:
+            try:
+                self._run_ops(ops)
+            except Exception as exc:  # a bug of ours: this connection ends, the mux goes on
+                self.log.exception("connection.crashed", error=repr(exc))
+                self.reason = self.reason or ("internal_error", repr(exc))
+                self.scope.cancel()
+                return
+            data = bytes(self._wbuf)
+            self._wbuf.clear()
+            try:
+                rest = self._write_now(data)
+            except (anyio.BrokenResourceError, OSError):  # as in _respond: nothing more reaches it
+                self.reason = self.reason or ("done", "the client went away")
+                self.scope.cancel()
+                return
+            self.written += 1
+            if rest is not None:  # the socket did not take it all: the responder waits, as send would
+                self._wbuf += rest
+                self._drain = not rest
+                wake.set()
+                return
         outbox = self._outbox
-        if self._wbuf or self.writing or self._closing or not _plain(outbox):
+        if not outbox:
+            if self._outbox_closed:
+                wake.set()
+            return
+        undone = _undone(outbox[0])
+        if undone:
+            self._watched = notify_when_done(undone, self._inline)
+        else:  # a control op (or a closed outbox) comes next: the responder handles it
             wake.set()
-            return
-        ops = self._take_outbox()
-        try:
-            self._run_ops(ops)
-        except Exception as exc:  # a bug of ours: this connection ends, the mux goes on
-            self.log.exception("connection.crashed", error=repr(exc))
-            self.reason = self.reason or ("internal_error", repr(exc))
-            self.scope.cancel()
-            return
-        data = bytes(self._wbuf)
-        self._wbuf.clear()
-        try:
-            rest = self._write_now(data)
-        except (anyio.BrokenResourceError, OSError):  # as in _respond: nothing more reaches it
-            self.reason = self.reason or ("done", "the client went away")
-            self.scope.cancel()
-            return
-        self.written += 1
-        if rest is not None:  # the socket did not take it all: the responder waits, as send would
-            self._wbuf += rest
-            self._drain = not rest
-            wake.set()
+
+    def _take_ready(self) -> list[tuple[Any, ...]]:
+        """The leading outbox items of audio and pings whose steps are all done, as one list."""
+        outbox = self._outbox
+        ops: list[tuple[Any, ...]] = []
+        while outbox and _undone(outbox[0]) == []:
+            ops += outbox.popleft()
+        if ops and self._room is not None:
+            self._room.set()
+        return ops
 
     def _take_outbox(self) -> list[tuple[Any, ...]]:
         """Every item in the (non-empty) outbox as one list of ops, making room for the reader:
@@ -631,18 +729,19 @@ def _raw_socket(stream: anyio.abc.ByteStream) -> Any:
         return None
 
 
-def _plain(outbox: deque[list[tuple[Any, ...]]]) -> bool:
-    """Only audio whose steps are done and pings: what ``_answer_inline`` answers itself."""
-    for item in outbox:
-        for op in item:
-            kind = op[0]
-            if kind == AUDIO:
-                for fut in op[2]:
-                    if not fut.done():
-                        return False
-            elif kind != PING:
-                return False
-    return True
+def _undone(item: list[tuple[Any, ...]]) -> list[StepFuture] | None:
+    """An outbox item's steps not done yet, or None when it holds an op other than audio and
+    pings (what ``_answer_inline`` leaves to the responder)."""
+    undone: list[StepFuture] = []
+    for op in item:
+        kind = op[0]
+        if kind == AUDIO:
+            for fut in op[2]:
+                if fut._state < DONE:
+                    undone.append(fut)
+        elif kind != PING:
+            return None
+    return undone
 
 
 class _Inline:

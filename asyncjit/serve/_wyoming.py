@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import warnings
 from functools import partial
 from typing import Any
@@ -36,7 +37,7 @@ from ..audio import PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
 from ._errors import ClientError
-from ._session import MAX_MESSAGE_BYTES, PING, RAW, READ_BYTES, Connection, Utterance
+from ._session import AUDIO, MAX_MESSAGE_BYTES, OUTBOX_ITEMS, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["WyomingConnection", "encode_event", "info_event"]
 
@@ -189,8 +190,7 @@ class WyomingConnection(Connection):
         self.server.admit(self)
 
     async def read_loop(self) -> None:
-        buf = bytearray()
-        pos = 0
+        buf = self._buf
         receive = partial(self.receive, READ_BYTES)
         self._fmt: PcmFormat | None = None
         self._wire: tuple[Any, ...] = ()
@@ -200,17 +200,89 @@ class WyomingConnection(Connection):
                 data = await receive()
             except anyio.EndOfStream:
                 data = b""
-            if pos:
-                del buf[:pos]
+            if data and self.fast_read(data):  # the steady state, without awaiting anything
+                continue
             buf += data
             frames, pos, error = parse_frames(buf, end_of_stream=not data)
             if frames:
                 await self.handle(frames, buf)
                 await self.commit()
+            del buf[:pos]  # only a partial message stays while the reader waits (see fast_read)
             if error is not None:
                 raise error
             if not data:
                 return
+
+    def fast_read(self, data: bytes) -> bool:
+        """The steady state in the transport's callback: a read of ``audio-chunk`` and ``ping``
+        events whose audio is mono PCM at the model's rate (converted exactly, so the rows it makes
+        are known before anything changes), with room for them in the stream's queue and the
+        outbox. Anything else (a control event, a format to resample, a full queue, a broken
+        frame) is left to the reader, untouched."""
+        utt = self.utt
+        if (
+            utt is None
+            or self._ops
+            or self.reason is not None
+            or self._outbox_closed
+            or self.read_scope.cancel_called
+            or len(self._outbox) >= OUTBOX_ITEMS
+            or utt.converter._direct is None
+            or len(utt.stream._queue) >= self.server.mux.queue_depth  # behind: no parse for nothing
+        ):
+            return False
+        buf = self._buf
+        mark = len(buf)
+        buf += data
+        frames, pos, error = parse_frames(buf)
+        if error is not None:
+            del buf[mark:]
+            return False
+        checked = self._checked
+        nbytes = 0
+        for kind, fdata, start, stop in frames:
+            if kind == _CHUNK and fdata is checked:
+                nbytes += stop - start
+            elif kind != _PING:
+                del buf[mark:]
+                return False
+        converter, rechunker = utt.converter, utt.rechunker
+        samples = (len(converter._rest) + nbytes) // converter._frame
+        rows = (rechunker._count + samples) // rechunker.chunk_samples
+        if rows and len(utt.stream._queue) + rows > self.server.mux.queue_depth:
+            del buf[mark:]
+            return False
+        try:
+            self._handle_now(frames, buf, utt)
+        except Exception as exc:  # a closed stream or mux: the reader ends the connection
+            self.log.warning("connection.failed", error=repr(exc))
+            self.end("internal_error", str(exc))
+        del buf[:pos]
+        return True
+
+    def _handle_now(self, frames: list[Frame], buf: bytearray, utt: Utterance) -> None:
+        """``handle`` for frames ``fast_read`` checked, without waiting; then ``commit``."""
+        head: list[tuple[Any, ...]] = []  # pings before the first audio, then the audio op
+        tail: list[tuple[Any, ...]] = []  # pings after it
+        spans: list[tuple[int, int]] = []
+        for kind, data, start, stop in frames:
+            if kind == _CHUNK:
+                spans.append((start, stop))
+            else:
+                (tail if spans else head).append((PING, data.get("text")))
+        self.received += len(frames)
+        if spans:
+            with memoryview(buf) as view:
+                pcm = b"".join([view[a:b] for a, b in spans])
+            samples = utt.converter.push(pcm)
+            utt.samples += samples.size
+            rows = utt.rechunker.push_rows(samples)
+            if len(rows):
+                futures = self.server.mux.submit_many_nowait([utt.stream] * len(rows), rows)
+                head.append((AUDIO, utt, futures, time.perf_counter()))
+        self._ops = head + tail
+        if self._ops:
+            self._commit_now()
 
     async def handle(self, frames: list[Frame], buf: bytearray) -> None:
         """Act on one read's frames in order; consecutive audio goes to the converter at once
