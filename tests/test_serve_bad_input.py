@@ -104,6 +104,50 @@ def test_wyoming_bad_input_closes_that_connection_with_a_reason(server: ThreadSe
     assert closed_with(events) == code
 
 
+STREAMING_TAILS: dict[str, tuple[bytes, str]] = {
+    "garbage bytes": (b"\x00\xffGARBAGE not json\n", "bad_frame"),
+    "chunk over 1 MB": (b'{"type": "audio-chunk", "payload_length": 2000000}\n', "too_large"),
+    "chunk format differs": (
+        wyoming_frame("audio-chunk", {**START, "rate": 8000}, b"\0\0" * 64),
+        "bad_audio",
+    ),
+    "audio-start again with an absurd rate": (
+        wyoming_frame("audio-start", {**START, "rate": 10**9}),
+        "bad_audio",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAMING_TAILS))
+def test_wyoming_bad_input_while_streaming(server: ThreadServer, case: str) -> None:
+    """Bad input after the connection reached its steady state (the reader parked, reads answered
+    where they arrive): the chunks before it are answered, then the ``error`` and the close."""
+    tail, code = STREAMING_TAILS[case]
+    audio = speech_pcm()[: 8 * 2048]
+
+    async def bad() -> list[dict[str, Any]]:
+        from wyoming.event import async_read_event
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port("wyoming"))
+        writer.write(wyoming_frame("audio-start", START))
+        for i in range(0, len(audio), 2048):
+            writer.write(wyoming_frame("audio-chunk", START, audio[i : i + 2048]))
+            writer.write(wyoming_frame("ping", {"text": str(i)}))
+            await writer.drain()
+            event = await async_read_event(reader)
+            while event is not None and event.type != "pong":
+                event = await async_read_event(reader)
+            assert event is not None and event.data["text"] == str(i)
+        writer.write(tail)
+        await writer.drain()
+        events = await read_wyoming(reader)
+        await close_writer(writer)
+        return events
+
+    events = run_beside_a_good_stream(server, bad)
+    assert closed_with(events) == code
+
+
 def test_wyoming_disconnect_mid_chunk_leaks_nothing(server: ThreadServer) -> None:
     """A client that promises a 4,096-byte payload, sends 100 bytes and hangs up: the server closes
     that connection (``bad_frame``: ended inside an event) and frees its stream."""
