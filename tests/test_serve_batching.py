@@ -88,14 +88,16 @@ def test_pongs_follow_their_chunks_in_order(
         wait_until_clean(srv)
 
 
+@pytest.mark.parametrize("timestamps", [False, True], ids=["plain", "with timestamps"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_real_time_client_is_served_in_the_callback_path(
-    backend: str, monkeypatch: pytest.MonkeyPatch
+    backend: str, timestamps: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client that sends a frame and its ping, then waits for the pong (a live microphone's
     pattern): the steady state is handled while the reader task stays parked (asyncio: in the
     transport's callback; trio: by the server's ReadHub) and answered from the mux's completion;
-    the answers are those of the general path (pongs in order, edges as the reference)."""
+    the answers are those of the general path (pongs in order, edges as the reference). Chunks
+    with a timestamp (every data section different) take the same path."""
     from asyncjit.serve import _wyoming
     from asyncjit.serve._hub import read_hub_available
 
@@ -120,7 +122,8 @@ def test_a_real_time_client_is_served_in_the_callback_path(
             writer.write(wyoming_frame("audio-start", START))
             seen: list[dict[str, Any]] = []
             for n, i in enumerate(range(0, len(pcm) - FRAME_BYTES + 1, FRAME_BYTES)):
-                writer.write(wyoming_frame("audio-chunk", START, pcm[i : i + FRAME_BYTES]))
+                data = {**START, "timestamp": n * 64} if timestamps else START  # a client stamping its chunks
+                writer.write(wyoming_frame("audio-chunk", data, pcm[i : i + FRAME_BYTES]))
                 writer.write(wyoming_frame("ping", {"text": str(n)}))
                 await writer.drain()
                 while True:

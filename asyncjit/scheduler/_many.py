@@ -40,8 +40,9 @@ class StepGroup:
             self._signal.set()
 
 
-def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> list[Any]:
-    """The chunks as private copies in the plan's dtype (checked before anything is queued)."""
+def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any, copy: bool = True) -> list[Any]:
+    """The chunks as private copies in the plan's dtype (checked before anything is queued);
+    ``copy=False``: rows of a block the caller hands over, kept as they are when they fit."""
     n = len(streams)
     if isinstance(chunks, np.ndarray):
         if chunks.ndim != len(mux._chunk_shape) + 1 or chunks.shape[0] != n:
@@ -50,7 +51,7 @@ def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> li
                 f"got {chunks.shape}"
             )
         if chunks.dtype == mux._chunk_dtype and chunks.shape[1:] == mux._chunk_shape:
-            return list(chunks.copy())  # one copy for the block; each step keeps a row of it
+            return list(chunks.copy() if copy else chunks)  # one copy for the block; each step keeps a row
         return [mux._coerce(c) for c in chunks]  # rows are views: _coerce copies each
     items = list(chunks)
     if len(items) != n:
@@ -59,10 +60,13 @@ def _chunk_list(mux: StreamMux, streams: Sequence[MuxStream], chunks: Any) -> li
 
 
 def submit_many_nowait(
-    mux: StreamMux, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+    mux: StreamMux,
+    streams: Sequence[MuxStream],
+    chunks: npt.ArrayLike | Sequence[npt.ArrayLike],
+    copy: bool = True,
 ) -> list[StepFuture]:
     """All or nothing: every stream is usable and has room for its steps, or nothing is queued."""
-    coerced = _chunk_list(mux, streams, chunks)
+    coerced = _chunk_list(mux, streams, chunks, copy)
     depth = mux.queue_depth
     counts: dict[MuxStream, int] = {}
     for s in streams:

@@ -280,15 +280,24 @@ class StreamMux:
         return await _many.submit_many(self, streams, chunks)
 
     def submit_many_nowait(
-        self, streams: Sequence[MuxStream], chunks: npt.ArrayLike | Sequence[npt.ArrayLike]
+        self,
+        streams: Sequence[MuxStream],
+        chunks: npt.ArrayLike | Sequence[npt.ArrayLike],
+        *,
+        copy: bool = True,
     ) -> list[StepFuture]:
         """``submit_many`` without waiting, all or nothing.
+
+        Args:
+            copy: False when ``chunks`` is an array the caller hands over and never touches
+                again (a server's freshly converted audio): its rows are queued as they are,
+                without the copy that protects a caller reusing its buffer.
 
         Raises:
             WouldBlock: a stream has no room for its steps (nothing is queued).
             and the errors of ``submit_many``, before anything is queued.
         """
-        return _many.submit_many_nowait(self, streams, chunks)
+        return _many.submit_many_nowait(self, streams, chunks, copy)
 
     async def wait_all(self, futures: Sequence[StepFuture]) -> None:
         """Wait until every future (of this mux) is done, with one wake-up; read each with
@@ -549,11 +558,11 @@ class StreamMux:
             np.concatenate([fut.chunk for fut in batch], out=chunks.reshape(-1, *self._chunk_shape[1:]))  # type: ignore[misc]
         else:
             np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
-        for i, fut in enumerate(batch):
-            slot = fut.stream.slot
-            assert slot is not None  # batched streams are open
-            slots[i] = slot
+        index: list[Any] = []
+        for fut in batch:
+            index.append(fut.stream.slot)  # batched streams are open: a slot each
             fut.chunk = None
+        slots[:] = index
         if self._chunk_dtype.kind == "f":
             finite = np.isfinite(chunks)
             if not finite.all():

@@ -394,7 +394,7 @@ class Connection(abc.ABC):
         mux = self.server.mux
         streams = [utt.stream] * len(rows)
         if len(utt.stream._queue) + len(rows) <= mux.queue_depth:
-            futures = mux.submit_many_nowait(streams, rows)
+            futures = mux.submit_many_nowait(streams, rows, copy=False)  # fresh rows, handed over
         else:  # behind: wait for room (committing first, so the responder answers what is queued)
             self._hold()
             await self.commit()
