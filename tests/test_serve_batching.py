@@ -234,3 +234,46 @@ def test_rechunker_push_rows_gives_the_chunks_push_gives() -> None:
     assert len(got) == len(want) > 0
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.anyio
+async def test_one_wake_up_accepts_every_connection_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients that connected while the server was busy sit in the listen backlog; the accepting
+    task takes all of them at its next wake-up (anyio's ``Listener.serve`` takes one per wake-up,
+    which under load left a burst of new clients waiting seconds)."""
+    import socket
+
+    import anyio
+
+    from asyncjit.serve import _server
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]  # in the backlog
+    wakes = 0
+    real_wait = anyio.wait_readable
+
+    scope = anyio.CancelScope()
+
+    async def counting_wait(obj: Any) -> None:
+        nonlocal wakes
+        wakes += 1
+        if wakes > 1:  # the second wait: the backlog was drained by the first
+            scope.cancel()
+        await real_wait(obj)
+
+    monkeypatch.setattr(_server.anyio, "wait_readable", counting_wait)
+    started: list[Any] = []
+
+    class Group:  # the connections' task group, recording what the accepting task starts
+        def start_soon(self, fn: Any, cls: Any, sock: socket.socket) -> None:
+            started.append(sock)
+
+    server = _server.VadServer.__new__(_server.VadServer)
+    server.log = _server.get_logger("test")
+    with scope, anyio.fail_after(10):
+        await server._accept(listener, _server.WyomingConnection, Group())  # type: ignore[arg-type]
+    assert wakes == 2 and len(started) == 20
+    for sock in started + clients:
+        sock.close()
+    await listener.aclose()

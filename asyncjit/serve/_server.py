@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from functools import partial
+import socket
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +33,11 @@ from ._websocket import MetricsConnection, WebSocketConnection
 from ._wyoming import WyomingConnection
 
 __all__ = ["ServeConfig", "VadServer", "parse_address"]
+
+ACCEPTS_PER_WAKE = 256
+"""Connections taken from the listen backlog per wake-up of the accepting task."""
+ACCEPT_RETRY_S = 0.1
+"""Pause after a failed ``accept`` (no file descriptor left) before trying again."""
 
 
 def parse_address(text: str, default_scheme: str) -> tuple[str, int]:
@@ -150,7 +155,7 @@ class VadServer:
                 self._mux = mux
                 async with anyio.create_task_group() as conns, anyio.create_task_group() as accepting:
                     for bound_listener, conn_cls in listeners:
-                        accepting.start_soon(bound_listener.serve, partial(self._handle, conn_cls), conns)
+                        accepting.start_soon(self._accept, bound_listener, conn_cls, conns)
                     accepting.start_soon(self._sweep)
                     if _on_trio() and read_hub_available():
                         self.read_hub = ReadHub()
@@ -192,6 +197,40 @@ class VadServer:
             conns.cancel_scope.cancel()
 
     # -- connections -----------------------------------------------------------------------
+    async def _accept(
+        self, listener: anyio.abc.Listener[Any], cls: type[Connection], conns: anyio.abc.TaskGroup
+    ) -> None:
+        """Accept every connection waiting, each time the listening socket is readable.
+
+        anyio's ``Listener.serve`` takes one connection per wake-up (and a loop iteration or two
+        around it); a server busy with a thousand streams then accepts a burst of new clients at a
+        few hundred per second, and they wait seconds for their first byte. Here one wake-up takes
+        the whole backlog (up to ``ACCEPTS_PER_WAKE``), and each connection is wrapped in its own
+        task."""
+        raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+        while True:
+            await anyio.wait_readable(raw)
+            for _ in range(ACCEPTS_PER_WAKE):
+                try:
+                    sock, _ = raw.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:  # out of file descriptors: let some close first
+                    self.log.warning("serve.accept_failed", error=str(exc))
+                    await anyio.sleep(ACCEPT_RETRY_S)
+                    break
+                conns.start_soon(self._handle_socket, cls, sock)
+
+    async def _handle_socket(self, cls: type[Connection], sock: socket.socket) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream = await anyio.abc.SocketStream.from_socket(sock)
+        except (OSError, ValueError) as exc:  # the client already went away
+            self.log.debug("connection.lost_before_start", error=str(exc))
+            sock.close()
+            return
+        await self._handle(cls, stream)
+
     async def _handle(self, cls: type[Connection], stream: anyio.abc.SocketStream) -> None:
         try:
             address = stream.extra(anyio.abc.SocketAttribute.remote_address)
