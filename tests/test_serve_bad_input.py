@@ -148,6 +148,45 @@ def test_wyoming_bad_input_while_streaming(server: ThreadServer, case: str) -> N
     assert closed_with(events) == code
 
 
+def test_a_bug_in_the_callback_path_ends_only_its_connection(
+    server: ThreadServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception escaping ``fast_read`` (a bug of ours, forced here by a marker in the data)
+    closes that connection with ``internal_error``; the server keeps streaming to the others."""
+    from asyncjit.serve import _wyoming
+
+    fast_read = _wyoming.WyomingConnection.fast_read
+
+    def buggy(self: Any, data: bytes) -> bool:
+        if b"boom" in data:
+            raise RuntimeError("a bug in the callback path")
+        return fast_read(self, data)
+
+    monkeypatch.setattr(_wyoming.WyomingConnection, "fast_read", buggy)
+    audio = speech_pcm()[: 4 * 2048]
+
+    async def bad() -> list[dict[str, Any]]:
+        from wyoming.event import async_read_event
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port("wyoming"))
+        writer.write(wyoming_frame("audio-start", START))
+        for i in range(0, len(audio), 2048):  # the steady state: the reader parks
+            writer.write(wyoming_frame("audio-chunk", START, audio[i : i + 2048]))
+            writer.write(wyoming_frame("ping", {"text": str(i)}))
+            await writer.drain()
+            event = await async_read_event(reader)
+            while event is not None and event.type != "pong":
+                event = await async_read_event(reader)
+        writer.write(wyoming_frame("ping", {"text": "boom"}))
+        await writer.drain()
+        events = await read_wyoming(reader)
+        await close_writer(writer)
+        return events
+
+    events = run_beside_a_good_stream(server, bad)
+    assert closed_with(events) == "internal_error"
+
+
 def test_wyoming_disconnect_mid_chunk_leaks_nothing(server: ThreadServer) -> None:
     """A client that promises a 4,096-byte payload, sends 100 bytes and hangs up: the server closes
     that connection (``bad_frame``: ended inside an event) and frees its stream."""

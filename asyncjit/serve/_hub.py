@@ -62,8 +62,13 @@ class ReadHub:
                 await trio.lowlevel.wait_readable(epoll.fileno())
                 for fd, _ in epoll.poll(0, EVENTS_PER_WAKE):
                     conn: Any = conns.get(fd)
-                    if conn is not None:
+                    if conn is None:
+                        continue
+                    try:
                         conn._hub_readable()
+                    except Exception as exc:  # a bug of ours: that connection ends, the rest go on
+                        self.discard(fd)
+                        conn._crashed(exc)
         finally:
             for fd in list(conns):
                 self.discard(fd)
@@ -84,7 +89,11 @@ class Tap:
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
-        if conn._parked and not self._proto.read_queue and conn.fast_read(data):
+        try:
+            if conn._parked and not self._proto.read_queue and conn.fast_read(data):
+                return
+        except Exception as exc:  # a bug of ours: this connection ends, the transport stays ours
+            conn._crashed(exc)
             return
         self._proto.data_received(data)
 

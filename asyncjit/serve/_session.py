@@ -291,6 +291,13 @@ class Connection(abc.ABC):
         elif not self.fast_read(data):
             self._hand_over(data)
 
+    def _crashed(self, exc: Exception) -> None:
+        """A bug of ours while handling this connection outside its tasks (a transport's callback,
+        the read hub): it ends with ``internal_error``; the server and its other streams go on."""
+        self.log.exception("connection.crashed", error=repr(exc))
+        self.reason = self.reason or ("internal_error", repr(exc))
+        self.scope.cancel()
+
     def _hand_over(self, item: bytes | BaseException) -> None:
         """Give the reader what the hub read (it takes it when it next receives) and wake it."""
         self._handed = item
@@ -482,9 +489,7 @@ class Connection(abc.ABC):
             try:
                 self._run_ops(ops)
             except Exception as exc:  # a bug of ours: this connection ends, the mux goes on
-                self.log.exception("connection.crashed", error=repr(exc))
-                self.reason = self.reason or ("internal_error", repr(exc))
-                self.scope.cancel()
+                self._crashed(exc)
                 return
             data = bytes(self._wbuf)
             self._wbuf.clear()
