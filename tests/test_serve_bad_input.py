@@ -104,6 +104,30 @@ def test_wyoming_bad_input_closes_that_connection_with_a_reason(server: ThreadSe
     assert closed_with(events) == code
 
 
+async def stream_then_send(srv: ThreadServer, frames: int, tail: bytes) -> list[dict[str, Any]]:
+    """Reach the steady state (``audio-start``, then ``frames`` speech frames each answered by its
+    ``pong``: the reader parks, reads are answered where they arrive), then send ``tail``; every
+    event the server sends until it closes the connection."""
+    from wyoming.event import async_read_event
+
+    audio = speech_pcm()[: frames * 2048]
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
+    writer.write(wyoming_frame("audio-start", START))
+    for i in range(0, len(audio), 2048):
+        writer.write(wyoming_frame("audio-chunk", START, audio[i : i + 2048]))
+        writer.write(wyoming_frame("ping", {"text": str(i)}))
+        await writer.drain()
+        event = await async_read_event(reader)
+        while event is not None and event.type != "pong":
+            event = await async_read_event(reader)
+        assert event is not None and event.data["text"] == str(i)
+    writer.write(tail)
+    await writer.drain()
+    events = await read_wyoming(reader)
+    await close_writer(writer)
+    return events
+
+
 STREAMING_TAILS: dict[str, tuple[bytes, str]] = {
     "garbage bytes": (b"\x00\xffGARBAGE not json\n", "bad_frame"),
     "chunk over 1 MB": (b'{"type": "audio-chunk", "payload_length": 2000000}\n', "too_large"),
@@ -123,28 +147,7 @@ def test_wyoming_bad_input_while_streaming(server: ThreadServer, case: str) -> N
     """Bad input after the connection reached its steady state (the reader parked, reads answered
     where they arrive): the chunks before it are answered, then the ``error`` and the close."""
     tail, code = STREAMING_TAILS[case]
-    audio = speech_pcm()[: 8 * 2048]
-
-    async def bad() -> list[dict[str, Any]]:
-        from wyoming.event import async_read_event
-
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port("wyoming"))
-        writer.write(wyoming_frame("audio-start", START))
-        for i in range(0, len(audio), 2048):
-            writer.write(wyoming_frame("audio-chunk", START, audio[i : i + 2048]))
-            writer.write(wyoming_frame("ping", {"text": str(i)}))
-            await writer.drain()
-            event = await async_read_event(reader)
-            while event is not None and event.type != "pong":
-                event = await async_read_event(reader)
-            assert event is not None and event.data["text"] == str(i)
-        writer.write(tail)
-        await writer.drain()
-        events = await read_wyoming(reader)
-        await close_writer(writer)
-        return events
-
-    events = run_beside_a_good_stream(server, bad)
+    events = run_beside_a_good_stream(server, lambda: stream_then_send(server, 8, tail))
     assert closed_with(events) == code
 
 
@@ -163,27 +166,8 @@ def test_a_bug_in_the_callback_path_ends_only_its_connection(
         return fast_read(self, data)
 
     monkeypatch.setattr(_wyoming.WyomingConnection, "fast_read", buggy)
-    audio = speech_pcm()[: 4 * 2048]
-
-    async def bad() -> list[dict[str, Any]]:
-        from wyoming.event import async_read_event
-
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port("wyoming"))
-        writer.write(wyoming_frame("audio-start", START))
-        for i in range(0, len(audio), 2048):  # the steady state: the reader parks
-            writer.write(wyoming_frame("audio-chunk", START, audio[i : i + 2048]))
-            writer.write(wyoming_frame("ping", {"text": str(i)}))
-            await writer.drain()
-            event = await async_read_event(reader)
-            while event is not None and event.type != "pong":
-                event = await async_read_event(reader)
-        writer.write(wyoming_frame("ping", {"text": "boom"}))
-        await writer.drain()
-        events = await read_wyoming(reader)
-        await close_writer(writer)
-        return events
-
-    events = run_beside_a_good_stream(server, bad)
+    boom = wyoming_frame("ping", {"text": "boom"})
+    events = run_beside_a_good_stream(server, lambda: stream_then_send(server, 4, boom))
     assert closed_with(events) == "internal_error"
 
 

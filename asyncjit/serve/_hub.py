@@ -39,9 +39,6 @@ class ReadHub:
         self._epoll = select.epoll()
         self._conns: dict[int, Connection] = {}
 
-    def __len__(self) -> int:
-        return len(self._conns)
-
     def add(self, fd: int, conn: Connection) -> None:
         self._epoll.register(fd, select.EPOLLIN)
         self._conns[fd] = conn

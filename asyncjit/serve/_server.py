@@ -203,10 +203,9 @@ class VadServer:
         """Accept every connection waiting, each time the listening socket is readable.
 
         anyio's ``Listener.serve`` takes one connection per wake-up (and a loop iteration or two
-        around it); a server busy with a thousand streams then accepts a burst of new clients at a
-        few hundred per second, and they wait seconds for their first byte. Here one wake-up takes
-        the whole backlog (up to ``ACCEPTS_PER_WAKE``), and each connection is wrapped in its own
-        task."""
+        around it); a server busy streaming then left a burst of 1,000 new clients partly
+        unaccepted for seconds. Here one wake-up takes the whole backlog (up to
+        ``ACCEPTS_PER_WAKE``), and each connection is wrapped in its own task."""
         raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
         while True:
             await anyio.wait_readable(raw)

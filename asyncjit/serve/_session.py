@@ -386,27 +386,35 @@ class Connection(abc.ABC):
         utt = self.utt
         if utt is None:
             raise ClientError("no_audio_start", "audio arrived before audio-start; send audio-start first")
+        await self._submit(utt, self._rows(utt, data))
+
+    @staticmethod
+    def _rows(utt: Utterance, data: bytes) -> Any:
+        """The utterance's next PCM bytes converted and cut into the model's chunks (rows)."""
         try:
             samples = utt.converter.push(data)
         except AudioFormatError as exc:
             raise ClientError("bad_audio", str(exc)) from None
         utt.samples += samples.size
-        await self._submit(utt, utt.rechunker.push_rows(samples))
+        return utt.rechunker.push_rows(samples)
 
     async def _submit(self, utt: Utterance, rows: Any) -> None:
         """Queue the rows' steps in one call; wait for room (committing first, so the responder
         can answer what is queued) only when the stream's queue is full."""
         if not len(rows):
             return
-        mux = self.server.mux
-        streams = [utt.stream] * len(rows)
-        if len(utt.stream._queue) + len(rows) <= mux.queue_depth:
-            futures = mux.submit_many_nowait(streams, rows, copy=False)  # fresh rows, handed over
-        else:  # behind: wait for room (committing first, so the responder answers what is queued)
-            self._hold()
-            await self.commit()
-            futures = await mux.submit_many(streams, rows)
+        if len(utt.stream._queue) + len(rows) <= self.server.mux.queue_depth:
+            self._ops.append(self._submit_now(utt, rows))
+            return
+        self._hold()  # behind: wait for room (committing first, so the responder answers what is queued)
+        await self.commit()
+        futures = await self.server.mux.submit_many([utt.stream] * len(rows), rows)
         self._ops.append((AUDIO, utt, futures, time.perf_counter()))
+
+    def _submit_now(self, utt: Utterance, rows: Any) -> tuple[Any, ...]:
+        """Queue the rows' steps (room checked by the caller): the AUDIO op that answers them."""
+        futures = self.server.mux.submit_many_nowait([utt.stream] * len(rows), rows, copy=False)  # fresh rows
+        return (AUDIO, utt, futures, time.perf_counter())
 
     async def finish(self) -> None:
         """End the utterance: the converter's and chunker's last samples (zero-padded), then STOP."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import warnings
 from functools import partial
 from typing import Any
@@ -37,7 +36,7 @@ from ..audio import PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
 from ._errors import ClientError
-from ._session import AUDIO, MAX_MESSAGE_BYTES, OUTBOX_ITEMS, PING, RAW, READ_BYTES, Connection, Utterance
+from ._session import MAX_MESSAGE_BYTES, OUTBOX_ITEMS, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["WyomingConnection", "encode_event", "info_event"]
 
@@ -172,6 +171,12 @@ def parse_frames(
     return frames, pos, None
 
 
+def _joined(buf: bytearray, spans: list[tuple[int, int]]) -> bytes:
+    """The payloads at ``spans`` of ``buf`` as one bytes object (a read's audio)."""
+    with memoryview(buf) as view:
+        return b"".join([view[a:b] for a, b in spans])
+
+
 def _remember(cache: dict[Any, Any], key: Any, value: Any, size: int) -> None:
     """Cache a parsed header or data section: short ones only, at most ``_CACHE_ITEMS`` (then
     start over, so a client sending ever-new headers cannot keep the cache full of them)."""
@@ -258,6 +263,8 @@ class WyomingConnection(Connection):
             return False
         try:
             self._handle_now(frames, buf, utt)
+        except ClientError as exc:
+            self.end(exc.code, exc.message)
         except Exception as exc:  # a closed stream or mux: the reader ends the connection
             self.log.warning("connection.failed", error=repr(exc))
             self.end("internal_error", str(exc))
@@ -276,14 +283,9 @@ class WyomingConnection(Connection):
                 (tail if spans else head).append((PING, data.get("text")))
         self.received += len(frames)
         if spans:
-            with memoryview(buf) as view:
-                pcm = b"".join([view[a:b] for a, b in spans])
-            samples = utt.converter.push(pcm)
-            utt.samples += samples.size
-            rows = utt.rechunker.push_rows(samples)
+            rows = self._rows(utt, _joined(buf, spans))
             if len(rows):
-                futures = self.server.mux.submit_many_nowait([utt.stream] * len(rows), rows, copy=False)
-                head.append((AUDIO, utt, futures, time.perf_counter()))
+                head.append(self._submit_now(utt, rows))
         self._ops = head + tail
         if self._ops:
             self._commit_now()
@@ -326,11 +328,9 @@ class WyomingConnection(Connection):
 
     async def _audio_spans(self, buf: bytearray, spans: list[tuple[int, int]], slot: int) -> None:
         """Convert and submit the audio of several frames, its op placed at ``slot``."""
-        with memoryview(buf) as view:
-            pcm = b"".join([view[a:b] for a, b in spans])
         later = self._ops[slot:]  # pings read after the first of these frames
         del self._ops[slot:]
-        await self.audio(pcm)
+        await self.audio(_joined(buf, spans))
         self._ops += later
 
     async def control(self, event: Event) -> None:
