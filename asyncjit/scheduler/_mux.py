@@ -45,9 +45,7 @@ import numpy.typing as npt
 
 from .._log import get_logger
 from ..errors import (
-    AudioFormatError,
     DTypeMismatchError,
-    InvalidArgumentError,
     JitError,
     ShapeMismatchError,
     WouldBlock,
@@ -57,6 +55,7 @@ from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
 from ._metrics import MuxMetrics
+from ._mux_checks import check_config, not_running, not_running_clock, refuse_non_finite
 from ._protocol import BatchedStep
 from ._signal import Signal, SignalFactory, loop_clock, signal_factory
 from ._slots import SlotPool
@@ -136,7 +135,7 @@ class StreamMux:
         pipelined = callable(getattr(step, "launch", None)) and callable(getattr(step, "complete", None))
         self.pipeline_depth = pipeline_depth if pipelined else 1
         self.name = name if name is not None else f"mux{next(_ids)}"
-        _check_config(self, step, backlog)
+        check_config(self, step, backlog)
         self._chunk_shape = tuple(step.chunk_shape)
         self._chunk_dtype = np.dtype(step.chunk_dtype)
         backlog = self.max_streams if backlog is None else backlog
@@ -163,8 +162,8 @@ class StreamMux:
         self._completer_wake: Signal | None = None
         self._exited = False
         self._tg: anyio.abc.TaskGroup | None = None
-        self._signal: SignalFactory = _not_running
-        self._clock: Callable[[], float] = _not_running_clock
+        self._signal: SignalFactory = not_running
+        self._clock: Callable[[], float] = not_running_clock
         self._wake: Signal | None = None
         self._sleeping = False
         self._next_log = math.inf
@@ -566,43 +565,8 @@ class StreamMux:
         if self._chunk_dtype.kind == "f":
             finite = np.isfinite(chunks)
             if not finite.all():
-                return self._refuse_non_finite(batch, chunks, slots, finite)
+                return refuse_non_finite(self, batch, chunks, slots, finite)
         return batch, chunks, slots
-
-    def _refuse_non_finite(
-        self,
-        batch: list[StepFuture],
-        chunks: npt.NDArray[Any],
-        slots: npt.NDArray[np.int32],
-        finite: npt.NDArray[np.bool_],
-    ) -> tuple[list[StepFuture], npt.NDArray[Any], npt.NDArray[np.int32]]:
-        """Fail the steps whose chunk has a NaN or inf sample, which would poison the stream's
-        recurrent state for good; the batch goes on without them (it may become empty).
-
-        Checked once per batch, not per submit: one vectorised test of the packed chunks costs a
-        hundredth of one test per chunk. The refused steps never run, so their streams' states
-        stay as they were and their later steps go on in order.
-        """
-        finite = finite.reshape(len(batch), -1)
-        good = np.asarray(finite.all(axis=1))
-        keep = []
-        for i, fut in enumerate(batch):
-            if good[i]:
-                keep.append(i)
-                continue
-            self._metrics.refused += 1
-            first = int(np.flatnonzero(~finite[i])[0])
-            fut._fail(
-                AudioFormatError(
-                    f"{self.name}: a chunk of {fut.stream.name} has a NaN or infinite sample (first at "
-                    f"index {first}); it would corrupt the stream's state, so it was not run. Clean or "
-                    "replace the samples."
-                )
-            )
-        k = len(keep)
-        chunks[:k] = chunks[keep]
-        slots[:k] = slots[keep]
-        return [batch[i] for i in keep], chunks[:k], slots[:k]
 
     async def _run_batch(self, now: float) -> None:
         batch, chunks, slots = self._pack_batch(now)
@@ -762,49 +726,3 @@ class StreamMux:
             ready_streams=len(self._ready),
             free_slots=self._slots.free,
         )
-
-
-def _check_config(mux: StreamMux, step: BatchedStep, backlog: int | None) -> None:
-    """Raises ``InvalidArgumentError`` (a ``ValueError``) naming the first bad option."""
-    counts = {
-        "max_streams": mux.max_streams,
-        "max_batch_size": mux.max_batch_size,
-        "queue_depth": mux.queue_depth,
-        "pipeline_depth": mux.pipeline_depth,
-        "backlog": 0 if backlog is None else backlog,
-    }
-    for label, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgumentError(f"{label} must be an int, got {value!r}")
-    if not 1 <= mux.max_streams <= step.num_slots:
-        raise InvalidArgumentError(
-            f"max_streams must be in [1, {step.num_slots}] (the plan's slots), got {mux.max_streams}"
-        )
-    if not 1 <= mux.max_batch_size <= step.max_batch_size:
-        raise InvalidArgumentError(
-            f"max_batch_size must be in [1, {step.max_batch_size}] (the plan's batch bound), "
-            f"got {mux.max_batch_size}"
-        )
-    if not mux.max_queue_delay >= 0:
-        raise InvalidArgumentError(f"max_queue_delay must be >= 0 seconds, got {mux.max_queue_delay}")
-    for label, seconds, low in (
-        ("idle_timeout", mux.idle_timeout, "> 0"),
-        ("admission_timeout", mux.admission_timeout, ">= 0"),
-        ("metrics_interval", mux.metrics_interval, "> 0"),
-    ):
-        if seconds is not None and not (seconds > 0 if low == "> 0" else seconds >= 0):
-            raise InvalidArgumentError(f"{label} must be {low} seconds or None, got {seconds}")
-    if mux.queue_depth < 1:
-        raise InvalidArgumentError(f"queue_depth must be >= 1, got {mux.queue_depth}")
-    if backlog is not None and backlog < 0:
-        raise InvalidArgumentError(f"backlog must be >= 0, got {backlog}")
-    if mux.pipeline_depth < 1:
-        raise InvalidArgumentError(f"pipeline_depth must be >= 1, got {mux.pipeline_depth}")
-
-
-def _not_running() -> Signal:
-    raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")
-
-
-def _not_running_clock() -> float:
-    raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")
