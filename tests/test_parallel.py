@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 from collections.abc import Iterator
 
@@ -189,11 +190,44 @@ def test_helpers_start_off_the_callers_cpu_then_may_run_anywhere() -> None:
         time.sleep(0.002)  # idle cores between calls: where plain placement kept both on one
         run(ctypes.addressof(rec), 2)
         caller_cpu, _, helper_cpu, helper_mask, _ = rec
-        assert helper_mask == allowed  # widened back: the scheduler may move it later
+        # widened back, so the scheduler may move it later (or, read before the caller widened
+        # it, the process's CPUs minus the caller's)
+        assert helper_mask in (allowed, allowed & ~(1 << caller_cpu))
         apart += helper_cpu != caller_cpu
     # by construction every helper starts elsewhere (20 of 20 here; 11-12 of 20 with plain
     # placement and an idle caller, fewer with a busy one); a migration in between is rare
     assert apart >= calls * 4 // 5, apart
+    del loaded
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or min(os.sched_getaffinity(0)) >= 64, reason="one CPU")
+def test_a_caller_pinned_to_one_cpu_still_spreads_its_helpers() -> None:
+    """A device worker pinned to its core (``Client`` with two CPU devices) splits a kernel: its
+    helpers take the process's CPUs, not the caller's one-CPU mask (they would share its core)."""
+    loaded, run = _placement_probe()
+    allowed = sum(1 << c for c in os.sched_getaffinity(0) if c < 64)
+    home = min(os.sched_getaffinity(0))
+    records: list[tuple[int, ...]] = []
+
+    def pinned_caller() -> None:
+        os.sched_setaffinity(0, {home})  # this thread only
+        for _ in range(10):
+            rec = (ctypes.c_int64 * 5)()
+            time.sleep(0.002)
+            run(ctypes.addressof(rec), 2)
+            records.append(tuple(rec))
+
+    worker = threading.Thread(target=pinned_caller)
+    worker.start()
+    worker.join()
+    assert len(records) == 10
+    apart = 0
+    for caller_cpu, caller_mask, helper_cpu, helper_mask, _ in records:
+        assert caller_cpu == home and caller_mask == 1 << home
+        # the process's CPUs, or (read before the caller widened it) those minus the caller's
+        assert helper_mask in (allowed, allowed & ~(1 << home))
+        apart += helper_cpu != home
+    assert apart >= 8, records
     del loaded
 
 

@@ -43,6 +43,7 @@ from ._target import I32, I64, PTR, for_range, i64, new_function
 __all__ = [
     "MAX_THREADS",
     "available_cores",
+    "process_cpus",
     "THREADS_SYMBOL",
     "emit_parallel_for",
     "intra_op_threads",
@@ -56,12 +57,18 @@ MAX_THREADS = 8
 THREADS_SYMBOL = "asyncjit_intra_op_threads"
 
 
+def process_cpus() -> set[int]:
+    """The CPUs this process may run on: its affinity (the main thread's), not the calling
+    thread's, which a pinned device worker narrows to one."""
+    try:
+        return set(os.sched_getaffinity(os.getpid()))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return set(range(os.cpu_count() or 1))
+
+
 def available_cores() -> int:
     """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, len(process_cpus()))
 
 
 _lock = threading.Lock()
@@ -200,15 +207,16 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
 
 def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value) -> ir.Value:
     """Initialise the thread attributes ``attr`` for the helpers: when the process may run on a CPU
-    other than the one this thread is on now, their affinity is the process's minus that CPU.
+    other than the one this thread is on now, their affinity is the process's minus that CPU (the
+    process's, not this thread's: a device worker may be pinned to one CPU).
     Fills ``mask`` with the process's CPUs (what a created helper is widened back to); returns
     whether the attributes restrict the helpers (an ``i1``)."""
     module = b.module
     b.call(_decl(module, "pthread_attr_init", I32, [PTR]), [attr])
-    got = b.call(
-        _decl(module, "sched_getaffinity", I32, [I32, I64, PTR]),
-        [ir.Constant(I32, 0), i64(8 * _MASK_WORDS), mask],
-    )
+    # the process's CPUs (pid = the main thread), not this thread's: a pinned device worker's
+    # mask is its one CPU, which would leave its helpers nowhere else to go
+    pid = b.call(_decl(module, "getpid", I32, []), [])
+    got = b.call(_decl(module, "sched_getaffinity", I32, [I32, I64, PTR]), [pid, i64(8 * _MASK_WORDS), mask])
     cpu = b.sext(b.call(_decl(module, "sched_getcpu", I32, []), []), I64)
     known = b.and_(
         b.icmp_signed("==", got, ir.Constant(I32, 0)), b.icmp_unsigned("<", cpu, i64(64 * _MASK_WORDS))
