@@ -33,7 +33,8 @@ from llvmlite import ir
 
 from asyncjit.codegen._conv import conv1d_output_length, conv1d_scratch_bytes, emit_conv1d
 from asyncjit.codegen._mathfn import emit_unary
-from asyncjit.codegen._matmul import emit_matmul, matmul_scratch_bytes, matmul_tiling
+from asyncjit.codegen._matmul import emit_matmul, matmul_scratch_bytes
+from asyncjit.codegen._matmul_tile import matmul_tiling
 from asyncjit.codegen._target import (
     F32,
     I64,

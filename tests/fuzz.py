@@ -34,7 +34,8 @@ def dtype_sets() -> list[tuple[Any, ...]]:
     """The dtypes one graph may use: the core set (twice as likely), with float64, and the core
     floats with one of the wider ints (one int dtype per graph keeps promotion a total order)."""
     import numpy as np
-    from strategies import ALL_DTYPES, WIDE_INT_DTYPES
+    from strategies_kinds import ALL_DTYPES
+    from strategies_nn import WIDE_INT_DTYPES
 
     f32, f16, f64, b = (np.dtype(d) for d in (np.float32, np.float16, np.float64, np.bool_))
     return [ALL_DTYPES, ALL_DTYPES, (*ALL_DTYPES, f64), *((f32, f16, d, b) for d in WIDE_INT_DTYPES)]
@@ -45,7 +46,9 @@ def draw_case(seed: int, index: int) -> Any:
     from hypothesis import strategies as st
     from hypothesis.control import BuildContext
     from hypothesis.internal.conjecture.data import ConjectureData
-    from strategies import ALL_KINDS, VALUE_PROFILES, graph_cases
+    from strategies import graph_cases
+    from strategies_case import VALUE_PROFILES
+    from strategies_kinds import ALL_KINDS
 
     data = ConjectureData(random=Random(f"{seed}:{index}"))
     with BuildContext(data, wrapped_test=lambda: None):
@@ -65,7 +68,8 @@ def draw_dynamic_case(data: Any, index: int) -> Any:
     """``--dynamic``: even graphs use data-dependent sizes (masks, computed slice stops), odd ones
     every op kind with their vars declared unbounded."""
     from hypothesis import strategies as st
-    from strategies import DYNAMIC_KINDS, VALUE_PROFILES, graph_cases, unbounded_case
+    from strategies import DYNAMIC_KINDS, graph_cases, unbounded_case
+    from strategies_case import VALUE_PROFILES
 
     dtypes = data.draw(st.sampled_from(dtype_sets()))
     if index % 2 == 0:

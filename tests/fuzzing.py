@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 import numpy as np
-from strategies import GraphCase
+from strategies_case import GraphCase
 
 from asyncjit import Tensor, Var, jit, reference
 from asyncjit.compiler import compile as aj_compile

@@ -26,7 +26,8 @@ from fuzzing import check_case, compare, perturbed_runs, tolerance_ulps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import BINARY_NAMES
-from strategies import VALUE_PROFILES, GraphCase, graph_cases
+from strategies import graph_cases
+from strategies_case import VALUE_PROFILES, GraphCase
 
 from asyncjit import Tensor, reference
 from asyncjit import dtypes as dt

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fuzzing import check_case
 from hypothesis import HealthCheck, given, settings
-from strategies import DYNAMIC_KINDS, VALUE_PROFILES, GraphCase, graph_cases, unbounded_case
+from strategies import DYNAMIC_KINDS, graph_cases, unbounded_case
+from strategies_case import VALUE_PROFILES, GraphCase
 
 
 def _check(case: GraphCase, paths: tuple[str, ...]) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import ALL_KINDS, GraphCase, assert_outputs_match, bindings_for, graph_cases
+from strategies import assert_outputs_match, bindings_for, graph_cases
+from strategies_case import GraphCase
+from strategies_kinds import ALL_KINDS
 
 from asyncjit import reference
 from asyncjit.symbolic import evaluate

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import NN_KINDS, WIDE_INT_DTYPES, GraphCase, assert_outputs_match, graph_cases
+from strategies import assert_outputs_match, graph_cases
+from strategies_case import GraphCase
+from strategies_nn import NN_KINDS, WIDE_INT_DTYPES
 
 from asyncjit import Tensor, Var, reference
 from asyncjit.compiler import compile

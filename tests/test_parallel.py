@@ -15,8 +15,9 @@ import pytest
 
 from asyncjit import Tensor
 from asyncjit.codegen import _parallel
-from asyncjit.codegen._matmul import PARALLEL_MIN_MACS, _region_bytes, matmul_scratch_bytes, matmul_tiling
+from asyncjit.codegen._matmul import PARALLEL_MIN_MACS, _region_bytes, matmul_scratch_bytes
 from asyncjit.codegen._matmul_split import ROW_SPLIT_RATIO
+from asyncjit.codegen._matmul_tile import matmul_tiling
 from asyncjit.compiler import compile
 from asyncjit.runtime import Client
 
@@ -87,8 +88,11 @@ def test_a_part_that_runs_alone_computes_every_chunk(which: int) -> None:
     part does."""
     from llvmlite import ir
 
-    from asyncjit.codegen._matmul import _direct, _dot, _packed, _Vec
+    from asyncjit.codegen._matmul import _direct
+    from asyncjit.codegen._matmul_dot import _dot
+    from asyncjit.codegen._matmul_packed import _packed
     from asyncjit.codegen._matmul_split import PART_FIELDS, split_part
+    from asyncjit.codegen._matmul_tile import _Vec
     from asyncjit.codegen._target import I64, PTR, compile_to_object, load_object, new_function
 
     t = matmul_tiling()

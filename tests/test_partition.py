@@ -17,7 +17,8 @@ from fuzzing import compare, perturbed_runs, tolerance_ulps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llvmlite import ir
-from strategies import GraphCase, assert_outputs_match, graph_cases
+from strategies import assert_outputs_match, graph_cases
+from strategies_case import GraphCase
 
 from asyncjit import Tensor, Var, reference
 from asyncjit.compiler import (

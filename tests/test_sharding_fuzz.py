@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from strategies import GraphCase, assert_outputs_match, graph_cases
+from strategies import assert_outputs_match, graph_cases
+from strategies_case import GraphCase
 
 from asyncjit import Client, Sharding, Tensor, jit
 from asyncjit.errors import JitError

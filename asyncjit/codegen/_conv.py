@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ._matmul import emit_matmul, matmul_scratch_bytes, matmul_tiling
+from ._matmul import emit_matmul, matmul_scratch_bytes
+from ._matmul_tile import matmul_tiling
 from ._target import F32, I1, I32, I64, PTR, for_range, i64, new_function, smax, smin, vector_width
 
 __all__ = ["conv1d_output_length", "conv1d_scratch_bytes", "emit_conv1d", "takes_kn_weight"]

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ._matmul import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
+from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
 from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
 
 __all__ = [

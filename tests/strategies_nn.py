@@ -1,0 +1,285 @@
+"""The neural-network op kinds of ``strategies.graph_cases`` and the wider int dtypes.
+
+Conv, pool, cumsum, argmax/argmin, topk and take_along_axis, each with an independent loop
+oracle written here, kept apart from the core kinds of ``strategies_kinds``; ``strategies``
+merges ``NN_KIND_BUILDERS`` into ``KIND_BUILDERS``. Importing this module also adds the
+``WIDE_INT_DTYPES`` to the oracle's ``NP_TYPES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from oracle import (
+    NP_TYPES,
+    oracle_cast,
+    round_to,
+)
+from strategies_case import DimChoice, _Builder
+from strategies_kinds import _upper
+
+from asyncjit import Tensor
+from asyncjit.symbolic import Dim
+
+__all__ = ["NN_KINDS", "NN_KIND_BUILDERS", "WIDE_INT_DTYPES"]
+
+
+def oracle_conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    groups: int,
+    dilations: tuple[int, int] = (1, 1),
+) -> np.ndarray:
+    """Direct loops over every output element (ONNX Conv; pads in ONNX order)."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    dh, dw = dilations
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]))
+    xp[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + wd] = x
+    oh = (xp.shape[2] - dh * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dw * (kw - 1) - 1) // strides[1] + 1
+    out = np.zeros((n, o, max(oh, 0), max(ow, 0)))
+    og = o // groups
+    for oc in range(o):
+        g = oc // og
+        for i in range(max(oh, 0)):
+            for j in range(max(ow, 0)):
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    i * strides[0] : i * strides[0] + dh * (kh - 1) + 1 : dh,
+                    j * strides[1] : j * strides[1] + dw * (kw - 1) + 1 : dw,
+                ]
+                out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
+    return round_to(out, x.dtype)
+
+
+def oracle_pool1d(
+    x: np.ndarray, mode: str, k: int, s: int, pad: tuple[int, int], ceil: bool, include: bool
+) -> np.ndarray:
+    """ONNX MaxPool/AveragePool on x[N, C, L], one window at a time."""
+    length = x.shape[2]
+    span = length + pad[0] + pad[1] - k
+    out_len = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out_len - 1) * s >= length + pad[0]:
+        out_len -= 1
+    out = np.zeros((*x.shape[:2], max(out_len, 0)), np.float64 if x.dtype.kind == "f" else x.dtype)
+    for o in range(max(out_len, 0)):
+        taps = [o * s + t - pad[0] for t in range(k)]
+        inside = [p for p in taps if 0 <= p < length]
+        if mode == "max":
+            ident = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+            out[:, :, o] = x[:, :, inside].max(axis=2, initial=ident) if inside else ident
+        else:
+            count = sum(1 for p in taps if p < length + pad[1]) if include else len(inside)
+            total = x[:, :, inside].astype(np.float64).sum(axis=2)
+            out[:, :, o] = total / count if count else 0.0
+    return round_to(out, x.dtype)
+
+
+def oracle_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    v = np.flip(x, axis) if reverse else x
+    work = np.float32 if x.dtype.kind == "f" else x.dtype
+    out = np.zeros(v.shape, work)
+    acc = np.zeros(np.delete(np.array(v.shape), axis), work)
+    with np.errstate(all="ignore"):
+        for i in range(v.shape[axis]):
+            cur = np.take(v, i, axis=axis).astype(work)
+            if exclusive:
+                np.moveaxis(out, axis, 0)[i] = acc
+                acc = (acc + cur).astype(work)
+            else:
+                acc = (acc + cur).astype(work)
+                np.moveaxis(out, axis, 0)[i] = acc
+    out = np.flip(out, axis) if reverse else out
+    return out.astype(x.dtype)
+
+
+def oracle_argext(x: np.ndarray, op: str, axis: int, last: bool) -> np.ndarray:
+    """First (or last) index of the extreme along ``axis``; NaN is the extreme."""
+    moved = np.moveaxis(x, axis, -1)
+    out = np.zeros(moved.shape[:-1], np.int64)
+    for pos in np.ndindex(*moved.shape[:-1]):
+        row = [float(v) if x.dtype.kind == "f" else int(v) for v in moved[pos]]
+        nan = [k for k, v in enumerate(row) if v != v]
+        if nan:
+            out[pos] = nan[-1] if last else nan[0]
+            continue
+        best = max(row) if op == "max" else min(row)
+        hits = [k for k, v in enumerate(row) if v == best]
+        out[pos] = hits[-1] if last else hits[0]
+    return np.expand_dims(out, axis)
+
+
+def oracle_topk(x: np.ndarray, k: int, axis: int, largest: bool) -> np.ndarray:
+    """Indices of the k best along ``axis`` by a stable sort (ties: lower index first)."""
+    moved = np.moveaxis(x, axis, -1)
+    out = np.zeros((*moved.shape[:-1], k), np.int64)
+    for pos in np.ndindex(*moved.shape[:-1]):
+        row = list(moved[pos])
+
+        def key(i: int, row: list[Any] = row) -> tuple[int, Any]:
+            v = row[i]
+            nan = v != v
+            if largest:
+                return (0 if nan else 1, 0 if nan else -v if x.dtype.kind == "f" else -int(v))
+            return (1 if nan else 0, 0 if nan else v if x.dtype.kind == "f" else int(v))
+
+        out[pos] = sorted(range(len(row)), key=key)[:k]
+    return np.moveaxis(out, -1, axis)
+
+
+def _long_enough(b: _Builder, extra: int) -> DimChoice:
+    """A length of at least ``extra + 1``: a drawn var plus ``extra``, or a static one."""
+    if b.variables:
+        v = b.draw(st.sampled_from(b.variables))
+        return DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    n = b.draw(st.integers(1, 5)) + extra
+    return DimChoice(n, lambda _b, n=n: n)
+
+
+def _k_conv2d(b: _Builder) -> None:
+    # One group of up to 6 channels and up to 8 outputs per group: stride-1 layers with 16+
+    # products per output take the padded-input kernel (``codegen._convtaps``), with row tiles
+    # of 4/2/1 output channels beside the full ones; symbolic widths move its padded frame.
+    kh, kw = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
+    strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
+    dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
+    groups = b.draw(st.sampled_from([1, 2]))
+    cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
+    pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
+    extra_h = max(dilations[0] * (kh - 1) - pads[0] - pads[2], 0)
+    extra_w = max(dilations[1] * (kw - 1) - pads[1] - pads[3], 0)
+    height = _long_enough(b, extra_h)
+    width = _long_enough(b, extra_w + 2)
+    n = b.draw_dim(nonzero=True)
+    chans = DimChoice(cg * groups, lambda _b, c=cg * groups: c)
+    xi = b.placeholder([n, chans, height, width], b.draw_dtype("f"))
+    rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
+    w = (rng.integers(-8, 9, size=(og * groups, cg, kh, kw)) / 4).astype(np.float32)
+    x = b.tensors[xi]
+    wt = Tensor.const(w).cast(x.dtype)
+    out = x.conv(wt, strides=strides, pads=pads, dilations=dilations, groups=groups)
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
+        w64 = oracle_cast(w, a[0].dtype).astype(np.float64)
+        return oracle_conv2d(a[0], w64, strides, pads, groups, dilations)
+
+    b.add(out, f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}]", (xi,), oracle)
+
+
+def _k_pool(b: _Builder) -> None:
+    mode = b.draw(st.sampled_from(["max", "avg"]))
+    # windows past the codegen's unroll limit (8 taps) loop over their taps at run time
+    k, s = b.draw(st.one_of(st.integers(1, 3), st.integers(9, 12))), b.draw(st.integers(1, 3))
+    pad = (b.draw(st.integers(0, 2)), b.draw(st.integers(0, 2)))
+    ceil, include = b.draw(st.booleans()), b.draw(st.booleans())
+    extra = max(k - 1 - pad[0] - pad[1], 0)
+    length = _long_enough(b, extra)
+    xi = b.placeholder(
+        [b.draw_dim(nonzero=True), b.draw_dim(), length], b.draw_dtype("f" if mode == "avg" else "fi")
+    )
+    x = b.tensors[xi]
+    out = (
+        x.max_pool(k, s, pad, ceil_mode=ceil)
+        if mode == "max"
+        else x.avg_pool(k, s, pad, ceil_mode=ceil, count_include_pad=include)
+    )
+    b.add(
+        out,
+        f"{mode}_pool[k{k},s{s},p{pad},{'ceil' if ceil else 'floor'}{',incl' if include else ''}]",
+        (xi,),
+        lambda a, _b, m=mode, k=k, s=s, p=pad, c=ceil, i=include: oracle_pool1d(a[0], m, k, s, p, c, i),
+    )
+
+
+def _k_cumsum(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None:
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    ex, rev = b.draw(st.booleans()), b.draw(st.booleans())
+    b.add(x.cumsum(ax, ex, rev), f"cumsum{ax}{'x' if ex else ''}{'r' if rev else ''}", (i,),
+          lambda a, _b, ax=ax, ex=ex, rev=rev: oracle_cumsum(a[0], ax, ex, rev))  # fmt: skip
+
+
+def _k_argext(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None or not b.is_drawn(i):
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    if _lower(x.shape[ax]) < 1:
+        return
+    op, last = b.draw(st.sampled_from(["max", "min"])), b.draw(st.booleans())
+    out = (x.argmax if op == "max" else x.argmin)(ax, keepdims=True, last=last)
+    b.add(
+        out,
+        f"arg{op}{ax}{'L' if last else ''}",
+        (i,),
+        lambda a, _b, o=op, ax=ax, la=last: oracle_argext(a[0], o, ax, la),
+    )
+
+
+def _k_topk(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1 and not t.dtype.is_bool)
+    if i is None:
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    k = b.draw(st.integers(0, max(_lower(x.shape[ax]), 0)))
+    largest = b.draw(st.booleans())
+    vals, idx = x.topk(k, ax, largest)
+    j = b.add(idx, f"topk{ax}[{k}{'' if largest else ',min'}]", (i,),
+              lambda a, _b, k=k, ax=ax, la=largest: oracle_topk(a[0], k, ax, la))  # fmt: skip
+    b.add(vals, "topk_values", (i, j), lambda a, _b, ax=ax: np.take_along_axis(a[0], a[1], axis=ax))
+
+
+def _k_take_along_axis(b: _Builder) -> None:
+    i = b.pick(lambda t: t.ndim >= 1)
+    if i is None or not b.is_drawn(i):
+        return
+    x = b.tensors[i]
+    ax = b.draw(st.integers(0, x.ndim - 1))
+    if _lower(x.shape[ax]) < 1:
+        return
+    shape = b.shape_choices(i)
+    m = b.draw(st.integers(0, 4))
+    shape[ax] = DimChoice(m, lambda _b, m=m: m)
+    hi = _upper(x.shape[ax])
+    j = b.placeholder(
+        shape, b.draw(st.sampled_from([np.dtype(np.int32), np.dtype(np.int64)])), low=-2, high=hi + 1
+    )
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int], ax: int = ax) -> np.ndarray:
+        return np.take_along_axis(a[0], np.clip(a[1].astype(np.int64), 0, a[0].shape[ax] - 1), axis=ax)
+
+    b.add(x.take_along_axis(b.tensors[j], ax), f"take_along{ax}", (i, j), oracle)
+
+
+def _lower(d: Dim) -> int:
+    from asyncjit.symbolic import bounds
+
+    return bounds(d)[0]
+
+
+NN_KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
+    "conv2d": _k_conv2d,
+    "pool": _k_pool,
+    "cumsum": _k_cumsum,
+    "argext": _k_argext,
+    "topk": _k_topk,
+    "take_along_axis": _k_take_along_axis,
+}
+NN_KINDS = tuple(NN_KIND_BUILDERS)
+# The wider ints, each drawn on its own (with bool) by ``graph_cases(dtypes=...)``; index
+# placeholders (int32/int64) still meet them, which the oracle's ``promote`` handles.
+WIDE_INT_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
+for _d in WIDE_INT_DTYPES:
+    NP_TYPES.setdefault(_d.name, _d.type)
