@@ -18,6 +18,9 @@ and on trio: ``max(1000, 5 x peer)`` connections stream in real time for ``--sec
 refused, answered, lag p50/p99/max, server RSS over the run, CPU of server and load generator;
 then the same connections as fast as possible, chunks/s. (3) in-process ``vad_mux`` with as many
 streams, chunks/s, for the ratio (goal >= 0.6x).
+
+``--workers N`` runs ``asyncjit serve --workers N`` (N processes sharing the port, each with its
+own loop and mux; server CPU and RSS are then the supervisor's and its workers' together).
 """
 
 from __future__ import annotations
@@ -198,18 +201,45 @@ class LoadGen:
         return result
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a server's ``--workers``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid`` and its descendants."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    """Resident MB of ``pid`` and its descendants."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
 
 
 # -- the peer: a Wyoming VAD service as they are usually written -----------------------------------
@@ -347,11 +377,13 @@ def loadgen(
     return result
 
 
-def start_server(backend: str, max_streams: int) -> tuple[subprocess.Popen[str], int, int]:
+def start_server(backend: str, max_streams: int, workers: int = 1) -> tuple[subprocess.Popen[str], int, int]:
     proc = _python(
         "-m",
         "asyncjit.cli",
         "serve",
+        "--workers",
+        str(workers),
         "--backend",
         backend,
         "--wyoming",
@@ -442,6 +474,9 @@ def main() -> None:
         "--connections", type=int, default=0, help="asyncjit's connections (default max(1000, 5x peer))"
     )
     parser.add_argument("--backends", default="asyncio,trio")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="asyncjit serve --workers (max-streams is per worker)"
+    )
     parser.add_argument("--window", type=int, default=4, help="frames in flight per connection, fast phases")
     parser.add_argument("--peer-connections", type=int, default=0, help="skip the peer's capacity search")
     parser.add_argument("--loadgen", nargs=5, help=argparse.SUPPRESS)
@@ -488,15 +523,15 @@ def main() -> None:
     n = args.connections or max(1000, 5 * peer_rt)
     fast_figures: dict[str, float] = {}
     for backend in args.backends.split(","):
-        server, port, metrics_port = start_server(backend, n + 64)
+        server, port, metrics_port = start_server(backend, n + 64, args.workers)
         try:
             rt = loadgen(port, n, args.seconds, False, args.window, server.pid)
-            show(f"asyncjit serve ({backend}), real time", rt)
+            show(f"asyncjit serve ({backend}, {args.workers} worker(s)), real time", rt)
             kept = real_time_kept(rt)
             print(f"  {n} connections kept in real time: {'yes' if kept else 'NO'}", flush=True)
             print(f"  drained in {wait_drained(metrics_port):.1f} s", flush=True)
             fast = loadgen(port, n, args.fast_seconds, True, args.window, server.pid)
-            show(f"asyncjit serve ({backend}), as fast as possible", fast)
+            show(f"asyncjit serve ({backend}, {args.workers} worker(s)), as fast as possible", fast)
             fast_figures[backend] = fast["chunks_per_s"]
         finally:
             print(f"  SIGTERM: {stop_server(server)}", flush=True)

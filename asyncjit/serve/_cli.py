@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["add_commands"]
@@ -15,6 +16,7 @@ examples:
   asyncjit serve                                   # Wyoming on tcp://127.0.0.1:10400
   asyncjit serve --wyoming tcp://0.0.0.0:10400 --websocket ws://0.0.0.0:8765 --metrics :9100
   asyncjit serve --backend trio --max-streams 2048 --idle-timeout 60
+  asyncjit serve --workers 2 --metrics :9100       # two processes, one loop each, same ports
 
 Wyoming clients (Home Assistant) get voice-started/voice-stopped; WebSocket clients send binary
 PCM and get JSON events; http://HOST:PORT/ on the WebSocket port is a microphone page;
@@ -74,6 +76,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
     p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")
     p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the ports (Linux; each has its own loop, model and "
+        "--max-streams; default 1)",
+    )
+    p.add_argument(
         "--log-level",
         choices=("debug", "info", "warning"),
         default=None,
@@ -86,52 +95,77 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from ..errors import JitError
-    from ._model import load_model
-    from ._server import ServeConfig, VadServer
+    from ._workers import check_workers, serve_workers
 
     if args.log_level is not None:  # a server logs its connections at info level unless told otherwise
         logging.getLogger("asyncjit").setLevel(getattr(logging, args.log_level.upper()))
     elif not args.verbose:
         logging.getLogger("asyncjit").setLevel(logging.INFO)
+    problem = check_workers(args.workers)
+    if problem is None and not (args.wyoming or args.websocket):
+        problem = "no listener; give --wyoming and/or --websocket"
+    if problem is None:
+        try:
+            _config(args)  # every flag checked before a model loads or a worker starts
+        except ValueError as exc:
+            problem = str(exc)
+    if problem is not None:
+        print(f"asyncjit serve: error: {problem}", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        return serve_workers(args, build_server)
     try:
-        model = load_model(
-            args.model,
-            sample_rate=args.sample_rate,
-            model_path=args.model_path,
-            state=args.state,
-            context=args.context,
-            dims=dict(_assignment(d, "--dim", _dim) for d in args.dim),
-            values=dict(_assignment(v, "--value", _number) for v in args.value),
-            batch_dim=args.batch_dim,
-            max_streams=args.max_streams,
-            max_batch_size=args.max_batch_size,
-        )
+        server = build_server(args)
     except ValueError as exc:
         if isinstance(exc, JitError):
             raise
         print(f"asyncjit serve: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        config = ServeConfig(
-            wyoming=args.wyoming or None,
-            websocket=args.websocket or None,
-            metrics=args.metrics or None,
-            max_streams=args.max_streams,
-            idle_timeout=args.idle_timeout,
-            write_timeout=args.write_timeout,
-            grace=args.grace,
-            max_batch_size=args.max_batch_size,
-            max_queue_delay=args.max_queue_delay,
-        )
-    except ValueError as exc:
-        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
-        return 2
-    if not (config.wyoming or config.websocket):
-        print("asyncjit serve: error: no listener; give --wyoming and/or --websocket", file=sys.stderr)
-        return 2
-    server = VadServer(model, config)
     anyio.run(run_until_signal, server, backend=args.backend)
     return 0
+
+
+def _config(args: argparse.Namespace, **overrides: Any) -> Any:
+    """The ``ServeConfig`` of the flags, with ``overrides`` (a worker's shared addresses)."""
+    from ._server import ServeConfig
+
+    fields: dict[str, Any] = {
+        "wyoming": args.wyoming or None,
+        "websocket": args.websocket or None,
+        "metrics": args.metrics or None,
+        "max_streams": args.max_streams,
+        "idle_timeout": args.idle_timeout,
+        "write_timeout": args.write_timeout,
+        "grace": args.grace,
+        "max_batch_size": args.max_batch_size,
+        "max_queue_delay": args.max_queue_delay,
+    }
+    fields.update(overrides)
+    return ServeConfig(**fields)
+
+
+def build_server(args: argparse.Namespace, **overrides: Any) -> Any:
+    """Load the model and make the ``VadServer`` the flags describe.
+
+    Raises:
+        ValueError: a flag or the model is wrong (a ``JitError`` from compiling it is not caught).
+    """
+    from ._model import load_model
+    from ._server import VadServer
+
+    model = load_model(
+        args.model,
+        sample_rate=args.sample_rate,
+        model_path=args.model_path,
+        state=args.state,
+        context=args.context,
+        dims=dict(_assignment(d, "--dim", _dim) for d in args.dim),
+        values=dict(_assignment(v, "--value", _number) for v in args.value),
+        batch_dim=args.batch_dim,
+        max_streams=args.max_streams,
+        max_batch_size=args.max_batch_size,
+    )
+    return VadServer(model, _config(args, **overrides))
 
 
 def _assignment(text: str, flag: str, parse: Any) -> tuple[str, Any]:
@@ -153,18 +187,19 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
-async def run_until_signal(server: Any) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully; prints the bound addresses."""
+async def run_until_signal(server: Any, ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully; prints the bound addresses
+    (or hands them to ``ready``: a worker tells its supervisor)."""
     import anyio
 
     async with anyio.create_task_group() as tg:
 
         async def watch_signals() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
+                async for signum in signals:  # a repeat (Ctrl-C reaches a worker and its
+                    # supervisor, which passes it on) is logged, not fatal
                     server.log.info("serve.signal", signal=signal.Signals(signum).name)
                     server.shutdown()
-                    return
 
         async def serve(*, task_status: Any) -> None:
             await server.serve(task_status=task_status)
@@ -172,6 +207,9 @@ async def run_until_signal(server: Any) -> None:
 
         tg.start_soon(watch_signals)
         addresses = await tg.start(serve)
+        if ready is not None:
+            ready(addresses)
+            return
         scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
         shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in addresses.items())
         print(f"asyncjit serve: {server.model.name} listening {shown}", flush=True)

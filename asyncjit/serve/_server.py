@@ -70,6 +70,8 @@ class ServeConfig:
     grace: float = 2.0
     max_batch_size: int | None = None
     max_queue_delay: float = 0.002
+    reuse_port: bool = False
+    """Bind the Wyoming and WebSocket addresses with ``SO_REUSEPORT`` (workers sharing them)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_streams < 1:
@@ -145,7 +147,8 @@ class VadServer:
             if text is None:
                 continue
             host, port = parse_address(text, scheme)
-            listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+            shared = cfg.reuse_port and kind != "metrics"
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=shared)
             bound = listener.extra(anyio.abc.SocketAttribute.local_address)
             self.addresses[kind] = (str(bound[0]), int(bound[1]))
             listeners.append((listener, cls))
