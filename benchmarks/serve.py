@@ -473,6 +473,13 @@ def main() -> None:
     parser.add_argument(
         "--connections", type=int, default=0, help="asyncjit's connections (default max(1000, 5x peer))"
     )
+    parser.add_argument(
+        "--peer-multiple",
+        type=float,
+        default=0.0,
+        help="asyncjit's connections = this many times the peer's real-time connections, as "
+        "measured in this run (instead of --connections)",
+    )
     parser.add_argument("--backends", default="asyncio,trio")
     parser.add_argument(
         "--workers", type=int, default=1, help="asyncjit serve --workers (max-streams is per worker)"
@@ -521,6 +528,8 @@ def main() -> None:
         os.unlink(port_file)
     # 2. asyncjit serve
     n = args.connections or max(1000, 5 * peer_rt)
+    if args.peer_multiple:
+        n = int(-(-args.peer_multiple * peer_rt // 1))
     fast_figures: dict[str, float] = {}
     for backend in args.backends.split(","):
         server, port, metrics_port = start_server(backend, n + 64, args.workers)
