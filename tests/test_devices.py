@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -107,27 +106,3 @@ def test_host_executable_serializes_by_reference() -> None:
     again = HostExecutable.deserialize(plan.serialize())
     assert again.name == "double" and again.fn is double and again.signature.inputs == plan.signature.inputs
     assert "double" in repr(again)
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU")
-def test_cpu_devices_get_a_core_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two CPU devices woken together by one caller would start on its core; each worker is
-    kept on its own CPU instead (round robin over the process's), unless asked not to."""
-    cpus = sorted(os.sched_getaffinity(0))
-    with Client("cpu:3,reference:1") as client:
-        cpu_devs = [d for d in client.devices() if d.kind == "cpu"]
-        assert [d.home_cpu for d in cpu_devs] == [cpus[i % len(cpus)] for i in range(3)]
-        for d in cpu_devs:
-            assert os.sched_getaffinity(d._thread.native_id) == {d.home_cpu}
-        ref = client.devices()[3]
-        assert ref.home_cpu is None and os.sched_getaffinity(ref._thread.native_id) == set(cpus)
-        x = np.arange(8, dtype=np.float32)
-        assert np.array_equal(np.asarray(client.device_put(x, cpu_devs[1])), x)
-    assert os.sched_getaffinity(0) == set(cpus)  # the caller's own mask is untouched
-    with Client("cpu:2", pin_devices=False) as client:
-        assert all(d.home_cpu is None for d in client.devices())
-    monkeypatch.setenv("ASYNCJIT_PIN_DEVICES", "0")
-    with Client("cpu:2") as client:
-        assert all(d.home_cpu is None for d in client.devices())
-    with Client("cpu") as client:  # one device: nothing to keep apart
-        assert client.devices()[0].home_cpu is None

@@ -206,7 +206,7 @@ def test_helpers_start_off_the_callers_cpu_then_may_run_anywhere() -> None:
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or min(os.sched_getaffinity(0)) >= 64, reason="one CPU")
 def test_a_caller_pinned_to_one_cpu_still_spreads_its_helpers() -> None:
-    """A device worker pinned to its core (``Client`` with two CPU devices) splits a kernel: its
+    """A thread pinned to one CPU (its program's choice) splits a kernel: its
     helpers take the process's CPUs, not the caller's one-CPU mask (they would share its core)."""
     loaded, run = _placement_probe()
     allowed = sum(1 << c for c in os.sched_getaffinity(0) if c < 64)

@@ -59,7 +59,7 @@ THREADS_SYMBOL = "asyncjit_intra_op_threads"
 
 def process_cpus() -> set[int]:
     """The CPUs this process may run on: its affinity (the main thread's), not the calling
-    thread's, which a pinned device worker narrows to one."""
+    thread's, which a thread pinned to one CPU (by its program, or ``taskset``) narrows to it."""
     try:
         return set(os.sched_getaffinity(os.getpid()))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
@@ -208,12 +208,12 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
 def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value) -> ir.Value:
     """Initialise the thread attributes ``attr`` for the helpers: when the process may run on a CPU
     other than the one this thread is on now, their affinity is the process's minus that CPU (the
-    process's, not this thread's: a device worker may be pinned to one CPU).
+    process's, not this thread's: the caller may be pinned to one CPU).
     Fills ``mask`` with the process's CPUs (what a created helper is widened back to); returns
     whether the attributes restrict the helpers (an ``i1``)."""
     module = b.module
     b.call(_decl(module, "pthread_attr_init", I32, [PTR]), [attr])
-    # the process's CPUs (pid = the main thread), not this thread's: a pinned device worker's
+    # the process's CPUs (pid = the main thread), not this thread's: a pinned caller's
     # mask is its one CPU, which would leave its helpers nowhere else to go
     pid = b.call(_decl(module, "getpid", I32, []), [])
     got = b.call(_decl(module, "sched_getaffinity", I32, [I32, I64, PTR]), [pid, i64(8 * _MASK_WORDS), mask])

@@ -98,10 +98,6 @@ class Client:
         intra_op_threads: threads a big kernel (a matmul of >= 2^26 multiply-adds) splits over,
             spawned and joined by the plan itself; process-wide, like OpenBLAS's setting
             (``codegen._parallel``). None: the cores over this client's CPU devices.
-        pin_devices: with two or more CPU devices, keep each one's worker thread on a core of
-            its own (device ``i`` on the process's ``i``-th allowed CPU, round robin), so that
-            devices woken together compute side by side (see ``pin_cpu_devices``). None: yes
-            unless ``$ASYNCJIT_PIN_DEVICES`` is ``0``.
     """
 
     def __init__(
@@ -111,7 +107,6 @@ class Client:
         max_in_flight: int = 32,
         inline: InlinePolicy = "auto",
         intra_op_threads: int | None = None,
-        pin_devices: bool | None = None,
     ) -> None:
         kinds = [(get_device_kind(name), n) for name, n in parse_devices(devices)]
         if intra_op_threads is not None and (
@@ -138,10 +133,6 @@ class Client:
             intra_op_threads = max(1, _parallel.available_cores() // cpu_devices)
         if intra_op_threads is not None:
             _parallel.set_intra_op_threads(intra_op_threads)
-        if pin_devices is None:
-            pin_devices = os.environ.get("ASYNCJIT_PIN_DEVICES", "1") != "0"
-        if pin_devices:
-            pin_cpu_devices([d for d in self._devices if d.kind == "cpu"])
 
     def __repr__(self) -> str:
         devs = ", ".join(f"{d.kind}:{d.id}" for d in self._devices)
@@ -409,23 +400,6 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def pin_cpu_devices(devices: Sequence[Device]) -> None:
-    """Give each of two or more CPU devices' workers a core of its own (round robin).
-
-    Linux queues a woken thread on its waker's CPU and, where the CPUs share no cache (this 2-vCPU
-    VM), leaves it there until a periodic load balance: the two workers of a sharded call, both
-    woken by the caller, shared one core for part of the kernel. Two 9.5 ms halves run at once
-    took 13-20 ms unpinned and 10-18 ms pinned (median of 12, alternated in one process). A
-    kernel's intra-op helpers still spread over the process's CPUs (``codegen._parallel`` asks
-    the process's affinity, not the pinned thread's).
-    """
-    cpus = sorted(_parallel.process_cpus())
-    if len(devices) < 2 or len(cpus) < 2:
-        return
-    for i, dev in enumerate(devices):
-        dev._pin(cpus[i % len(cpus)])
 
 
 def _why_copied(arr: npt.NDArray[Any], semantics: HostBufferSemantics) -> str:

@@ -67,7 +67,7 @@ def _cpuinfo() -> tuple[str, tuple[str, ...]]:
 
 def _cpus() -> set[int]:
     try:
-        return set(os.sched_getaffinity(os.getpid()))  # the process's, not a pinned worker's
+        return set(os.sched_getaffinity(os.getpid()))  # the process's, not a pinned thread's
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return set(range(os.cpu_count() or 1))
 

@@ -27,7 +27,6 @@ Transfers and copies are not held back: they are small and must never block dele
 
 from __future__ import annotations
 
-import os
 import queue
 import statistics as _stats
 import threading
@@ -135,24 +134,11 @@ class Device:
         self._direct = 0  # inline executions that bypass submit(); changed under _exec_lock only
         self._direct_failed = 0
         self.hop_ns = 0.0  # calibrated below, once the worker runs
-        self.home_cpu: int | None = None  # the one CPU the worker runs on, when pinned (Client)
         self._thread = threading.Thread(target=self._work, name=f"asyncjit-{self.kind}-{id}", daemon=True)
         self._thread.start()
         self.hop_ns = self._calibrate()
         self.flops_per_ns = _host_flops_per_ns()
         _log.info("device.start", device=id, kind=self.kind, hop_us=round(self.hop_ns / 1e3, 1))
-
-    def _pin(self, cpu: int) -> bool:
-        """Keep the worker thread on ``cpu``; False (and unpinned) when the OS refuses."""
-        tid = self._thread.native_id
-        if tid is None:
-            return False
-        try:
-            os.sched_setaffinity(tid, {cpu})
-        except (AttributeError, OSError):  # not Linux, or a CPU this process may not use
-            return False
-        self.home_cpu = cpu
-        return True
 
     # -- identity and memory --------------------------------------------------------------------
     process_index = 0
