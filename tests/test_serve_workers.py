@@ -7,6 +7,7 @@ it with the ``wyoming`` package's client, as the single-process tests do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -36,14 +37,28 @@ pytestmark = [
 def _start(*args: str) -> tuple[Any, dict[str, int]]:
     """``asyncjit serve --workers 2`` on free ports; the process and its ports by listener."""
     model()  # compiled (and cached) here, so the workers start at once
-    proc = _cli("--workers", "2", "--wyoming", "tcp://127.0.0.1:0", "--metrics", "127.0.0.1:0", *args)
+    wyoming = "tcp://127.0.0.1:0"
+    if "--wyoming" in args:
+        i = args.index("--wyoming")
+        wyoming, args = args[i + 1], args[:i] + args[i + 2 :]
+    proc = _cli(
+        "--workers", "2", "--wyoming", wyoming, "--metrics", "127.0.0.1:0", *args, start_new_session=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "listening" not in line:
-        proc.kill()
+        _kill(proc)
         raise AssertionError(f"no listening line: {line!r} {proc.communicate()[1]}")
     assert "(2 workers)" in line
-    return proc, {k: int(p) for k, p in re.findall(r"(\w+)=\w+://[\d.]+:(\d+)", line)}
+    return proc, {k: int(p) for k, p in re.findall(r"(\w+)=\w+://(?:\[[^\]]+\]|[^:\s]+):(\d+)", line)}
+
+
+def _kill(proc: Any) -> None:
+    """The supervisor and its workers (a session of their own), whatever state they are in."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        proc.communicate()
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
@@ -94,9 +109,7 @@ def test_workers_share_the_port_and_each_answers_like_one_server(backend: str) -
         assert _get(ports["metrics"], "/nothing")[0] == 404
         code, err = _stop(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _kill(proc)
     assert code == 0, err
     assert "serve.worker_died" not in err
 
@@ -135,9 +148,7 @@ def test_sigterm_reaches_every_workers_connections(backend: str) -> None:
         results = asyncio.run(main())
         proc.communicate(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _kill(proc)
     assert proc.returncode == 0
     for events in results:
         assert events[-1]["type"] == "error" and events[-1]["data"]["code"] == "shutdown", events
@@ -165,9 +176,7 @@ def test_a_dead_worker_leaves_the_other_serving() -> None:
             assert_edges_match(edges_of(asyncio.run(wyoming_stream(ports["wyoming"], pcm))), want)
         code, err = _stop(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _kill(proc)
     assert code == 1
     assert "serve.worker_died" in err
 
@@ -183,3 +192,93 @@ def test_worker_flags_and_startup_failures_are_clear() -> None:
     )
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "no such file" in err, err
+
+
+def test_the_joined_exposition_is_valid_prometheus() -> None:
+    """The supervisor's /metrics parses back: one family per name, each worker's series apart
+    (its ``worker`` label), and ``asyncjit_serve_worker_up`` for both."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    proc, ports = _start()
+    try:
+        asyncio.run(wyoming_stream(ports["wyoming"], speech_pcm()[: 16000 * 2]))
+        families = list(text_string_to_metric_families(_get(ports["metrics"], "/metrics")[1].decode()))
+        names = [f.name for f in families]
+        assert len(names) == len(set(names)), names
+        by_name = {f.name: f for f in families}
+        up = {s.labels["worker"]: s.value for s in by_name["asyncjit_serve_worker_up"].samples}
+        assert up == {"0": 1.0, "1": 1.0}
+        latency = by_name["asyncjit_serve_step_latency_seconds"].samples
+        for worker in ("0", "1"):
+            inf = [s for s in latency if s.labels.get("worker") == worker and s.labels.get("le") == "+Inf"]
+            assert len(inf) == 1  # one histogram series per worker
+        assert _stop(proc)[0] == 0
+    finally:
+        _kill(proc)
+
+
+def test_websocket_and_ipv6_listeners_are_shared_too() -> None:
+    """``--websocket`` with workers: a WebSocket client gets its hello (from either worker); an
+    IPv6 Wyoming address keeps its brackets and serves."""
+    websockets = pytest.importorskip("websockets")
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    proc, ports = _start("--wyoming", "tcp://[::1]:0", "--websocket", "ws://127.0.0.1:0")
+    try:
+
+        async def hello() -> dict[str, Any]:
+            async with websockets.connect(f"ws://127.0.0.1:{ports['websocket']}") as ws:
+                return dict(json.loads(await ws.recv()))
+
+        for _ in range(4):
+            assert asyncio.run(hello())["type"] == "hello"
+
+        async def ping() -> dict[str, Any]:
+            reader, writer = await asyncio.open_connection("::1", ports["wyoming"])
+            writer.write(b'{"type": "ping", "data": {"text": "x"}}\n')
+            await writer.drain()
+            head = json.loads(await reader.readline())
+            writer.close()
+            return dict(head)
+
+        assert asyncio.run(ping())["type"] == "pong"
+        assert _stop(proc)[0] == 0
+    finally:
+        _kill(proc)
+
+
+def test_a_port_in_use_is_refused_before_anything_starts() -> None:
+    """``SO_REUSEPORT`` alone would share a port another program listens on (each would get
+    some of the connections); the supervisor refuses it: exit 2, no worker started."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        proc = _cli("--workers", "2", "--wyoming", f"tcp://127.0.0.1:{port}", start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            _kill(proc)
+    assert proc.returncode == 2 and "in use" in err, err
+
+
+def test_a_signal_while_the_workers_start_stops_them_all() -> None:
+    """SIGTERM before the workers are ready: they are stopped (none left running), exit 0."""
+    proc = _cli("--workers", "2", "--wyoming", "tcp://127.0.0.1:0", start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        children: list[str] = []
+        while len(children) < 2 and time.monotonic() < deadline:  # both forked, not yet ready
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                children = f.read().split()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        time.sleep(0.5)
+        for pid in children:
+            assert not os.path.exists(f"/proc/{pid}"), pid  # reaped: not even a zombie
+    finally:
+        _kill(proc)

@@ -95,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from ..errors import JitError
+    from ._server import parse_address
     from ._workers import check_workers, serve_workers
 
     if args.log_level is not None:  # a server logs its connections at info level unless told otherwise
@@ -106,9 +107,17 @@ def _serve(args: argparse.Namespace) -> int:
         problem = "no listener; give --wyoming and/or --websocket"
     if problem is None:
         try:
-            _config(args)  # every flag checked before a model loads or a worker starts
+            config = _config(args)  # every flag checked before a model loads or a worker starts
         except ValueError as exc:
             problem = str(exc)
+        else:
+            if args.workers > 1 and config.wyoming and config.websocket:
+                wyoming, websocket = (
+                    parse_address(config.wyoming, "tcp"),
+                    parse_address(config.websocket, "ws"),
+                )
+                if wyoming == websocket and wyoming[1] != 0:
+                    problem = f"--wyoming and --websocket are both {wyoming[0]}:{wyoming[1]}"
     if problem is not None:
         print(f"asyncjit serve: error: {problem}", file=sys.stderr)
         return 2
@@ -193,19 +202,24 @@ async def run_until_signal(server: Any, ready: Callable[[dict[str, Any]], None] 
     import anyio
 
     async with anyio.create_task_group() as tg:
+        receiving = anyio.Event()
 
         async def watch_signals() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:  # a repeat (Ctrl-C reaches a worker and its
-                    # supervisor, which passes it on) is logged, not fatal
+                receiving.set()
+                async for signum in signals:
                     server.log.info("serve.signal", signal=signal.Signals(signum).name)
                     server.shutdown()
+                    if ready is None:  # a second Ctrl-C then stops a stuck drain the hard way
+                        return
+                    # a worker: Ctrl-C reaches it and its supervisor, which passes it on
 
         async def serve(*, task_status: Any) -> None:
             await server.serve(task_status=task_status)
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch_signals)
+        await receiving.wait()  # before a worker unblocks the signals it held since its fork
         addresses = await tg.start(serve)
         if ready is not None:
             ready(addresses)

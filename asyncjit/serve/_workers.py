@@ -3,23 +3,29 @@
 One process serves with one event loop, and the Python of every read, parse and answer runs
 there: at 416 real-time connections (2 cores) one process answered 11.0-12.5k of the 13k
 chunks/s they sent (p99 lag 0.15-1.1 s) with its loop's core full, while two processes of 208
-connections each answered every chunk (p99 21-25 ms on trio, 87-129 ms on asyncio). So the
-supervisor forks the workers before any thread or model exists; each loads the model, runs its
-own ``StreamMux`` and binds the Wyoming and WebSocket addresses with ``SO_REUSEPORT``, and the
-kernel spreads new connections over them by their address hash. A connection stays with the
-worker that accepted it; ``--max-streams`` is per worker.
+connections each answered every chunk. So the supervisor forks the workers before any model or
+device thread exists; each loads the model, runs its own ``StreamMux`` and binds the Wyoming and
+WebSocket addresses with ``SO_REUSEPORT``, and the kernel spreads new connections over them by
+their address hash. A connection stays with the worker that accepted it; ``--max-streams`` is
+per worker.
 
-The ``--metrics`` port is the supervisor's: ``/metrics`` joins every worker's samples (each with
-a ``worker`` label; the workers serve theirs on private loopback ports), ``/health`` sums their
-streams. SIGTERM or SIGINT to the supervisor reaches every worker as SIGTERM; each drains as a
-single server does, and the supervisor exits 0 once all of them did. A worker that dies while
-serving is not replaced: its listening socket leaves the group, the others keep every
-connection they hold and take the new ones, and ``/health`` says ``degraded``.
+The supervisor holds the ports (bound, never listening: a port 0 becomes one fixed port, and a
+port another program listens on is refused before anything starts) and the ``--metrics`` port:
+``/metrics`` joins every worker's samples (each with a ``worker`` label; the workers serve theirs
+on private loopback ports), ``/health`` sums their streams. SIGTERM and SIGINT are held from
+before the fork until each process can act on them, so a signal at any time reaches every worker
+as SIGTERM and each drains as a single server does; the supervisor exits 0 once all of them did.
+A worker also gets SIGTERM if the supervisor dies (``PR_SET_PDEATHSIG``). A worker that dies
+while serving is not replaced: its listening socket leaves the group, the others keep their
+connections and take the new ones, ``/health`` says ``degraded``, and the supervisor exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
+import ctypes
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -35,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -47,10 +54,13 @@ __all__ = ["check_workers", "serve_workers"]
 
 READY_TIMEOUT_S = 300.0
 """Longest a worker may take to load and compile its model and bind its listeners."""
-SCRAPE_TIMEOUT_S = 5.0
-"""Longest the supervisor waits for one worker's ``/metrics`` or ``/health``."""
+SCRAPE_TIMEOUT_S = 3.0
+"""Longest the supervisor waits for its workers' ``/metrics`` or ``/health`` (all at once)."""
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+PR_SET_PDEATHSIG = 1
 
 _log = get_logger("asyncjit.serve")
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
 
 
 def check_workers(n: int) -> str | None:
@@ -62,27 +72,87 @@ def check_workers(n: int) -> str | None:
     return None
 
 
-def reserve_port(text: str, scheme: str) -> tuple[socket.socket, str]:
-    """Bind (never listen on) ``text``'s address with ``SO_REUSEPORT``: a port 0 becomes a fixed
-    one that every worker binds too, and no other program takes it meanwhile. A socket that does
-    not listen is given no connections. Returns it and the address with its port."""
-    host, port = parse_address(text, scheme)
-    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+def _url(scheme: str, host: str, port: int) -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
+    """Every (family, sockaddr) a listener on ``host`` binds, as anyio's ``create_tcp_listener``."""
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_ADDRCONFIG
+    )
+    out: list[tuple[int, Any]] = []
+    for family, _, _, _, addr in infos:
+        if (family, addr) not in out:
+            out.append((family, addr))
+    return out
+
+
+def _socket(family: int, shared: bool) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(addr)
-    return sock, f"{scheme}://{host}:{sock.getsockname()[1]}"
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:  # as anyio binds it: the IPv4 address is a listener of its own
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    return sock
+
+
+def reserve_port(text: str, scheme: str) -> tuple[list[socket.socket], str]:
+    """Hold ``text``'s port for the workers: bound with ``SO_REUSEPORT`` on every address of the
+    host, never listening (a socket that does not listen is given no connections). A port 0
+    becomes one fixed port; a port a listener holds already is refused (``OSError``), where
+    ``SO_REUSEPORT`` alone would silently share it with that program. Returns the sockets and the
+    address with its port."""
+    host, port = parse_address(text, scheme)
+    targets = _addresses(host, port)
+    if port:
+        for family, addr in targets:  # a plain bind fails on a port in use (a listener's)
+            with _socket(family, shared=False) as probe:
+                probe.bind(addr)
+    socks: list[socket.socket] = []
+    try:
+        for family, addr in targets:
+            sock = _socket(family, shared=True)
+            socks.append(sock)
+            sock.bind((addr[0], port, *addr[2:]))
+            port = port or sock.getsockname()[1]  # every family on the first one's port
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks, _url(scheme, host, port)
+
+
+def _die_with(parent: int) -> None:
+    """SIGTERM this worker when the supervisor dies (held until it serves, then it drains)."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no such call
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # it died before the call
+        os._exit(0)
 
 
 def _worker(
-    build: Callable[..., Any], args: argparse.Namespace, index: int, addresses: dict[str, str], conn: Any
+    build: Callable[..., Any],
+    args: argparse.Namespace,
+    index: int,
+    addresses: dict[str, str],
+    conn: Any,
+    inherited: list[socket.socket],
+    parent: int,
 ) -> None:
-    """A forked worker: build its server on the shared addresses, report them, serve until a signal."""
+    """A forked worker: build its server on the shared addresses, report them, serve until a
+    signal. SIGTERM/SIGINT stay blocked (as the supervisor forked it) until the server's signal
+    receiver is open: one that arrives while the model loads is acted on then, not lost."""
     import anyio
 
     from ._cli import run_until_signal
 
+    for sock in inherited:  # the supervisor's reserved ports and metrics listener
+        sock.close()
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    _die_with(parent)
     try:
         server = build(args, reuse_port=True, metrics="127.0.0.1:0", **addresses)
     except Exception as exc:  # reported to the supervisor, which exits with it
@@ -91,7 +161,8 @@ def _worker(
     server.log = server.log.bind(worker=index)
 
     def ready(bound: dict[str, tuple[str, int]]) -> None:
-        conn.send(("ready", bound))
+        conn.send(("ready", bound, server.model.name))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
     anyio.run(run_until_signal, server, ready, backend=args.backend)
 
@@ -118,50 +189,86 @@ class Supervisor:
         self.bound: dict[str, tuple[str, int]] = {}
         self.stopping = False
         self.model = args.model_path or args.model
+        self.stop = threading.Event()
+        self.http: ThreadingHTTPServer | None = None
+        self.serving_http = False
+        self.reserved: list[socket.socket] = []
 
     def start(self) -> int | None:
-        """Reserve the ports, fork the workers, wait for each to be ready. None, or an exit code."""
-        reserved: list[socket.socket] = []
-        addresses: dict[str, str] = {}
-        for kind, scheme in (("wyoming", "tcp"), ("websocket", "ws")):
-            text = getattr(self.args, kind)
-            if text:
-                sock, addresses[kind] = reserve_port(text, scheme)
-                reserved.append(sock)
-        self._reserved = reserved  # held until exit: the port stays ours while workers come and go
-        ctx = multiprocessing.get_context("fork")  # no thread exists yet in this process
-        pipes = []
-        for i in range(self.n):
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=_worker,
-                args=(self.build, self.args, i, addresses, child),
-                name=f"asyncjit-serve-worker-{i}",
-            )
-            proc.start()
-            child.close()
-            self.procs.append(proc)
-            pipes.append(parent)
+        """Reserve the ports, fork the workers, wait until each is ready. None, or an exit code.
+
+        Raises:
+            OSError: a port is taken (before any worker starts).
+        """
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            addresses: dict[str, str] = {}
+            for kind, scheme in (("wyoming", "tcp"), ("websocket", "ws")):
+                text = getattr(self.args, kind)
+                if text:
+                    socks, addresses[kind] = reserve_port(text, scheme)
+                    self.reserved += socks
+            if self.args.metrics:
+                self.http = self._http_server(self.args.metrics)
+            inherited = [*self.reserved, *([self.http.socket] if self.http else [])]
+            ctx = multiprocessing.get_context("fork")  # no model or device thread exists yet
+            pipes = []
+            for i in range(self.n):
+                parent, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(self.build, self.args, i, addresses, child, inherited, os.getpid()),
+                    name=f"asyncjit-serve-worker-{i}",
+                )
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                pipes.append(parent)
+        finally:  # the workers hold the signals; here a handler takes them from now on
+            for signum in SIGNALS:
+                signal.signal(signum, lambda *_: self.stop.set())
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        problem = self._wait_ready(pipes)
+        if self.stop.is_set():  # asked to stop while the workers started: they drain and go
+            _log.info("serve.stopped_while_starting")
+            self.stop_all(grace=float(self.args.grace) + 5.0)
+            return 0
+        if problem is not None:
+            print(f"asyncjit serve: error: {problem}", file=sys.stderr)
+            self.stop_all(grace=2.0)
+            return 2
+        return None
+
+    def _wait_ready(self, pipes: list[Any]) -> str | None:
+        """Wait for every worker's readiness at once; why one failed (None: all ready)."""
+        pending = dict(enumerate(pipes))
         deadline = time.monotonic() + READY_TIMEOUT_S
-        for i, (worker, pipe) in enumerate(zip(self.procs, pipes, strict=True)):
-            message: Any = None
-            while message is None and time.monotonic() < deadline:
-                if pipe.poll(0.2):
+        while pending:
+            if self.stop.is_set():
+                return None
+            if time.monotonic() > deadline:
+                return f"workers {sorted(pending)} were not ready after {READY_TIMEOUT_S:g} s"
+            multiprocessing.connection.wait(
+                [*pending.values(), *(self.procs[i].sentinel for i in pending)], timeout=0.2
+            )
+            for i, pipe in list(pending.items()):
+                message: Any = None
+                if pipe.poll():
                     try:
                         message = pipe.recv()
                     except EOFError:
-                        message = ("failed", f"worker {i} exited with code {worker.exitcode}")
-                elif not worker.is_alive():
-                    message = ("failed", f"worker {i} exited with code {worker.exitcode}")
-            if message is None:
-                message = ("failed", f"worker {i} was not ready after {READY_TIMEOUT_S:g} s")
-            if message[0] != "ready":
-                print(f"asyncjit serve: error: {message[1]}", file=sys.stderr)
-                self.stop_all(grace=2.0)
-                return 2
-            bound = message[1]
-            self.metrics_ports[i] = bound.pop("metrics")[1]
-            self.bound = bound
+                        message = ("failed", "")
+                elif not self.procs[i].is_alive():
+                    message = ("failed", "")
+                if message is None:
+                    continue
+                if message[0] != "ready":
+                    self.procs[i].join(1.0)
+                    return message[1] or f"worker {i} exited with code {self.procs[i].exitcode}"
+                _, bound, self.model = message
+                self.metrics_ports[i] = bound.pop("metrics")[1]
+                self.bound = bound
+                del pending[i]
         return None
 
     def stop_all(self, grace: float) -> None:
@@ -181,53 +288,88 @@ class Supervisor:
         return [i for i, p in enumerate(self.procs) if p.is_alive()]
 
     # -- the supervisor's /metrics and /health ---------------------------------------------
-    def _fetch(self, i: int, path: str) -> bytes | None:
-        try:
+    def _fetch_all(self, path: str) -> dict[int, bytes]:
+        """``path`` from every live worker at once (one deadline for all); those that answered."""
+
+        def fetch(i: int) -> bytes:
             url = f"http://127.0.0.1:{self.metrics_ports[i]}{path}"
-            with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as r:
+            with _no_proxy.open(url, timeout=SCRAPE_TIMEOUT_S) as r:
                 return bytes(r.read())
-        except OSError:  # a worker gone or draining: left out
-            return None
+
+        live = [i for i in self.alive() if i in self.metrics_ports]
+        out: dict[int, bytes] = {}
+        if not live:
+            return out
+        with concurrent.futures.ThreadPoolExecutor(len(live)) as pool:
+            futures = {pool.submit(fetch, i): i for i in live}
+            done, _ = concurrent.futures.wait(futures, timeout=SCRAPE_TIMEOUT_S + 0.5)
+            for fut in done:
+                try:
+                    out[futures[fut]] = fut.result()
+                except Exception:  # a worker gone, draining or wedged: left out, counted down
+                    continue
+        return out
 
     def metrics_text(self) -> bytes:
-        """Every live worker's samples, labelled ``worker``, in one exposition."""
+        """Every answering worker's samples, labelled ``worker``, in one exposition, and
+        ``asyncjit_serve_worker_up`` (1: answered this scrape) for every worker started."""
         families: dict[str, Metric] = {}
-        for i in self.alive():
-            text = self._fetch(i, "/metrics")
-            if text is None:
+        answered = self._fetch_all("/metrics")
+        for i, text in sorted(answered.items()):
+            try:
+                parsed = list(text_string_to_metric_families(text.decode()))
+            except ValueError:
+                answered.pop(i)
                 continue
-            for fam in text_string_to_metric_families(text.decode()):
+            for fam in parsed:
                 blank = Metric(fam.name, fam.documentation, fam.type, fam.unit)
                 joined = families.setdefault(fam.name, blank)
                 for s in fam.samples:
                     joined.samples.append(s._replace(labels={**s.labels, "worker": str(i)}))
+        up = GaugeMetricFamily(
+            "asyncjit_serve_worker_up", "1 if the worker answered this scrape", labels=["worker"]
+        )
+        for i in range(self.n):
+            up.add_metric([str(i)], 1.0 if i in answered else 0.0)
         registry = CollectorRegistry()
-        registry.register(_Joined(list(families.values())))
+        registry.register(_Joined([*families.values(), up]))
         return generate_latest(registry)
 
     def health(self) -> tuple[int, dict[str, Any]]:
         live = self.alive()
         opened = maximum = 0
-        for i in live:
-            raw = self._fetch(i, "/health")
-            if raw is not None:
+        answering = 0
+        for raw in self._fetch_all("/health").values():
+            try:
                 body = json.loads(raw)
-                opened += int(body.get("open_streams", 0))
-                maximum += int(body.get("max_streams", 0))
-        status = "draining" if self.stopping else ("ok" if len(live) == self.n else "degraded")
+                opened += int(body["open_streams"])
+                maximum += int(body["max_streams"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            answering += 1
+        whole = len(live) == self.n and answering == len(live)
+        status = "draining" if self.stopping else ("ok" if whole else "degraded")
         body = {
             "status": status,
             "model": self.model,
             "open_streams": opened,
             "max_streams": maximum,
             "workers": len(live),
+            "workers_answering": answering,
             "workers_started": self.n,
         }
-        return (503 if self.stopping or not live else 200), body
+        return (503 if self.stopping or not answering else 200), body
 
-    def http_server(self, address: str) -> ThreadingHTTPServer:
+    def _http_server(self, address: str) -> ThreadingHTTPServer:
+        """The ``--metrics`` listener, bound now (before any worker starts: a port in use fails
+        here); served from a thread once the workers are up."""
         host, port = parse_address(address, "http")
+        family = _addresses(host, port)[0][0]
         supervisor = self
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -249,45 +391,60 @@ class Supervisor:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        return ThreadingHTTPServer((host, port), Handler)
+        return Server((host, port), Handler)
 
 
 def serve_workers(args: argparse.Namespace, build: Callable[..., Any]) -> int:
     """Run ``args.workers`` servers (``build(args, **overrides)`` makes one) until SIGTERM/SIGINT."""
     sup = Supervisor(args, build)
-    code = sup.start()
+    try:
+        code = sup.start()
+    except OSError as exc:  # a port in use or not ours: nothing started
+        print(f"asyncjit serve: error: {exc}", file=sys.stderr)
+        sup.stop_all(grace=2.0)
+        if sup.http is not None:
+            sup.http.server_close()
+        for sock in sup.reserved:
+            sock.close()
+        return 2
     if code is not None:
         return code
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    http = None
-    if args.metrics:
-        http = sup.http_server(args.metrics)
-        sup.bound["metrics"] = (str(http.server_address[0]), int(http.server_address[1]))
-        threading.Thread(target=http.serve_forever, name="asyncjit-serve-metrics", daemon=True).start()
-    scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
-    shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in sup.bound.items())
-    print(f"asyncjit serve: {sup.model} ({sup.n} workers) listening {shown}", flush=True)
-    _log.info("serve.workers", workers=sup.n, pids=[p.pid for p in sup.procs])
-    reported: set[int] = set()
     died = False
-    while not stop.is_set():
-        sentinels = [p.sentinel for i, p in enumerate(sup.procs) if i not in reported]
-        multiprocessing.connection.wait(sentinels, timeout=0.2)
-        for i, proc in enumerate(sup.procs):
-            if i not in reported and not proc.is_alive():
-                reported.add(i)
-                if proc.exitcode == 0:  # drained after a signal of its own (a process group's)
-                    _log.info("serve.worker_stopped", worker=i, left=len(sup.alive()))
-                else:
-                    died = True
-                    _log.error("serve.worker_died", worker=i, exitcode=proc.exitcode, left=len(sup.alive()))
-        if not sup.alive():
-            break
-    sup.stop_all(grace=float(args.grace) + 5.0)
-    if http is not None:
-        http.shutdown()
+    try:
+        if sup.http is not None:
+            host, port = sup.http.server_address[:2]
+            sup.bound["metrics"] = (str(host), int(port))
+            threading.Thread(
+                target=sup.http.serve_forever, name="asyncjit-serve-metrics", daemon=True
+            ).start()
+            sup.serving_http = True
+        scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
+        shown = " ".join(f"{k}={_url(scheme[k], h, p)}" for k, (h, p) in sup.bound.items())
+        print(f"asyncjit serve: {sup.model} ({sup.n} workers) listening {shown}", flush=True)
+        _log.info("serve.workers", workers=sup.n, pids=[p.pid for p in sup.procs])
+        reported: set[int] = set()
+        while not sup.stop.is_set():
+            sentinels = [p.sentinel for i, p in enumerate(sup.procs) if i not in reported]
+            multiprocessing.connection.wait(sentinels, timeout=0.2)
+            for i, proc in enumerate(sup.procs):
+                if i not in reported and not proc.is_alive():
+                    reported.add(i)
+                    if proc.exitcode == 0:  # drained after a signal of its own (a process group's)
+                        _log.info("serve.worker_stopped", worker=i, left=len(sup.alive()))
+                    else:
+                        died = True
+                        left = len(sup.alive())
+                        _log.error("serve.worker_died", worker=i, exitcode=proc.exitcode, left=left)
+            if not sup.alive():
+                break
+    finally:
+        sup.stop_all(grace=float(args.grace) + 5.0)
+        if sup.http is not None:
+            if sup.serving_http:
+                sup.http.shutdown()
+            sup.http.server_close()
+        for sock in sup.reserved:
+            sock.close()
     codes = [p.exitcode for p in sup.procs]
     _log.info("serve.stopped", exitcodes=codes)
     return 1 if died or any(c != 0 for c in codes) else 0
