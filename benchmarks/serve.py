@@ -377,13 +377,17 @@ def loadgen(
     return result
 
 
-def start_server(backend: str, max_streams: int, workers: int = 1) -> tuple[subprocess.Popen[str], int, int]:
+def start_server(
+    backend: str, max_streams: int, workers: int = 1, queue_delay: float = 0.002
+) -> tuple[subprocess.Popen[str], int, int]:
     proc = _python(
         "-m",
         "asyncjit.cli",
         "serve",
         "--workers",
         str(workers),
+        "--max-queue-delay",
+        str(queue_delay),
         "--backend",
         backend,
         "--wyoming",
@@ -474,6 +478,9 @@ def main() -> None:
         "--connections", type=int, default=0, help="asyncjit's connections (default max(1000, 5x peer))"
     )
     parser.add_argument(
+        "--max-queue-delay", type=float, default=0.002, help="asyncjit serve --max-queue-delay (seconds)"
+    )
+    parser.add_argument(
         "--peer-multiple",
         type=float,
         default=0.0,
@@ -532,7 +539,7 @@ def main() -> None:
         n = int(-(-args.peer_multiple * peer_rt // 1))
     fast_figures: dict[str, float] = {}
     for backend in args.backends.split(","):
-        server, port, metrics_port = start_server(backend, n + 64, args.workers)
+        server, port, metrics_port = start_server(backend, n + 64, args.workers, args.max_queue_delay)
         try:
             rt = loadgen(port, n, args.seconds, False, args.window, server.pid)
             show(f"asyncjit serve ({backend}, {args.workers} worker(s)), real time", rt)
