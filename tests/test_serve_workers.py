@@ -282,3 +282,17 @@ def test_a_signal_while_the_workers_start_stops_them_all() -> None:
             assert not os.path.exists(f"/proc/{pid}"), pid  # reaped: not even a zombie
     finally:
         _kill(proc)
+
+
+def test_ctrl_c_to_the_process_group_exits_0() -> None:
+    """Ctrl-C in a terminal signals the supervisor and every worker at once (then the
+    supervisor's SIGTERM may find a worker already past its drain): still a clean exit 0."""
+    for _ in range(3):
+        proc, _ = _start()
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            _kill(proc)
+        assert proc.returncode == 0, err
+        assert "serve.worker_died" not in err

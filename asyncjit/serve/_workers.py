@@ -447,4 +447,6 @@ def serve_workers(args: argparse.Namespace, build: Callable[..., Any]) -> int:
             sock.close()
     codes = [p.exitcode for p in sup.procs]
     _log.info("serve.stopped", exitcodes=codes)
-    return 1 if died or any(c != 0 for c in codes) else 0
+    # -SIGTERM: one of ours that found the worker past its drain (its receiver closed), as when
+    # Ctrl-C reached the worker first; a worker killed while serving set ``died`` above
+    return 1 if died or any(c not in (0, -signal.SIGTERM) for c in codes) else 0
