@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -363,6 +364,8 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
         proc.communicate()
     closed = [line for line in log.splitlines() if "connection.closed" in line]
     assert len(closed) == 20 and all("reason=shutdown" in line for line in closed)
+    frozen = re.search(r"serve.heap_frozen objects=(\d+)", log)  # the compiled model's objects
+    assert frozen is not None and int(frozen.group(1)) > 10_000, log[:2000]
     for events in results:
         if events != [{"type": "reset"}]:
             assert events and events[-1]["type"] == "error" and events[-1]["code"] == "shutdown"

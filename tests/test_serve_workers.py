@@ -112,6 +112,7 @@ def test_workers_share_the_port_and_each_answers_like_one_server(backend: str) -
         _kill(proc)
     assert code == 0, err
     assert "serve.worker_died" not in err
+    assert len(re.findall(r"serve.heap_frozen worker=\d objects=\d{5,}", err)) == 2, err[:2000]
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

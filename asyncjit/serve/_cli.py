@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -221,9 +222,22 @@ async def run_until_signal(server: Any, ready: Callable[[dict[str, Any]], None] 
         tg.start_soon(watch_signals)
         await receiving.wait()  # before a worker unblocks the signals it held since its fork
         addresses = await tg.start(serve)
+        _freeze_heap(server)
         if ready is not None:
             ready(addresses)
             return
         scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
         shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in addresses.items())
         print(f"asyncjit serve: {server.model.name} listening {shown}", flush=True)
+
+
+def _freeze_heap(server: Any) -> None:
+    """Put what loading and compiling the model made out of the garbage collector's reach.
+
+    None of it (IR, graphs, modules: about 67,000 objects for Silero VAD) is garbage, but a full
+    collection walked it all while serving: 80 and 130 ms pauses at 300 real-time connections
+    (`gc.callbacks`, 20 s each), 16 and 30 ms frozen, and every chunk in flight waits out a pause.
+    """
+    gc.collect()
+    gc.freeze()
+    server.log.info("serve.heap_frozen", objects=gc.get_freeze_count())
