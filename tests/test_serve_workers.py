@@ -297,3 +297,16 @@ def test_ctrl_c_to_the_process_group_exits_0() -> None:
             _kill(proc)
         assert proc.returncode == 0, err
         assert "serve.worker_died" not in err
+
+
+def test_the_listening_line_brackets_ipv6_hosts() -> None:
+    """One line for a single server and a supervisor alike; scripts read the ports from it, so an
+    IPv6 host keeps its brackets (the single server's line dropped them before)."""
+    from asyncjit.serve._server import listening_line
+
+    addresses = {"wyoming": ("::1", 10400), "metrics": ("127.0.0.1", 9100)}
+    assert listening_line("silero-vad", addresses) == (
+        "asyncjit serve: silero-vad listening wyoming=tcp://[::1]:10400 metrics=http://127.0.0.1:9100"
+    )
+    many = listening_line("silero-vad", addresses, 2)
+    assert many.startswith("asyncjit serve: silero-vad (2 workers) listening wyoming=tcp://[::1]:10400")

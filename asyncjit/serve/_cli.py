@@ -226,9 +226,9 @@ async def run_until_signal(server: Any, ready: Callable[[dict[str, Any]], None] 
         if ready is not None:
             ready(addresses)
             return
-        scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
-        shown = " ".join(f"{k}={scheme[k]}://{h}:{p}" for k, (h, p) in addresses.items())
-        print(f"asyncjit serve: {server.model.name} listening {shown}", flush=True)
+        from ._server import listening_line
+
+        print(listening_line(server.model.name, addresses), flush=True)
 
 
 def _freeze_heap(server: Any) -> None:

@@ -32,7 +32,7 @@ from ._session import QUEUE_DEPTH, Connection
 from ._websocket import MetricsConnection, WebSocketConnection
 from ._wyoming import WyomingConnection
 
-__all__ = ["ServeConfig", "VadServer", "parse_address"]
+__all__ = ["ServeConfig", "VadServer", "format_address", "listening_line", "parse_address"]
 
 ACCEPTS_PER_WAKE = 256
 """Connections taken from the listen backlog per wake-up of the accepting task."""
@@ -55,6 +55,19 @@ def parse_address(text: str, default_scheme: str) -> tuple[str, int]:
     if parts.port is None:
         raise InvalidArgumentError(f"the address {text!r} has no port")
     return parts.hostname or "127.0.0.1", parts.port
+
+
+def format_address(scheme: str, host: str, port: int) -> str:
+    """``parse_address``'s inverse: ``scheme://host:port``, an IPv6 host in brackets."""
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def listening_line(model: str, addresses: dict[str, tuple[str, int]], workers: int = 1) -> str:
+    """What ``asyncjit serve`` prints once it listens (scripts read the ports from it)."""
+    scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
+    shown = " ".join(f"{k}={format_address(scheme[k], h, p)}" for k, (h, p) in addresses.items())
+    many = f" ({workers} workers)" if workers > 1 else ""
+    return f"asyncjit serve: {model}{many} listening {shown}"
 
 
 @attrs.frozen

@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector
 
 from .._log import get_logger
 from ._metrics import CONTENT_TYPE
-from ._server import parse_address
+from ._server import format_address, listening_line, parse_address
 
 __all__ = ["check_workers", "serve_workers"]
 
@@ -70,10 +70,6 @@ def check_workers(n: int) -> str | None:
     if n > 1 and not (sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")):
         return "--workers above 1 needs Linux (SO_REUSEPORT and fork)"
     return None
-
-
-def _url(scheme: str, host: str, port: int) -> str:
-    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
@@ -121,7 +117,7 @@ def reserve_port(text: str, scheme: str) -> tuple[list[socket.socket], str]:
         for sock in socks:
             sock.close()
         raise
-    return socks, _url(scheme, host, port)
+    return socks, format_address(scheme, host, port)
 
 
 def _die_with(parent: int) -> None:
@@ -284,6 +280,16 @@ class Supervisor:
                 proc.kill()
                 proc.join()
 
+    def close(self, grace: float) -> None:
+        """Stop the workers (``stop_all``), then the metrics listener, then release the ports."""
+        self.stop_all(grace)
+        if self.http is not None:
+            if self.serving_http:
+                self.http.shutdown()
+            self.http.server_close()
+        for sock in self.reserved:
+            sock.close()
+
     def alive(self) -> list[int]:
         return [i for i, p in enumerate(self.procs) if p.is_alive()]
 
@@ -401,11 +407,7 @@ def serve_workers(args: argparse.Namespace, build: Callable[..., Any]) -> int:
         code = sup.start()
     except OSError as exc:  # a port in use or not ours: nothing started
         print(f"asyncjit serve: error: {exc}", file=sys.stderr)
-        sup.stop_all(grace=2.0)
-        if sup.http is not None:
-            sup.http.server_close()
-        for sock in sup.reserved:
-            sock.close()
+        sup.close(grace=2.0)
         return 2
     if code is not None:
         return code
@@ -418,9 +420,7 @@ def serve_workers(args: argparse.Namespace, build: Callable[..., Any]) -> int:
                 target=sup.http.serve_forever, name="asyncjit-serve-metrics", daemon=True
             ).start()
             sup.serving_http = True
-        scheme = {"wyoming": "tcp", "websocket": "ws", "metrics": "http"}
-        shown = " ".join(f"{k}={_url(scheme[k], h, p)}" for k, (h, p) in sup.bound.items())
-        print(f"asyncjit serve: {sup.model} ({sup.n} workers) listening {shown}", flush=True)
+        print(listening_line(sup.model, sup.bound, sup.n), flush=True)
         _log.info("serve.workers", workers=sup.n, pids=[p.pid for p in sup.procs])
         reported: set[int] = set()
         while not sup.stop.is_set():
@@ -438,13 +438,7 @@ def serve_workers(args: argparse.Namespace, build: Callable[..., Any]) -> int:
             if not sup.alive():
                 break
     finally:
-        sup.stop_all(grace=float(args.grace) + 5.0)
-        if sup.http is not None:
-            if sup.serving_http:
-                sup.http.shutdown()
-            sup.http.server_close()
-        for sock in sup.reserved:
-            sock.close()
+        sup.close(grace=float(args.grace) + 5.0)
     codes = [p.exitcode for p in sup.procs]
     _log.info("serve.stopped", exitcodes=codes)
     # -SIGTERM: one of ours that found the worker past its drain (its receiver closed), as when
