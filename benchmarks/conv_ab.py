@@ -52,6 +52,19 @@ LAYERS = [  # label, (cin, H, W), (cout, kh, kw), stride, pad: the light models'
     ("alexnet 3x3 256->384 @13", (256, 13, 13), (384, 3, 3), 1, 1),
     ("zfnet 3x3 384 @13", (384, 13, 13), (384, 3, 3), 1, 1),
     ("resnet 3x3 256 s2 @28", (256, 28, 28), (256, 3, 3), 2, 1),
+    ("resnet 1x1 64->256 @56", (64, 56, 56), (256, 1, 1), 1, 0),
+    ("resnet 1x1 256->64 @56", (256, 56, 56), (64, 1, 1), 1, 0),
+    ("resnet 1x1 512->128 @28", (512, 28, 28), (128, 1, 1), 1, 0),
+    ("resnet 1x1 128->512 @28", (128, 28, 28), (512, 1, 1), 1, 0),
+    ("resnet 1x1 1024->256 @14", (1024, 14, 14), (256, 1, 1), 1, 0),
+    ("resnet 1x1 256->1024 @14", (256, 14, 14), (1024, 1, 1), 1, 0),
+    ("resnet 1x1 2048->512 @7", (2048, 7, 7), (512, 1, 1), 1, 0),
+    ("resnet 1x1 512->2048 @7", (512, 7, 7), (2048, 1, 1), 1, 0),
+    ("resnet 1x1 s2 256->512 @56", (256, 56, 56), (512, 1, 1), 2, 0),
+    ("squeezenet 1x1 128->16 @55", (128, 55, 55), (16, 1, 1), 1, 0),
+    ("squeezenet 1x1 512->64 @13", (512, 13, 13), (64, 1, 1), 1, 0),
+    ("densenet 1x1 256->128 @28", (256, 28, 28), (128, 1, 1), 1, 0),
+    ("inception 1x1 192->64 @28", (192, 28, 28), (64, 1, 1), 1, 0),
 ]
 
 
@@ -66,13 +79,24 @@ def dump(path: str) -> None:
 
     module = ir.Module("conv_ab")
     for i, (_label, (cin, h, w), (cout, kh, kw), s, p) in enumerate(LAYERS):
-        fn = emit_convnd(
-            module, f"bench.conv{i}", cin=cin, cout=cout, ks=(kh, kw), strides=(s, s), dilations=(1, 1),
-            pads=((p, p), (p, p)), groups=1, has_bias=True, **_bounds(emit_convnd, (h, w)),
-        )  # fmt: skip
-        add_entry(module, f"conv{i}", fn)
+        shape = dict(cin=cin, cout=cout, ks=(kh, kw), strides=(s, s), dilations=(1, 1), pads=((p, p), (p, p)),
+                     groups=1, **_bounds(emit_convnd, (h, w)))  # fmt: skip
+        panels = _panels_chosen(shape)
+        extra = {"w_panels": True} if panels else {}
+        fn = emit_convnd(module, f"bench.conv{i}", has_bias=True, **shape, **extra)
+        # a kernel reading its weight in the matmul's panels is named so: the caller lays it out
+        add_entry(module, f"conv{i}{'p' if panels else ''}", fn)
     with open(path, "w") as f:
         f.write(str(module))
+
+
+def _panels_chosen(shape: dict[str, object]) -> bool:
+    """Whether this tree's compiler lays the layer's weight out in panels (older trees: never)."""
+    try:
+        from asyncjit.codegen._convpanels import panels_chosen
+    except ImportError:
+        return False
+    return bool(panels_chosen(**shape))  # type: ignore[arg-type]
 
 
 def _bounds(emit: object, s_max: tuple[int, int]) -> dict[str, object]:
@@ -99,6 +123,28 @@ def _ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, p: int) -> object:
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    raw = np.empty(a.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def _has(obj: object, name: str) -> bool:
+    try:
+        obj.address(name)  # type: ignore[attr-defined]
+    except KeyError:
+        return False
+    return True
+
+
+def _panels_weight(w: np.ndarray) -> np.ndarray:
+    from asyncjit.codegen._convpanels import panels_weight
+
+    return panels_weight(w)
+
+
 def compare(files: list[str]) -> None:
     objs = load_builds(files)
     rng = np.random.default_rng(0)
@@ -106,16 +152,21 @@ def compare(files: list[str]) -> None:
     print(f"{'layer (batch 1)':>28} {names}        ORT   (ms, 1 thread, best of {ROUNDS} interleaved rounds)")
     for i, (label, (cin, h, w_), (cout, kh, kw), s, p) in enumerate(LAYERS):
         oh, ow = _out(h, kh, s, p), _out(w_, kw, s, p)
-        x = rng.standard_normal((1, cin, h, w_)).astype(np.float32)
-        w = (rng.standard_normal((cout, cin, kh, kw)) / math.sqrt(cin * kh * kw)).astype(np.float32)
-        b = rng.standard_normal(cout).astype(np.float32)
-        y = np.empty((1, cout, oh, ow), np.float32)
+        # 64-byte aligned, as a plan's constants and buffers are (numpy's start 16 bytes into a page)
+        x = _aligned(rng.standard_normal((1, cin, h, w_)).astype(np.float32))
+        w = _aligned((rng.standard_normal((cout, cin, kh, kw)) / math.sqrt(cin * kh * kw)).astype(np.float32))
+        b = _aligned(rng.standard_normal(cout).astype(np.float32))
+        y = _aligned(np.empty((1, cout, oh, ow), np.float32))
         # generous: either tree may lay its scratch out differently (im2col: cin*kh*kw*oh*ow floats)
         padded = (cin + cout) * (h + 2 * p + 16) * (w_ + 2 * p + 16)
         scratch = np.zeros(8 * (cin * kh * kw * oh * ow + padded) + (64 << 20), np.uint8)
-        ptrs = [a.ctypes.data for a in (x, w, b, y, scratch)]
-        args = [*ptrs, 1, h, w_, oh, ow]
-        runs = [caller(o, f"conv{i}", args) for o in objs]
+        runs = []
+        for o in objs:
+            panels = _has(o, f"conv{i}p")
+            wk = _aligned(_panels_weight(w)) if panels else w
+            args = [*(a.ctypes.data for a in (x, wk, b, y, scratch)), 1, h, w_, oh, ow]
+            runs.append(caller(o, f"conv{i}{'p' if panels else ''}", args))
+            caller.keep.append(wk)  # type: ignore[attr-defined]
         sess = _ort(x, w, b, s, p)
         (want,) = sess.run(None, {"x": x})  # type: ignore[attr-defined]
         for run in runs:

@@ -147,11 +147,22 @@ def _k_conv2d(b: _Builder) -> None:
     # One group of up to 6 channels and up to 8 outputs per group: stride-1 layers with 16+
     # products per output take the padded-input kernel (``codegen._convtaps``), with row tiles
     # of 4/2/1 output channels beside the full ones; symbolic widths move its padded frame.
+    # A wide layer (one group, one or two whole matmul tiles of outputs, up to 72 channels) with
+    # 64+ products per output and stride 3 rows, or a 1x1 kernel, or few positions, runs on its
+    # weight laid out in matmul panels (``codegen._convpanels``: both transposes' 8x8 blocks and
+    # edges, the prepacked driver's 4/2/1-row tiles).
+    from asyncjit.codegen._matmul_tile import matmul_tiling
+
     kh, kw = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
     strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
     dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
-    groups = b.draw(st.sampled_from([1, 2]))
-    cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
+    wide = b.draw(st.integers(0, 3)) == 0
+    groups = 1 if wide else b.draw(st.sampled_from([1, 2]))
+    if wide:
+        nr = matmul_tiling().nr
+        cg, og = b.draw(st.integers(8, 72)), b.draw(st.sampled_from([nr, 2 * nr]))
+    else:
+        cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
     pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
     extra_h = max(dilations[0] * (kh - 1) - pads[0] - pads[2], 0)
     extra_w = max(dilations[1] * (kw - 1) - pads[1] - pads[3], 0)

@@ -162,7 +162,8 @@ def test_padded_copy_is_chosen_where_it_was_faster(
     cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool
 ) -> None:
     """The 2-D strategy follows the measured rule (``_convtaps.TAPS_SMALL_COUT``/``TAPS_MAX_WASTE``),
-    and the kernel compiled for the layer is the one chosen."""
+    and the kernel compiled for the layer is the one chosen (unless the weight in matmul panels
+    does better: 512 channels at 7x7)."""
     from asyncjit.codegen._convtaps import taps_chosen
 
     pads = ((k // 2, k // 2),) * 2
@@ -172,7 +173,113 @@ def test_padded_copy_is_chosen_where_it_was_faster(
     w = np.zeros((cout, cin, k, k), np.float32)
     exe = compile(xt.conv(Tensor.const(w), strides=stride, pads=k // 2), [xt])
     ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
-    assert ("asyncjit.conv.taps" in ir_text) is chosen
+    panels = _panels_chosen_here(cin, cout, (k, k), (stride, stride), (1, 1), pads, (hw, hw))
+    assert ("asyncjit.conv.taps" in ir_text) is (chosen and not panels)
+
+
+PANELS_CASES = [  # cin, cout, kernel, strides, dilations, pads per axis (lo, hi), bias: one group
+    (64, 96, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), True),  # stride 2 past the padded copy's 64
+    (24, 32, (3, 3), (3, 2), (1, 2), ((2, 0), (1, 3)), False),  # stride 3: no padded copy; dilated
+    (80, 48, (1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), True),  # 1x1: x transposed is X_col^T
+    (96, 32, (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)), False),  # strided 1x1
+    (16, 160, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), True),  # above 128 outputs, few positions
+    (20, 64, (5,), (2,), (2,), ((3, 1),), True),  # 1-D
+    (4, 32, (3, 3, 3), (1, 2, 2), (1, 1, 1), ((1, 1), (0, 1), (1, 0)), False),  # 3-D
+]
+
+
+def _panels_chosen_here(cin: int, cout: int, ks: Any, st: Any, d: Any, pads: Any, s_max: Any) -> bool:
+    from asyncjit.codegen._convpanels import panels_chosen
+
+    return panels_chosen(cin=cin, cout=cout, ks=ks, strides=st, dilations=d, pads=pads, groups=1, s_max=s_max)
+
+
+@pytest.mark.parametrize("case", PANELS_CASES)
+def test_conv_on_a_weight_in_matmul_panels(case: tuple[Any, ...]) -> None:
+    """One-group convs whose output channels fill whole matmul tiles run as ``Y^T = X_col^T @
+    W^T`` on the weight laid out in panels at compile time (``codegen._convpanels``, the
+    prepacked matmul driver): with a batch and bounded spatial extents, every size up to the
+    bounds (the scratch is sized there) equals the reference and ONNX Runtime, down to the
+    shortest input the pads allow, and partial 8x8 blocks of both transposes (rows and columns
+    not multiples of 8) are covered."""
+    from asyncjit.codegen._matmul_tile import matmul_tiling
+
+    cin, cout, k, st, d, pads, with_bias = case
+    if cout % matmul_tiling().nr:
+        pytest.skip(f"{cout} output channels are not whole tiles of this host's width")
+    r = len(k)
+    bounds = [9, 13, 7][:r]
+    assert _panels_chosen_here(cin, cout, k, st, d, pads, bounds)
+    mins = [max(1, d[i] * (k[i] - 1) + 1 - pads[i][0] - pads[i][1]) for i in range(r)]
+    spatial = [Var(f"s{i}", mins[i], bounds[i]) for i in range(r)]
+    w = RNG.standard_normal((cout, cin, *k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    onnx_pads = tuple(lo for lo, _ in pads) + tuple(hi for _, hi in pads)
+    xt = Tensor.placeholder((3, cin, *spatial), np.float32, "x")
+    bias = Tensor.const(b) if with_bias else None
+    y = xt.conv(Tensor.const(w), bias, strides=st, pads=onnx_pads, dilations=d)
+    exe = compile(y, [xt])
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    assert "asyncjit.matmul.prepacked" in ir_text
+    for sizes in (bounds, mins, [max(m, b_ - 2) for m, b_ in zip(mins, bounds, strict=True)]):
+        bind = {f"s{i}": v for i, v in enumerate(sizes)}
+        x = RNG.standard_normal((3, cin, *sizes)).astype(np.float32)
+        (got,) = exe.run([x], bind)
+        want = reference.evaluate(y, {xt: x}, bind)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        ins = [x, w, b] if with_bias else [x, w]
+        (ref,) = run_ort("Conv", ins, dict(strides=st, pads=onnx_pads, dilations=d), [np.float32])
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_panels_need_a_constant_weight() -> None:
+    """A weight computed at run time is read as it is (no panels: they are laid out by constant
+    folding), and a conv the fold laid out keeps its layout through the later folding rounds."""
+    x = RNG.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = RNG.standard_normal((96, 64, 3, 3)).astype(np.float32)
+    xt, wt = Tensor.placeholder(x.shape, np.float32, "x"), Tensor.placeholder(w.shape, np.float32, "w")
+    y = xt.conv(wt, strides=2, pads=1)
+    exe = compile(y, [xt, wt])
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    assert "asyncjit.matmul.prepacked" not in ir_text
+    want = reference.evaluate(y, {xt: x, wt: w})
+    np.testing.assert_allclose(exe.run([x, w])[0], want, rtol=1e-4, atol=1e-4)
+    from asyncjit.passes import Graph, optimize_graph
+    from asyncjit.passes._fusion import conv_panel_weight
+
+    yc = xt.conv(Tensor.const(w), strides=2, pads=1)
+    g = optimize_graph(Graph.of([yc.node], [xt.node]), rounds=3)
+    convs = [n for n in g.nodes if n.op == "conv"]
+    assert len(convs) == 1 and conv_panel_weight(convs[0]) is not None
+
+
+@pytest.mark.parametrize(
+    ("cin", "cout", "hw", "k", "stride", "chosen"),
+    [
+        (512, 512, 7, 3, 1, True),  # above 128 outputs at 7x7: over the padded copy
+        (256, 256, 14, 3, 1, True),  # im2col's layer
+        (128, 128, 56, 3, 2, True),
+        (3, 96, 224, 11, 4, True),  # AlexNet's first layer
+        (256, 256, 56, 3, 1, False),  # 3,136 positions: the padded copy
+        (64, 64, 56, 3, 1, False),  # few outputs: the padded copy
+        (512, 2048, 7, 1, 1, True),  # 1x1 at 7x7
+        (64, 256, 56, 1, 1, False),  # 1x1 at 56x56: x read in place
+        (256, 512, 56, 1, 2, False),  # strided 1x1 from 56x56
+        (512, 1000, 13, 1, 1, False),  # not whole tiles
+        (3, 64, 224, 3, 1, False),  # 27 products per output
+    ],
+)
+def test_panels_are_chosen_where_they_were_faster(
+    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool
+) -> None:
+    """The panels strategy follows the measured rule (``_convpanels.panels_chosen``)."""
+    from asyncjit.codegen._matmul_tile import matmul_tiling
+
+    if cout % matmul_tiling().nr and chosen:
+        pytest.skip(f"{cout} output channels are not whole tiles of this host's width")
+    pads = ((k // 2, k // 2),) * 2
+    assert _panels_chosen_here(cin, cout, (k, k), (stride, stride), (1, 1), pads, (hw, hw)) is chosen
 
 
 def test_conv_float16_and_symbolic_and_3d() -> None:

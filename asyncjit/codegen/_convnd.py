@@ -15,7 +15,9 @@ strided loop with no per-element test. A pointwise conv (1x1, stride 1, no pads)
 and reads ``x`` in place, batched over samples. The bias is added in a vectorised pass over each
 output row while it is still in cache. A 2-D conv with one group and strides up to 2 goes to
 ``_convtaps`` instead (no im2col: the matmul tile reads a zero-padded copy of ``x`` at per-tap
-offsets).
+offsets). A weight laid out in the matmul's panels at compile time (``w_panels``: one group,
+output channels a multiple of the tile width, see ``_convpanels.panels_chosen``) goes to
+``_convpanels`` (``Y^T = X_col^T @ W^T``, no per-call packing).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._conv import _valid_range
+from ._convpanels import emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
 from ._target import F32, I64, PTR, for_range, i64, new_function
@@ -60,9 +63,14 @@ def convnd_scratch_bytes(
     p_max: int,
     dilations: Sequence[int],
     s_max: Sequence[int],
+    w_panels: bool = False,
 ) -> int:
     """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)
     and inputs of at most ``s_max`` per spatial axis (needed by the stride-1 2-D kernel)."""
+    if w_panels:
+        return panels_scratch_bytes(
+            cin=cin, cout=cout, ks=ks, strides=strides, pads=pads, p_max=p_max, s_max=s_max
+        )
     if _depthwise(cin, cout, groups):
         return 0
     if taps_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups,
@@ -157,9 +165,11 @@ def emit_convnd(
     groups: int,
     has_bias: bool,
     s_max: Sequence[int],
+    w_panels: bool = False,
 ) -> ir.Function:
     """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
-    input's spatial extents (the scratch is sized there, and it picks the 2-D strategy).
+    input's spatial extents (the scratch is sized there, and it picks the 2-D strategy);
+    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``.
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`convnd_scratch_bytes` of ``scratch``.
@@ -170,6 +180,11 @@ def emit_convnd(
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         raise ValueError(f"conv: pads must be >= 0, got {pads}")
     cin_g, cout_g = cin // groups, cout // groups
+    if w_panels:
+        if groups != 1:
+            raise ValueError(f"conv: a weight in panels needs one group, got groups={groups}")
+        return emit_conv_panels(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
+                                pads=pads, has_bias=has_bias)  # fmt: skip
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
                                dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip

@@ -18,7 +18,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import conv1d_kn_weight, matmul_operand
+from ..passes._fusion import conv1d_kn_weight, conv_panel_weight, matmul_operand
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -59,6 +59,7 @@ def scratch_bytes(kernel: Kernel) -> int:
                 p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
                 dilations=node.attrs["dilations"],
                 s_max=[upper(d) for d in x.shape[2:]],
+                w_panels=conv_panel_weight(node) is not None,
             )
         )
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
@@ -543,6 +544,7 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
     x, w = node.inputs[0], node.inputs[1]
     has_bias = len(node.inputs) == 3
     groups = node.attrs["groups"]
+    panels = conv_panel_weight(node)  # the weight laid out in matmul panels, read in place
     fn = emit_convnd(
         ctx.fn.module,
         f"{kernel.name}.conv",
@@ -555,7 +557,9 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         groups=groups,
         has_bias=has_bias,
         s_max=[upper(d) for d in x.shape[2:]],
+        w_panels=panels is not None,
     )
-    bias = ctx.buffers[node.inputs[2].id] if has_bias else ctx.buffers[w.id]
+    w_buf = ctx.buffers[(panels if panels is not None else w).id]
+    bias = ctx.buffers[node.inputs[2].id] if has_bias else w_buf
     dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]
-    ctx.b.call(fn, [ctx.buffers[x.id], ctx.buffers[w.id], bias, ctx.out, ctx.scratch, *dims])
+    ctx.b.call(fn, [ctx.buffers[x.id], w_buf, bias, ctx.out, ctx.scratch, *dims])

@@ -24,6 +24,8 @@ Design (measured on the 2-core AVX-512 host, see ``benchmarks/kernels.py``):
   and M <= 32): each C element is a vectorised dot product, 4x4 of them at a time;
   ``packed`` (everything else, and all large problems): BLIS-style cache blocking with A and B
   panels packed into ``scratch`` (any strides, including 0 and transposed).
+* ``b_panels=True`` (a B laid out in panels once, at compile time: a conv's constant weight,
+  see ``_convpanels``) takes a fourth driver, ``prepacked``: the packed nest without packing B.
 * Drivers, packers and micro-kernels are shared by every matmul of a module (named
   ``asyncjit.matmul.*``); only the small dispatching kernel is per call site.  The first matmul
   costs ~0.3-0.6 s of LLVM time on this host, later ones a few ms.  ``m``/``n``/``k`` given as
@@ -39,10 +41,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from llvmlite import ir
 
 from ._matmul_dot import _dot
-from ._matmul_packed import _packed
+from ._matmul_packed import _packed, _prepacked
 from ._matmul_split import PART_FIELDS, ROW_SPLIT_RATIO, call_driver, split_part
 from ._matmul_tile import (
     _DRIVER_ARGS,
@@ -57,7 +60,7 @@ from ._matmul_tile import (
 from ._parallel import MAX_THREADS, emit_parallel_for, threads_value
 from ._target import F32, I64, PTR, for_range, i64, new_function, smax, smin
 
-__all__ = ["PARALLEL_MIN_MACS", "emit_matmul", "matmul_scratch_bytes"]
+__all__ = ["PARALLEL_MIN_MACS", "emit_matmul", "matmul_scratch_bytes", "panel_layout"]
 
 GEMV_M_MAX = 4
 GEMV_MIN_B = 1 << 20
@@ -95,6 +98,18 @@ def matmul_scratch_bytes(m_max: int, n_max: int, k_max: int) -> int:
         ),
         MAX_THREADS * _region_bytes(t, m_max, rows_n, k_max),
     )
+
+
+def panel_layout(b: np.ndarray) -> np.ndarray:
+    """``b`` (``[K, N]``) laid out as ``emit_matmul(b_panels=True)`` reads it: ``[ceil(N/NR), K,
+    NR]``, each panel's columns zero-padded to NR (a reference for tests and the weight fold)."""
+    nr = matmul_tiling().nr
+    k, n = b.shape
+    out = np.zeros((-(-n // nr), k, nr), b.dtype)
+    for q in range(out.shape[0]):
+        cols = b[:, q * nr : (q + 1) * nr]
+        out[q, :, : cols.shape[1]] = cols
+    return out
 
 
 def _region_bytes(t: MatmulTiling, m: int, n: int, k: int) -> int:
@@ -223,7 +238,13 @@ def _direct(vec: _Vec, t: MatmulTiling) -> ir.Function:
 
 
 def emit_matmul(
-    module: ir.Module, name: str, *, m: int | None = None, n: int | None = None, k: int | None = None
+    module: ir.Module,
+    name: str,
+    *,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    b_panels: bool = False,
 ) -> ir.Function:
     """Add the batched strided matmul kernel ``name`` (see the module docstring) to ``module``.
 
@@ -231,6 +252,9 @@ def emit_matmul(
         module: the module to add the kernel and its helpers (``name.*``) to.
         name: symbol of the kernel; internal linkage, so the caller's entry point calls it.
         m, n, k: static sizes; the runtime arguments must equal them when given.
+        b_panels: B is laid out in panels of ``matmul_tiling().nr`` columns over all of K
+            (``panel_layout``), passed with ``b_rs = NR`` and ``b_cs = K``; the prepacked
+            driver reads it without copying and uses no scratch.
 
     Returns:
         The kernel.  It reads only ``A``/``B`` elements inside the extents, writes only ``C``
@@ -264,9 +288,9 @@ def emit_matmul(
     mv = i64(m) if m is not None else m_arg
     nv = i64(n) if n is not None else n_arg
     kv = i64(k) if k is not None else k_arg
-    direct = _direct(vec, t)
-    dot = _dot(vec, t)
-    packed = _packed(vec, t)
+    drivers: tuple[ir.Function, ...] = (
+        (_prepacked(vec, t),) if b_panels else (_direct(vec, t), _dot(vec, t), _packed(vec, t))
+    )
 
     empty = b.or_(b.icmp_signed("<=", mv, i64(0)), b.icmp_signed("<=", nv, i64(0)))
     with b.if_then(empty):
@@ -307,7 +331,6 @@ def emit_matmul(
     col_tiles = b.sdiv(b.add(nv, i64(t.nr - 1)), i64(t.nr))
     parts = smin(b, b.select(big, threads_value(b), i64(1)), col_tiles)
     which = b.select(use_direct, i64(0), b.select(use_dot, i64(1), i64(2)))
-    drivers = (direct, dot, packed)
     part = split_part(module, t, drivers)
     job = b.alloca(I64, size=len(PART_FIELDS))
     with for_range(b, i64(0), batch, name="p") as p:
@@ -325,6 +348,6 @@ def emit_matmul(
                         b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
                     emit_parallel_for(b, part, job, parts)
                 with serial:
-                    call_driver(b, drivers, use_direct, use_dot, call_args)
+                    call_driver(b, drivers, which, call_args)
     b.ret_void()
     return fn

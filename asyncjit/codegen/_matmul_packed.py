@@ -1,16 +1,19 @@
-"""The packed driver of ``_matmul``: BLIS-style cache blocking for every case the others skip.
+"""The packed drivers of ``_matmul``: BLIS-style cache blocking for every case the others skip.
 
 ``_packed`` walks B in NC-column by KC-deep blocks and A in MC-row blocks, copying them into
 ``scratch`` with ``_pack_b`` (NR-column panels; a masked gather for transposed or strided B) and
 ``_pack_a`` (MR-row panels, skipped when A's rows are contiguous in k), then runs the
 micro-kernel of ``_matmul_tile`` over the panels. It handles any strides, including 0.
+
+``_prepacked`` runs the same nest over a B that is already in panels (a constant weight laid
+out once, at compile time: see ``emit_matmul(b_panels=True)``), so no B is copied per call.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ._matmul_tile import _DRIVER_ARGS, MatmulTiling, _load_f32, _micro, _store_f32, _Vec
+from ._matmul_tile import _DRIVER_ARGS, MatmulTiling, _load_f32, _micro, _row_sizes, _store_f32, _Vec
 from ._target import F32, I32, I64, PTR, for_range, i64, new_function, smin
 
 
@@ -191,5 +194,72 @@ def _packed(vec: _Vec, t: MatmulTiling) -> ir.Function:
                                         b.call(micro_half, args)
                                     with wide:
                                         b.call(_micro(vec, t.mr, t.nr, b_padded=True), args)
+    b.ret_void()
+    return fn
+
+
+def _prepacked(vec: _Vec, t: MatmulTiling) -> ir.Function:
+    """The packed nest over a B already in NR-column panels: panel ``q`` (columns ``q*NR`` on,
+    zero-padded to NR) holds element (k, j) at ``B[q*b_cs*NR + k*b_rs + j % NR]``, so the caller
+    passes ``b_rs = NR`` and ``b_cs = K`` (column ``j0``, a multiple of NR, starts at ``j0 *
+    b_cs``: a column split hands a part its panels as for a plain B). A is read in place (any
+    strides; its rows contiguous in k is the fast case) and no scratch is used: packing B per
+    call cost 8-27% of the products a conv makes of its weight (``benchmarks/conv_ab.py``).
+    Rows past the last whole MR tile take the 4-, 2- and 1-row micro-kernels, so a 49-row A
+    wastes no tile height."""
+    name = f"asyncjit.matmul.prepacked{t.mr}x{t.nr}"
+    existing = vec.module.globals.get(name)
+    if isinstance(existing, ir.Function):
+        return existing
+    fn, b = new_function(
+        vec.module, name, _DRIVER_ARGS, noalias=("A", "B", "C", "scratch"), inline="noinline"
+    )
+    a, bp, c, _scratch, m, n, k, a_rs, a_cs, b_rs, b_cs, c_rs = fn.args
+    m_full = b.mul(b.sdiv(m, i64(t.mr)), i64(t.mr))
+    with for_range(b, i64(0), k, t.kc, name="pc") as pc:
+        kc = smin(b, i64(t.kc), b.sub(k, pc))
+        accumulate = b.icmp_signed(">", pc, i64(0))
+        with for_range(b, i64(0), m, t.mc, name="ic") as ic:
+            i_end = smin(b, b.add(ic, i64(t.mc)), m)
+            i_full = smin(b, i_end, m_full)
+            # panels outer: a panel's KC x NR slice (16 KiB at 256 x 16) is read from L1 by
+            # every row tile of the MC-row block, the block from L2 by every panel
+            with for_range(b, i64(0), n, t.nr, name="jr") as jr:
+                nr_eff = smin(b, i64(t.nr), b.sub(n, jr))
+                panel = b.gep(bp, [b.add(b.mul(jr, b_cs), b.mul(pc, b_rs))], source_etype=F32)
+                whole = b.icmp_signed("==", nr_eff, i64(t.nr))
+
+                def tile(rows: int, r: ir.Value, full: bool) -> None:
+                    args = [
+                        b.gep(a, [b.add(b.mul(r, a_rs), b.mul(pc, a_cs))], source_etype=F32),
+                        a_rs,
+                        a_cs,
+                        panel,
+                        b_rs,
+                        b.gep(c, [b.add(b.mul(r, c_rs), jr)], source_etype=F32),
+                        c_rs,
+                        kc,
+                        i64(rows),
+                        nr_eff,
+                        accumulate,
+                    ]
+                    if not full:
+                        b.call(_micro(vec, rows, t.nr, b_padded=True), args)
+                        return
+                    with b.if_else(whole) as (all_columns, last_panel):
+                        with all_columns:
+                            b.call(_micro(vec, rows, t.nr, b_padded=True, full=True), args)
+                        with last_panel:
+                            b.call(_micro(vec, rows, t.nr, b_padded=True), args)
+
+                with for_range(b, ic, i_full, t.mr, name="ir") as r:
+                    tile(t.mr, r, True)
+                with b.if_then(b.icmp_signed("<", i_full, i_end)):  # the rows after m_full
+                    row = i_full
+                    for size in _row_sizes(t.mr):
+                        take = b.icmp_signed(">=", b.sub(i_end, row), i64(size))
+                        with b.if_then(take):
+                            tile(size, row, False)
+                        row = b.select(take, b.add(row, i64(size)), row)
     b.ret_void()
     return fn

@@ -9,7 +9,7 @@ product on 2 threads measured 0.75x of one thread on a loaded machine: the calle
 half, then waited for a helper that had no core). The driver is chosen once for the whole
 product, so each element is computed exactly as on one thread: the same products summed in the
 same order (results do not depend on the thread count or on which part took a chunk; rows are
-split only for the packed driver, whose arithmetic per element does not depend on which rows
+split only for the packed drivers, whose arithmetic per element does not depend on which rows
 share a tile). A part uses its own slice of scratch, sized as ``_matmul._region_bytes(M,
 ceil(N / parts) rounded to NR, K)`` for a column split and ``_region_bytes(M, N, K)`` for a row
 split, which covers a chunk.
@@ -29,7 +29,8 @@ __all__ = ["PART_FIELDS", "ROW_SPLIT_RATIO", "call_driver", "split_part"]
 PART_FIELDS = (
     "A", "B", "C", "scratch", "M", "N", "K", "a_rs", "a_cs", "b_rs", "b_cs", "c_rs", "which", "next"
 )  # fmt: skip
-"""The i64 job block a part reads (pointers as integers; ``which``: 0 direct, 1 dot, 2 packed;
+"""The i64 job block a part reads (pointers as integers; ``which``: 0 direct, 1 dot, 2 packed
+(ignored by the prepacked driver's part);
 ``next``: the next unclaimed chunk, 0 before the parts start)."""
 
 CHUNKS_PER_PART = 8
@@ -58,18 +59,18 @@ class _Tiling(Protocol):
 
 
 def call_driver(
-    b: ir.IRBuilder,
-    drivers: tuple[ir.Function, ir.Function, ir.Function],
-    use_direct: ir.Value,
-    use_dot: ir.Value,
-    args: list[ir.Value],
+    b: ir.IRBuilder, drivers: tuple[ir.Function, ...], which: ir.Value, args: list[ir.Value]
 ) -> None:
-    """Call the direct, dot or packed driver with ``args``."""
+    """Call the direct (``which`` 0), dot (1) or packed (2) driver with ``args``; with a single
+    driver (the prepacked one of a ``b_panels`` matmul), that one."""
+    if len(drivers) == 1:
+        b.call(drivers[0], args)
+        return
     direct, dot, packed = drivers
-    with b.if_else(use_direct) as (d_then, d_else):
+    with b.if_else(b.icmp_signed("==", which, i64(0))) as (d_then, d_else):
         with d_then:
             b.call(direct, args)
-        with d_else, b.if_else(use_dot) as (t_then, t_else):
+        with d_else, b.if_else(b.icmp_signed("==", which, i64(1))) as (t_then, t_else):
             with t_then:
                 b.call(dot, args)
             with t_else:
@@ -80,11 +81,10 @@ def _round_up(b: ir.IRBuilder, x: ir.Value, m: int) -> ir.Value:
     return b.mul(b.sdiv(b.add(x, i64(m - 1)), i64(m)), i64(m))
 
 
-def split_part(
-    module: ir.Module, t: _Tiling, drivers: tuple[ir.Function, ir.Function, ir.Function]
-) -> ir.Function:
-    """``part(job, p, parts)`` for the ``emit_parallel_for`` of a matmul (shared per module)."""
-    name = f"asyncjit.matmul.part{t.mr}x{t.nr}"
+def split_part(module: ir.Module, t: _Tiling, drivers: tuple[ir.Function, ...]) -> ir.Function:
+    """``part(job, p, parts)`` for the ``emit_parallel_for`` of a matmul (shared per module;
+    one for the three drivers, one for the prepacked driver alone)."""
+    name = f"asyncjit.matmul.part{t.mr}x{t.nr}{'p' if len(drivers) == 1 else ''}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
@@ -94,9 +94,9 @@ def split_part(
     f = {k: b.load(ptr, typ=I64) for k, ptr in fields.items() if k != "next"}
     m, n, k = f["M"], f["N"], f["K"]
     which = f["which"]
-    use_direct, use_dot = b.icmp_signed("==", which, i64(0)), b.icmp_signed("==", which, i64(1))
     # rows or columns: see the module docstring
-    rows = b.and_(b.icmp_signed("==", which, i64(2)), b.icmp_signed(">=", m, b.mul(n, i64(ROW_SPLIT_RATIO))))
+    blocked = b.icmp_signed("==", which, i64(2)) if len(drivers) > 1 else ir.Constant(ir.IntType(1), 1)
+    rows = b.and_(blocked, b.icmp_signed(">=", m, b.mul(n, i64(ROW_SPLIT_RATIO))))
     chunks = b.mul(parts, i64(CHUNKS_PER_PART))
     extent = b.select(rows, m, n)
     unit = b.select(rows, i64(t.mr), i64(t.nr))
@@ -130,7 +130,7 @@ def split_part(
     c_ptr = b.gep(c_base, [b.add(b.mul(i0, f["c_rs"]), c0)], source_etype=F32)
     mt, ntc = b.select(rows, nt, m), b.select(rows, n, nt)
     args = [a_ptr, b_ptr, c_ptr, scratch, mt, ntc, k, f["a_rs"], f["a_cs"], f["b_rs"], f["b_cs"], f["c_rs"]]
-    call_driver(b, drivers, use_direct, use_dot, args)
+    call_driver(b, drivers, which, args)
     b.branch(claim)
     b.position_at_end(done)
     b.ret_void()

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph import OPS, Node, aligned_copy, broadcast_core, make_node
 from ..symbolic import upper
-from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, transposed_source
+from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
 
 __all__ = ["MAX_FOLD_ELEMENTS", "fold_constants"]
@@ -66,6 +66,8 @@ def fold_constants(graph: Graph) -> Graph:
     """Replace foldable nodes by ``const`` nodes holding their value."""
 
     def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
+        if node.op == "conv" and conv_panel_weight(remake(node, inputs)) is not None:
+            return remake(node, inputs)  # its weight is laid out already (an earlier round)
         if node.op in _DENSE_CONSUMERS:
             keep = node.op == "matmul" and _few_rows(inputs[0])
             inputs = tuple(
@@ -77,6 +79,8 @@ def fold_constants(graph: Graph) -> Graph:
         new = remake(node, inputs)
         if new.op == "conv1d":
             new = _conv1d_kn(new)
+        if new.op == "conv":
+            new = _conv_panels(new)
         if new.op in ("placeholder", "const", "expand", "reshape") or not new.inputs:
             return new
         sources = [_source(i) for i in new.inputs]
@@ -147,6 +151,25 @@ def _conv1d_kn(node: Node) -> Node:
         "permute", (_const(np.transpose(w.attrs["value"], (1, 2, 0))),), order=CONV1D_KN_ORDER
     )
     return remake(node, (x, swapped))
+
+
+def _conv_panels(node: Node) -> Node:
+    """A float32 conv with a constant weight ``[cout, cin, *K]`` that ``conv_takes_panels``: the
+    weight stored as ``codegen._convpanels.panels_weight`` lays it out (``W^T`` in the matmul's
+    column panels, what the kernel reads in place) and permuted and reshaped back; else ``node``
+    itself. A broadcast weight keeps its view (it is written out only once)."""
+    from ..codegen._convpanels import panels_order, panels_weight
+
+    w = node.inputs[1]
+    if w.op != "const" or w.dtype.name != "float32" or not conv_takes_panels(node):
+        return node
+    if broadcast_core(w.attrs["value"]) is not None:
+        return node
+    stored = panels_weight(np.asarray(w.attrs["value"]))
+    r = len(w.shape) - 2
+    permuted = make_node("permute", (_const(stored),), order=panels_order(r))
+    logical = make_node("reshape", (permuted,), shape=tuple(w.shape))
+    return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
 
 def _broadcasts(node: Node) -> bool:

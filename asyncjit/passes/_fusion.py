@@ -31,6 +31,8 @@ __all__ = [
     "matmul_operand",
     "conv1d_kn_weight",
     "conv1d_takes_kn",
+    "conv_panel_weight",
+    "conv_takes_panels",
     "CONV1D_KN_ORDER",
     "OWN_LOOP_OPS",
     "transposed_source",
@@ -175,12 +177,61 @@ def conv1d_kn_weight(node: Node) -> Node | None:
     return w.inputs[0] if conv1d_takes_kn(node) else None
 
 
+def conv_takes_panels(node: Node) -> bool:
+    """Whether the tuned kernel would read float32 conv ``node``'s weight laid out in the
+    matmul's panels (``codegen._convpanels.panels_chosen``); from shapes and attributes alone."""
+    if node.op != "conv" or node.dtype.name != "float32" or not is_bounded(node.shape):
+        return False
+    if not all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair):
+        return False
+    from ..codegen._convpanels import panels_chosen
+
+    x, w = node.inputs[0], node.inputs[1]
+    groups = node.attrs["groups"]
+    return panels_chosen(
+        cin=int(w.shape[1]) * groups,
+        cout=int(w.shape[0]),
+        ks=[int(d) for d in w.shape[2:]],
+        strides=node.attrs["strides"],
+        dilations=node.attrs["dilations"],
+        pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+        groups=groups,
+        s_max=[upper(d) for d in x.shape[2:]],
+    )
+
+
+def conv_panel_weight(node: Node) -> Node | None:
+    """The ``[cout/NR, *K, cin, NR]`` source (``codegen._convpanels.panels_weight``) a float32
+    conv ``node`` reads its weight from in place, when its weight is that source permuted by
+    ``panels_order`` and reshaped, and ``conv_takes_panels``; else None."""
+    if node.op != "conv" or node.dtype.name != "float32":
+        return None
+    from ..codegen._convpanels import panels_order
+    from ..codegen._matmul_tile import matmul_tiling
+
+    w = node.inputs[1]
+    if w.op != "reshape" or w.inputs[0].op != "permute":
+        return None
+    r = len(w.shape) - 2
+    permuted = w.inputs[0]
+    src = permuted.inputs[0]
+    cout, cin, *ks = (int(d) for d in w.shape)
+    nr = matmul_tiling().nr
+    if tuple(permuted.attrs["order"]) != panels_order(r) or src.dtype.name != "float32" or cout % nr:
+        return None
+    if tuple(src.shape) != (cout // nr, *ks, cin, nr):
+        return None
+    return src if conv_takes_panels(node) else None
+
+
 def _read_in_place(node: Node) -> tuple[Node, ...] | None:
     """The buffers a tuned kernel reads for ``node`` through strides, past the views in between
-    (a float32 matmul's operand sources, a conv1d's stored ``[K, N]`` weight); None: read the
-    inputs as they are."""
+    (a float32 matmul's operand sources, a conv1d's stored ``[K, N]`` weight, a conv's weight in
+    panels); None: read the inputs as they are."""
     if node.op == "matmul" and node.dtype.name == "float32" and _strided_matmul():
         return tuple(matmul_operand(i).node for i in node.inputs)
+    if (panels := conv_panel_weight(node)) is not None:
+        return (node.inputs[0], panels, *node.inputs[2:])
     kn = conv1d_kn_weight(node)
     return None if kn is None else (node.inputs[0], kn)
 

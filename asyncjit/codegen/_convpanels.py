@@ -1,0 +1,356 @@
+"""float32 N-d convolution as ``Y^T = X_col^T @ W^T`` on a weight laid out in matmul panels.
+
+As im2col (``_convnd``) the conv is one matmul per sample, but with the operands swapped: the
+rows of A are the output positions (``X_col^T [P, K]``, each row the receptive field of one
+position, taps outer and channels inner) and B is the weight ``W^T [K, cout]``, laid out once
+at compile time in the matmul's NR-column panels (``panels_weight``; constant folding does it,
+see ``passes._fold``), which the prepacked matmul driver reads without copying. Against im2col
++ the packed driver this drops the per-call packing of ``X_col`` and tiles the product along
+the output channels, a multiple of NR, rather than along the positions: a 7x7 output (49
+positions) filled four 16-wide tiles for 3.06 tiles of work.
+
+Per sample: ``x [cin, S]`` is transposed to ``xT [S, cin]`` in scratch (a 1x1 conv with stride 1
+and no pads reads ``xT`` as ``X_col^T``); otherwise every (position, tap) copies the ``cin``
+channels of one input position, or zeros where the tap falls in the padding; the product
+writes ``C^T [P, cout]`` to scratch, and the copy-out transposes it into ``y [cout, P]``, adding
+the bias. Scratch rows whose stride is a multiple of 512 floats get 16 more: rows 2 KiB apart
+fall in the same few L1 sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ._convtaps import TAPS_SMALL_COUT, taps_chosen
+from ._matmul import emit_matmul, panel_layout
+from ._matmul_tile import matmul_tiling
+from ._target import F32, I32, I64, PTR, for_range, i64, new_function
+
+__all__ = [
+    "PANELS_MAX_P_1X1",
+    "PANELS_MAX_P_OVER_TAPS",
+    "PANELS_MIN_K",
+    "emit_conv_panels",
+    "panels_chosen",
+    "panels_scratch_bytes",
+    "panels_weight",
+]
+
+PANELS_MIN_K = 64
+"""Fewer products per output (``cin * prod(K)``) than this and the two transposes (of ``x`` in,
+of ``C^T`` out), each the size of an activation, are not paid back by the product."""
+
+PANELS_MAX_P_1X1 = 256
+"""A 1x1 conv with more output positions than this keeps ``_convnd``'s path, which reads ``x``
+in place: its two transposes, each an activation (3 MB at 56x56 x 256 channels, beyond L2),
+cost more than the product gains. Measured in one process, per-call minima
+(``benchmarks/conv_ab.py``): at 7x7 0.84-0.90 of that path's time, 13x13 and 14x14 0.86-0.97,
+28x28 0.97-1.17, 56x56 1.35-1.41, a stride-2 1x1 from 56x56 1.19."""
+
+PANELS_MAX_P_OVER_TAPS = 1024
+"""Above ``TAPS_SMALL_COUT`` output channels, where the padded-copy kernel would take a layer,
+this many output positions or fewer go here instead: measured in one process, per-call minima
+(``benchmarks/conv_ab.py``), 3x3 512 channels at 7x7 took 0.91-0.97 of the padded copy's time,
+3x3 256 at 56x56 (3,136 positions: ``X_col^T`` is 29 MB) 1.13-1.15x."""
+
+_BLOCK = 8
+"""Positions per block of the transposes: a block's rows of ``C^T`` (or columns of ``x``) stay
+in L1 while every channel is copied."""
+
+
+def _row_stride(n: int) -> int:
+    """A scratch row stride for ``n`` floats: whole cache lines, never a multiple of 2 KiB."""
+    s = -(-n // 16) * 16
+    return s + 16 if s % 512 == 0 else s
+
+
+def _prod(xs: Sequence[int]) -> int:
+    out = 1
+    for v in xs:
+        out *= v
+    return out
+
+
+def _pointwise(ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]]) -> bool:
+    return all(k == 1 for k in ks) and all(s == 1 for s in strides) and all(p == (0, 0) for p in pads)
+
+
+def panels_chosen(
+    *,
+    cin: int,
+    cout: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    groups: int,
+    s_max: Sequence[int],
+) -> bool:
+    """Whether a conv runs here (its weight then stored by ``panels_weight``), judged at the
+    upper bounds ``s_max`` of its input's spatial extents: one group, output channels a multiple
+    of the tile width NR, at least ``PANELS_MIN_K`` products per output, and not a layer another
+    kernel does better: a 1x1 conv with more than ``PANELS_MAX_P_1X1`` output positions, or one
+    the padded-copy kernel of ``_convtaps`` takes with up to ``TAPS_SMALL_COUT`` output channels
+    or more than ``PANELS_MAX_P_OVER_TAPS`` positions."""
+    nr = matmul_tiling().nr
+    if groups != 1 or cout % nr or cin * _prod(ks) < PANELS_MIN_K:
+        return False
+    outs = [
+        (max(s, 1) + lo + hi - d * (k - 1) - 1) // st + 1
+        for s, (lo, hi), d, k, st in zip(s_max, pads, dilations, ks, strides, strict=True)
+    ]
+    p_max = _prod(outs)
+    if _prod(ks) == 1:
+        return p_max <= PANELS_MAX_P_1X1
+    taps = taps_chosen(
+        cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups, s_max=s_max
+    )
+    return not taps or (cout > TAPS_SMALL_COUT and p_max <= PANELS_MAX_P_OVER_TAPS)
+
+
+def panels_weight(w: np.ndarray) -> np.ndarray:
+    """``w [cout, cin, *K]`` as the kernel reads it: ``W^T [prod(K)*cin, cout]`` (taps outer,
+    channels inner) in NR-column panels, shaped ``[cout/NR, *K, cin, NR]`` (the panels'
+    memory order)."""
+    nr = matmul_tiling().nr
+    cout, cin, *ks = w.shape
+    wt = np.moveaxis(w, 1, -1).reshape(cout, -1).T  # [prod(K)*cin, cout]
+    return np.ascontiguousarray(panel_layout(wt).reshape(cout // nr, *ks, cin, nr))
+
+
+def panels_order(r: int) -> tuple[int, ...]:
+    """``permute`` order from ``[cout/NR, *K, cin, NR]`` (``panels_weight``) to ``[cout/NR, NR,
+    cin, *K]``, which reshapes to the logical weight ``[cout, cin, *K]``."""
+    return (0, r + 2, r + 1, *range(1, r + 1))
+
+
+def _geometry(cin: int, cout: int, ks: Sequence[int], pointwise: bool) -> tuple[int, int, int]:
+    """Row strides of ``xT``, ``X_col^T`` and ``C^T`` in scratch (floats)."""
+    kk = cin * _prod(ks)
+    return _row_stride(cin), (0 if pointwise else _row_stride(kk)), _row_stride(cout)
+
+
+def panels_scratch_bytes(
+    *, cin: int, cout: int, ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]],
+    p_max: int, s_max: Sequence[int],
+) -> int:  # fmt: skip
+    """Scratch for inputs of at most ``s_max`` per spatial axis and ``p_max`` output positions."""
+    xs, ks_rs, cs = _geometry(cin, cout, ks, _pointwise(ks, strides, pads))
+    s = max(_prod(s_max), 1)
+    p = max(p_max, 1)
+    return 64 * 4 + 4 * (s * xs + p * ks_rs + p * cs)
+
+
+def _align(b: ir.IRBuilder, ptr: ir.Value) -> ir.Value:
+    return b.inttoptr(b.and_(b.add(b.ptrtoint(ptr, I64), i64(63)), i64(-64)), PTR)
+
+
+def _load(b: ir.IRBuilder, base: ir.Value, idx: ir.Value) -> ir.Value:
+    return b.load(b.gep(base, [idx], source_etype=F32), typ=F32, align=4)
+
+
+def _store(b: ir.IRBuilder, val: ir.Value, base: ir.Value, idx: ir.Value) -> None:
+    b.store(val, b.gep(base, [idx], source_etype=F32), align=4)
+
+
+def _transpose8(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of the 8x8 block whose rows are ``rows`` (eight <8 x float>): unpack, shuffle
+    and 128-bit lane swaps, 24 shuffles for 64 elements (a scalar copy took ~0.25 ns each)."""
+
+    def mix(u: ir.Value, v: ir.Value, lanes: list[int]) -> ir.Value:
+        return b.shuffle_vector(u, v, ir.Constant(ir.VectorType(I32, 8), lanes))
+
+    lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    t = [mix(rows[i], rows[i + 1], m) for i in range(0, 8, 2) for m in (lo, hi)]  # t0..t7
+    q_lo, q_hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    u = [
+        mix(t[0], t[2], q_lo), mix(t[0], t[2], q_hi), mix(t[1], t[3], q_lo), mix(t[1], t[3], q_hi),
+        mix(t[4], t[6], q_lo), mix(t[4], t[6], q_hi), mix(t[5], t[7], q_lo), mix(t[5], t[7], q_hi),
+    ]  # fmt: skip
+    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    return [mix(u[j], u[j + 4], first) for j in range(4)] + [mix(u[j], u[j + 4], second) for j in range(4)]
+
+
+def _splat(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    undef = ir.Constant(ir.VectorType(F32, _BLOCK), ir.Undefined)
+    one = b.insert_element(undef, v, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, _BLOCK), [0] * _BLOCK))
+
+
+def _emit_transpose(module: ir.Module, name: str, has_bias: bool) -> ir.Function:
+    """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j])`` for ``i < R``, ``j < C``: 8x8 blocks in
+    vector registers (destination rows outer, so each is written as one stream), the edges
+    element by element."""
+    args: list[tuple[str, ir.Type]] = [("src", PTR), ("dst", PTR), ("bias", PTR), ("R", I64), ("C", I64)]
+    args += [("s_rs", I64), ("d_rs", I64)]
+    fn, b = new_function(module, name, args, noalias=("src", "dst", "bias"), inline="noinline")
+    src, dst, bias, r_all, c_all, s_rs, d_rs = fn.args
+    vty = ir.VectorType(F32, _BLOCK)
+    r_whole = b.mul(b.sdiv(r_all, i64(_BLOCK)), i64(_BLOCK))
+    c_whole = b.mul(b.sdiv(c_all, i64(_BLOCK)), i64(_BLOCK))
+
+    def one(i: ir.Value, j: ir.Value) -> None:
+        v = _load(b, src, b.add(b.mul(i, s_rs), j))
+        if has_bias:
+            v = b.fadd(v, _load(b, bias, j))
+        _store(b, v, dst, b.add(b.mul(j, d_rs), i))
+
+    with for_range(b, i64(0), c_whole, _BLOCK, name="j0") as j0:
+        biases = []
+        for j in range(_BLOCK):
+            bv = _load(b, bias, b.add(j0, i64(j))) if has_bias else None
+            biases.append(None if bv is None else _splat(b, bv))
+        with for_range(b, i64(0), r_whole, _BLOCK, name="i0") as i0:
+            rows = [
+                b.load(
+                    b.gep(src, [b.add(b.mul(b.add(i0, i64(r)), s_rs), j0)], source_etype=F32),
+                    typ=vty,
+                    align=4,
+                )
+                for r in range(_BLOCK)
+            ]
+            for j, col in enumerate(_transpose8(b, rows)):
+                bv = biases[j]
+                out = col if bv is None else b.fadd(col, bv)
+                b.store(
+                    out, b.gep(dst, [b.add(b.mul(b.add(j0, i64(j)), d_rs), i0)], source_etype=F32), align=4
+                )
+        with (
+            for_range(b, r_whole, r_all, name="ir") as i,
+            for_range(b, j0, b.add(j0, i64(_BLOCK)), name="jr") as j,
+        ):
+            one(i, j)
+    with for_range(b, c_whole, c_all, name="jt") as j, for_range(b, i64(0), r_all, name="it") as i:
+        one(i, j)
+    b.ret_void()
+    return fn
+
+
+def _emit_im2col_t(
+    module: ir.Module,
+    name: str,
+    *,
+    cin: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+) -> ir.Function:
+    """``dst[p*rs + t*cin + c] = xT[i(p, t)*xs + c]``, or 0 where tap ``t`` of output position
+    ``p`` falls in the padding; ``xT`` is one sample's ``[S, cin]`` (row stride ``xs``)."""
+    r = len(ks)
+    args: list[tuple[str, ir.Type]] = [("xT", PTR), ("dst", PTR), ("xs", I64), ("rs", I64)]
+    args += [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
+    fn, b = new_function(module, name, args, noalias=("xT", "dst"), inline="noinline")
+    xt, dst, xs, rs = fn.args[:4]
+    sizes = list(fn.args[4 : 4 + r])
+    outs = list(fn.args[4 + r : 4 + 2 * r])
+    zero = ir.Constant(F32, 0.0)
+
+    def copy_row(src: ir.Value | None, out: ir.Value) -> None:
+        with for_range(b, i64(0), i64(cin), name="c") as c:
+            v = zero if src is None else _load(b, xt, b.add(src, c))
+            _store(b, v, dst, b.add(out, c))
+
+    def taps(
+        ax: int, pos: list[ir.Value], tap: ir.Value, inside: ir.Value, flat_in: ir.Value, row: ir.Value
+    ) -> None:
+        if ax == r:
+            out = b.add(row, b.mul(tap, i64(cin)))
+            with b.if_else(inside) as (copy, pad):
+                with copy:
+                    copy_row(b.mul(flat_in, xs), out)
+                with pad:
+                    copy_row(None, out)
+            return
+        with for_range(b, i64(0), i64(ks[ax]), name=f"t{ax}") as t:
+            coord = b.sub(
+                b.add(b.mul(pos[ax], i64(strides[ax])), b.mul(t, i64(dilations[ax]))), i64(pads[ax][0])
+            )
+            ok = b.and_(b.icmp_signed(">=", coord, i64(0)), b.icmp_signed("<", coord, sizes[ax]))
+            clamped = b.select(ok, coord, i64(0))
+            taps(
+                ax + 1,
+                pos,
+                b.add(b.mul(tap, i64(ks[ax])), t),
+                b.and_(inside, ok),
+                b.add(b.mul(flat_in, sizes[ax]), clamped),
+                row,
+            )
+
+    def positions(ax: int, pos: list[ir.Value], flat: ir.Value) -> None:
+        if ax == r:
+            taps(0, pos, i64(0), ir.Constant(ir.IntType(1), 1), i64(0), b.mul(flat, rs))
+            return
+        with for_range(b, i64(0), outs[ax], name=f"o{ax}") as o:
+            positions(ax + 1, [*pos, o], b.add(b.mul(flat, outs[ax]), o))
+
+    positions(0, [], i64(0))
+    b.ret_void()
+    return fn
+
+
+def emit_conv_panels(
+    module: ir.Module,
+    name: str,
+    *,
+    cin: int,
+    cout: int,
+    ks: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    has_bias: bool,
+) -> ir.Function:
+    """The conv kernel ``name`` with ``_convnd``'s signature, ``w`` laid out by ``panels_weight``.
+
+    It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
+    :func:`panels_scratch_bytes` of ``scratch``.
+    """
+    r = len(ks)
+    nr = matmul_tiling().nr
+    if cout % nr:
+        raise ValueError(f"conv panels: cout={cout} is not a multiple of {nr}")
+    pointwise = _pointwise(ks, strides, pads)
+    kk = cin * _prod(ks)
+    xs, ks_rs, cs = _geometry(cin, cout, ks, pointwise)
+    mm = emit_matmul(module, f"{name}.matmul", n=cout, k=kk, b_panels=True)
+    transpose_in = _emit_transpose(module, f"{name}.xT", has_bias=False)
+    copy_out = _emit_transpose(module, f"{name}.out", has_bias)
+    im2col = None if pointwise else _emit_im2col_t(
+        module, f"{name}.im2col", cin=cin, ks=ks, strides=strides, dilations=dilations, pads=pads
+    )  # fmt: skip
+    args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
+    args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
+    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    x, w, bias, y, scratch, n_arg = fn.args[:6]
+    sizes = list(fn.args[6 : 6 + r])
+    outs = list(fn.args[6 + r : 6 + 2 * r])
+    s_all: ir.Value = i64(1)
+    for v in sizes:
+        s_all = b.mul(s_all, v)
+    p: ir.Value = i64(1)
+    for o in outs:
+        p = b.mul(p, o)
+    empty = b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", p, i64(0)))
+    with b.if_then(empty):
+        b.ret_void()
+    xt = _align(b, scratch)
+    xcol = _align(b, b.gep(xt, [b.mul(s_all, i64(xs))], source_etype=F32))
+    ct = _align(b, b.gep(xcol, [b.mul(p, i64(ks_rs))], source_etype=F32))
+    zero = i64(0)
+    with for_range(b, i64(0), n_arg, name="n") as n:
+        xn = b.gep(x, [b.mul(n, b.mul(i64(cin), s_all))], source_etype=F32)
+        b.call(transpose_in, [xn, xt, w, i64(cin), s_all, s_all, i64(xs)])  # (no bias read)
+        if im2col is not None:
+            b.call(im2col, [xt, xcol, i64(xs), i64(ks_rs), *sizes, *outs])
+        a, a_rs = (xt, i64(xs)) if im2col is None else (xcol, i64(ks_rs))
+        b.call(mm, [a, w, ct, scratch, i64(1), p, i64(cout), i64(kk),
+                    zero, a_rs, i64(1), zero, i64(nr), i64(kk), zero, i64(cs)])  # fmt: skip
+        yn = b.gep(y, [b.mul(n, b.mul(i64(cout), p))], source_etype=F32)
+        b.call(copy_out, [ct, yn, bias, p, i64(cout), i64(cs), p])
+    b.ret_void()
+    return fn
