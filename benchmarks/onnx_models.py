@@ -274,8 +274,8 @@ def _conv_flops(args: dict[str, Any]) -> int:
 def layer_rows(name: str, calls: int) -> None:
     """Each conv kernel of one light model beside ONNX Runtime's conv node with the same flops
     (the first not yet paired, in graph order), with the node's shapes: where a model's
-    difference lies, layer by layer. Our conv kernels include the bias; a BatchNormalization
-    that ORT folds into its conv is a separate kernel here (compare the sums, not 1%)."""
+    difference lies, layer by layer. Both sides' conv kernels include the bias, a
+    BatchNormalization after the conv (folded into its weight) and a Relu after it (fused)."""
     from asyncjit.codegen import _parallel
 
     old = _parallel.intra_op_threads()
@@ -284,7 +284,7 @@ def layer_rows(name: str, calls: int) -> None:
     finally:
         _parallel.set_intra_op_threads(old)
     peer = [k for k in theirs if "Conv" in str(args[k].get("op_name", ""))]
-    mine = [k for k in ours if k.endswith("_conv_conv")]
+    mine = [k for k in ours if k.endswith(("_conv_conv", "_conv_conv_relu"))]
     print(f"{name}: {len(mine)} conv kernels, ORT {len(peer)} conv nodes (minima over {calls} calls, ms)")
     print("| kernel | asyncjit | ORT | ratio | x | w | y |")
     print("|---|---|---|---|---|---|---|")

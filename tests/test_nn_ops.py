@@ -180,7 +180,7 @@ def test_padded_copy_is_chosen_where_it_was_faster(
 PANELS_CASES = [  # cin, cout, kernel, strides, dilations, pads per axis (lo, hi), bias: one group
     (64, 96, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), True),  # stride 2 past the padded copy's 64
     (24, 32, (3, 3), (3, 2), (1, 2), ((2, 0), (1, 3)), False),  # stride 3: no padded copy; dilated
-    (80, 48, (1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), True),  # 1x1: x transposed is X_col^T
+    (80, 64, (1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), True),  # 1x1: x transposed is X_col^T
     (96, 32, (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)), False),  # strided 1x1
     (16, 160, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), True),  # above 128 outputs, few positions
     (20, 64, (5,), (2,), (2,), ((3, 1),), True),  # 1-D
@@ -264,6 +264,9 @@ def test_conv_panels_need_a_constant_weight() -> None:
         (256, 256, 56, 3, 1, False),  # 3,136 positions: the padded copy
         (64, 64, 56, 3, 1, False),  # few outputs: the padded copy
         (512, 2048, 7, 1, 1, True),  # 1x1 at 7x7
+        (832, 32, 6, 1, 1, True),  # 1x1 at 6x6, few outputs
+        (480, 16, 13, 1, 1, False),  # 1x1 at 13x13, few outputs: x read in place
+        (512, 64, 13, 1, 1, True),
         (64, 256, 56, 1, 1, False),  # 1x1 at 56x56: x read in place
         (256, 512, 56, 1, 2, False),  # strided 1x1 from 56x56
         (512, 1000, 13, 1, 1, False),  # not whole tiles

@@ -30,7 +30,7 @@ from ._conv import _valid_range
 from ._convpanels import emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I64, PTR, for_range, i64, new_function
+from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value
 
 __all__ = ["convnd_scratch_bytes", "emit_convnd"]
 
@@ -166,10 +166,12 @@ def emit_convnd(
     has_bias: bool,
     s_max: Sequence[int],
     w_panels: bool = False,
+    relu: bool = False,
 ) -> ir.Function:
     """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
     input's spatial extents (the scratch is sized there, and it picks the 2-D strategy);
-    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``.
+    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``relu``: the kernel
+    stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`convnd_scratch_bytes` of ``scratch``.
@@ -184,14 +186,14 @@ def emit_convnd(
         if groups != 1:
             raise ValueError(f"conv: a weight in panels needs one group, got groups={groups}")
         return emit_conv_panels(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
-                                pads=pads, has_bias=has_bias)  # fmt: skip
+                                pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
-                               dilations=dilations, pads=pads, has_bias=has_bias)  # fmt: skip
+                               dilations=dilations, pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
     if taps_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups,
                    s_max=s_max):  # fmt: skip
         return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
-                              pads=pads, has_bias=has_bias)  # fmt: skip
+                              pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
     kk = cin_g * _prod(ks)
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
@@ -249,13 +251,23 @@ def emit_convnd(
             zero = i64(0)
             b.call(mm, [wg, xcol, yg, mm_scratch, i64(1), i64(cout_g), p, i64(kk),
                         zero, i64(kk), i64(1), zero, p, i64(1), zero, p])  # fmt: skip
-    if has_bias:
+    if has_bias or relu:
+        # one pass over each output row, eight lanes at a time (a scalar llvm.maximum loop is
+        # not vectorised on AVX2), then the row's tail
+        vty = ir.VectorType(F32, 8)
+        whole = b.mul(b.sdiv(p, i64(8)), i64(8))
         with for_range(b, i64(0), n_arg, name="bn") as n, for_range(b, i64(0), i64(cout), name="bc") as c:
-            bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4)
+            bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4) if has_bias else None
+            bvec = None if bv is None else b.shuffle_vector(
+                b.insert_element(ir.Constant(vty, ir.Undefined), bv, ir.Constant(I32, 0)),
+                ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))  # fmt: skip
             row = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), c), p)], source_etype=F32)
-            with for_range(b, i64(0), p, name="bp") as j:
-                ptr = b.gep(row, [j], source_etype=F32)
-                b.store(b.fadd(b.load(ptr, typ=F32, align=4), bv), ptr, align=4)
+            for lo, hi, step, ty, add in ((i64(0), whole, 8, vty, bvec), (whole, p, 1, F32, bv)):
+                with for_range(b, lo, hi, step, name="bp") as j:
+                    ptr = b.gep(row, [j], source_etype=F32)
+                    v = b.load(ptr, typ=ty, align=4)
+                    v = v if add is None else b.fadd(v, add)
+                    b.store(relu_value(b, v) if relu else v, ptr, align=4)
     b.ret_void()
     return fn
 
@@ -271,10 +283,12 @@ def _emit_depthwise(
     dilations: Sequence[int],
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
+    relu: bool = False,
 ) -> ir.Function:
     """Per output channel and output row: the row starts at the bias, then every tap whose
     outer-axis position is inside the input adds ``w * x`` over the output range (computed
-    once per tap) that reads inside the input -- a contiguous axpy for stride 1."""
+    once per tap) that reads inside the input -- a contiguous axpy for stride 1; with ``relu``
+    the row, still in cache, then becomes ``max(row, 0)``."""
     r = len(ks)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
@@ -343,6 +357,10 @@ def _emit_depthwise(
                         )
 
             taps(0, i64(0), i64(0))
+            if relu:
+                with for_range(b, i64(0), outs[last], name="relu") as j:
+                    ptr = b.gep(row, [j], source_etype=F32)
+                    b.store(relu_value(b, b.load(ptr, typ=F32, align=4)), ptr, align=4)
 
         rows(0, i64(0), [])
     b.ret_void()

@@ -27,7 +27,7 @@ from llvmlite import ir
 from ._convtaps import TAPS_SMALL_COUT, taps_chosen
 from ._matmul import emit_matmul, panel_layout
 from ._matmul_tile import matmul_tiling
-from ._target import F32, I32, I64, PTR, for_range, i64, new_function
+from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value
 
 __all__ = [
     "PANELS_MAX_P_1X1",
@@ -49,6 +49,14 @@ in place: its two transposes, each an activation (3 MB at 56x56 x 256 channels, 
 cost more than the product gains. Measured in one process, per-call minima
 (``benchmarks/conv_ab.py``): at 7x7 0.84-0.90 of that path's time, 13x13 and 14x14 0.86-0.97,
 28x28 0.97-1.17, 56x56 1.35-1.41, a stride-2 1x1 from 56x56 1.19."""
+
+PANELS_MIN_COUT_1X1 = 64
+PANELS_ANY_COUT_P_1X1 = 64
+"""...and from ``PANELS_ANY_COUT_P_1X1`` to ``PANELS_MAX_P_1X1`` positions only with this many
+output channels or more: transposing ``x`` costs a share of ``1/cout`` of the product, and
+13x13 positions fill 16-wide position tiles with 4% waste, so there is little to gain (Inception
+v1's 1x1 convs at 13x13: 480->16 0.88 -> 1.07x ONNX Runtime's time, 528->32 1.25 -> 1.50x; at
+6x6, where tiles of positions waste 25%, 832->32 1.23 -> 1.12x and 832->48 1.25 -> 1.09x)."""
 
 PANELS_MAX_P_OVER_TAPS = 1024
 """Above ``TAPS_SMALL_COUT`` output channels, where the padded-copy kernel would take a layer,
@@ -92,7 +100,8 @@ def panels_chosen(
     """Whether a conv runs here (its weight then stored by ``panels_weight``), judged at the
     upper bounds ``s_max`` of its input's spatial extents: one group, output channels a multiple
     of the tile width NR, at least ``PANELS_MIN_K`` products per output, and not a layer another
-    kernel does better: a 1x1 conv with more than ``PANELS_MAX_P_1X1`` output positions, or one
+    kernel does better: a 1x1 conv with more than ``PANELS_MAX_P_1X1`` output positions (or more
+    than ``PANELS_ANY_COUT_P_1X1`` with fewer than ``PANELS_MIN_COUT_1X1`` outputs), or one
     the padded-copy kernel of ``_convtaps`` takes with up to ``TAPS_SMALL_COUT`` output channels
     or more than ``PANELS_MAX_P_OVER_TAPS`` positions."""
     nr = matmul_tiling().nr
@@ -104,7 +113,7 @@ def panels_chosen(
     ]
     p_max = _prod(outs)
     if _prod(ks) == 1:
-        return p_max <= PANELS_MAX_P_1X1
+        return p_max <= PANELS_ANY_COUT_P_1X1 or (p_max <= PANELS_MAX_P_1X1 and cout >= PANELS_MIN_COUT_1X1)
     taps = taps_chosen(
         cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups, s_max=s_max
     )
@@ -180,10 +189,10 @@ def _splat(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, _BLOCK), [0] * _BLOCK))
 
 
-def _emit_transpose(module: ir.Module, name: str, has_bias: bool) -> ir.Function:
-    """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j])`` for ``i < R``, ``j < C``: 8x8 blocks in
-    vector registers (destination rows outer, so each is written as one stream), the edges
-    element by element."""
+def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = False) -> ir.Function:
+    """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j])`` (then ``max(., 0)`` with ``relu``) for
+    ``i < R``, ``j < C``: 8x8 blocks in vector registers (destination rows outer, so each is
+    written as one stream), the edges element by element."""
     args: list[tuple[str, ir.Type]] = [("src", PTR), ("dst", PTR), ("bias", PTR), ("R", I64), ("C", I64)]
     args += [("s_rs", I64), ("d_rs", I64)]
     fn, b = new_function(module, name, args, noalias=("src", "dst", "bias"), inline="noinline")
@@ -196,7 +205,7 @@ def _emit_transpose(module: ir.Module, name: str, has_bias: bool) -> ir.Function
         v = _load(b, src, b.add(b.mul(i, s_rs), j))
         if has_bias:
             v = b.fadd(v, _load(b, bias, j))
-        _store(b, v, dst, b.add(b.mul(j, d_rs), i))
+        _store(b, relu_value(b, v) if relu else v, dst, b.add(b.mul(j, d_rs), i))
 
     with for_range(b, i64(0), c_whole, _BLOCK, name="j0") as j0:
         biases = []
@@ -215,6 +224,7 @@ def _emit_transpose(module: ir.Module, name: str, has_bias: bool) -> ir.Function
             for j, col in enumerate(_transpose8(b, rows)):
                 bv = biases[j]
                 out = col if bv is None else b.fadd(col, bv)
+                out = relu_value(b, out) if relu else out
                 b.store(
                     out, b.gep(dst, [b.add(b.mul(b.add(j0, i64(j)), d_rs), i0)], source_etype=F32), align=4
                 )
@@ -304,8 +314,10 @@ def emit_conv_panels(
     dilations: Sequence[int],
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
+    relu: bool = False,
 ) -> ir.Function:
-    """The conv kernel ``name`` with ``_convnd``'s signature, ``w`` laid out by ``panels_weight``.
+    """The conv kernel ``name`` with ``_convnd``'s signature, ``w`` laid out by ``panels_weight``;
+    ``relu``: ``max(y, 0)`` is stored (the copy-out applies it).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`panels_scratch_bytes` of ``scratch``.
@@ -319,7 +331,7 @@ def emit_conv_panels(
     xs, ks_rs, cs = _geometry(cin, cout, ks, pointwise)
     mm = emit_matmul(module, f"{name}.matmul", n=cout, k=kk, b_panels=True)
     transpose_in = _emit_transpose(module, f"{name}.xT", has_bias=False)
-    copy_out = _emit_transpose(module, f"{name}.out", has_bias)
+    copy_out = _emit_transpose(module, f"{name}.out", has_bias, relu)
     im2col = None if pointwise else _emit_im2col_t(
         module, f"{name}.im2col", cin=cin, ks=ks, strides=strides, dilations=dilations, pads=pads
     )  # fmt: skip

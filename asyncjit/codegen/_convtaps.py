@@ -30,7 +30,21 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
-from ._target import F32, I1, I32, I64, PTR, VOID, for_range, i64, intrinsic, new_function, smax, smin
+from ._target import (
+    F32,
+    I1,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    for_range,
+    i64,
+    intrinsic,
+    new_function,
+    relu_value,
+    smax,
+    smin,
+)
 
 __all__ = [
     "TAPS_MAX_STRIDE",
@@ -221,10 +235,12 @@ def emit_conv_taps(
     dilations: Sequence[int],
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
+    relu: bool = False,
 ) -> ir.Function:
     """The conv kernel ``name`` with ``_convnd``'s ABI (``x, w, bias, y, scratch, N, H, W, OH,
     OW``) for a layer :func:`taps_eligible` accepts; it uses at most :func:`taps_scratch_bytes`
-    of ``scratch`` and touches ``x``/``w``/``bias``/``y`` only inside their extents."""
+    of ``scratch`` and touches ``x``/``w``/``bias``/``y`` only inside their extents. ``relu``:
+    ``max(y, 0)`` is stored (the copy-out applies it)."""
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
     mr, nr = t.mr, t.nr
@@ -350,7 +366,7 @@ def emit_conv_taps(
                             for r0_tail, size in tails:
                                 tile(i64(r0_tail), size, True)
 
-        # 3. copy the outputs (not the junk columns) to y, adding the bias
+        # 3. copy the outputs (not the junk columns) to y, adding the bias (and the relu)
         with for_range(b, i64(0), i64(cout), name="oc") as oc:
             bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
             ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
@@ -361,6 +377,6 @@ def emit_conv_taps(
                     v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
                     if bv is not None:
                         v = b.fadd(v, bv)
-                    b.store(v, b.gep(dst, [j], source_etype=F32), align=4)
+                    b.store(relu_value(b, v) if relu else v, b.gep(dst, [j], source_etype=F32), align=4)
     b.ret_void()
     return fn

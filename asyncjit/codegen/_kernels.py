@@ -18,7 +18,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import conv1d_kn_weight, conv_panel_weight, matmul_operand
+from ..passes._fusion import conv1d_kn_weight, conv_panel_weight, matmul_operand, tuned_conv
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -45,7 +45,7 @@ def scratch_bytes(kernel: Kernel) -> int:
         a, b = node.inputs
         m = prod(a.shape[:-1]) if _folds_batch(node) else a.shape[-2]
         return int(lib.matmul_scratch_bytes(upper(m), upper(b.shape[-1]), upper(a.shape[-1])))
-    if kernel.kind == "conv" and _fast_conv(node):
+    if kernel.kind == "conv" and tuned_conv(node := kernel.op_node):
         x, w = node.inputs[0], node.inputs[1]
         groups = node.attrs["groups"]
         return int(
@@ -87,15 +87,6 @@ def _static_pads(node: Node) -> bool:
     """Static pads and bounded sizes: the library conv1d (its im2col scratch is sized for the
     bounds; a size over an unbounded var takes the direct loop, which needs none)."""
     return all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(node.inputs[0].shape)
-
-
-def _fast_conv(node: Node) -> bool:
-    """float32 with static pads: the im2col + tiled matmul kernel of ``_convnd``."""
-    return (
-        node.dtype == float32
-        and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
-        and is_bounded(node.shape)  # im2col scratch is sized for the bounds
-    )
 
 
 class _Ctx:
@@ -537,8 +528,8 @@ def _nonzero(ctx: _Ctx, kernel: Kernel) -> None:
 
 
 def _conv(ctx: _Ctx, kernel: Kernel) -> None:
-    node = kernel.node
-    if not _fast_conv(node):
+    node = kernel.op_node  # the conv; ``kernel.node`` is a relu fused after it, if any
+    if not tuned_conv(node):
         emit_conv_loop(ctx, kernel)
         return
     x, w = node.inputs[0], node.inputs[1]
@@ -558,6 +549,7 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         has_bias=has_bias,
         s_max=[upper(d) for d in x.shape[2:]],
         w_panels=panels is not None,
+        relu=kernel.node.op == "relu",
     )
     w_buf = ctx.buffers[(panels if panels is not None else w).id]
     bias = ctx.buffers[node.inputs[2].id] if has_bias else w_buf

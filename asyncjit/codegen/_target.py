@@ -282,6 +282,16 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -
     return ir.Function(module, ir.FunctionType(ret, args), name)
 
 
+def relu_value(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``max(v, 0)`` for a float or a vector of floats, as the ``relu`` op computes it (a NaN
+    stays NaN, -0.0 gives 0.0): ``v`` where it is greater than 0 or unordered, else 0. A compare
+    and a select, which the loop vectoriser widens; a scalar ``llvm.maximum`` loop it left
+    scalar on AVX2 (a conv's fused relu made VGG-19's copy-outs 5% slower)."""
+    ty = v.type
+    zero = ir.Constant(ty, [0.0] * ty.count) if isinstance(ty, ir.VectorType) else ir.Constant(ty, 0.0)
+    return b.select(b.fcmp_unordered(">", v, zero), v, zero)
+
+
 def type_suffix(ty: ir.Type) -> str:
     """The overload suffix LLVM intrinsics use for ``ty``: ``f32``, ``v16f32``, ``v8i32``..."""
     if isinstance(ty, ir.VectorType):

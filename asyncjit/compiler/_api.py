@@ -143,7 +143,7 @@ def _flops(lowered: Lowered) -> int:
             w = n.inputs[1]
             total += 2 * numel * int(w.shape[1]) * int(w.shape[2])
         elif k.kind == "conv":
-            w = n.inputs[1]
+            w = k.op_node.inputs[1]
             per = 1
             for d in w.shape[1:]:
                 per *= int(d)

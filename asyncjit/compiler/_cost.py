@@ -63,7 +63,7 @@ def _info(k: Kernel) -> KernelInfo:
         w = n.inputs[1]
         flops = 2 * numel * int(w.shape[1]) * int(w.shape[2])
     elif k.kind == "conv":
-        flops = conv_flops(n)
+        flops = conv_flops(k.op_node)
     elif k.kind == "reduce":
         flops = prod(n.inputs[0].shape)
         flops = flops + numel * sum(1 for f in k.fused if _computes(f))

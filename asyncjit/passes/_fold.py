@@ -19,7 +19,7 @@ from ..symbolic import upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
 
-__all__ = ["MAX_FOLD_ELEMENTS", "fold_constants"]
+__all__ = ["MAX_FOLD_ELEMENTS", "fold_constants", "fold_conv_affine"]
 
 MAX_FOLD_ELEMENTS = 1 << 16
 """Larger results stay as ops: folding them would bloat executables for little gain."""
@@ -179,3 +179,82 @@ def _broadcasts(node: Node) -> bool:
             return True
         node = node.inputs[0]
     return False
+
+
+def fold_conv_affine(graph: Graph) -> Graph:
+    """``conv(x, W, b) * s`` and ``conv(x, W, b) + t``, with ``W`` (and ``b``) constant and ``s``,
+    ``t`` finite per-output-channel (or scalar) constants, become ``conv(x, W*s, b*s)`` and
+    ``conv(x, W, b+t)``: an inference BatchNormalization after a conv (``x*s + t``) and a
+    separate bias add (the ONNX importer's ``Conv`` adds its ``B`` after the conv) then cost
+    nothing at run time, as ONNX Runtime folds them, instead of a pass over the activation.
+    Only a conv whose one consumer is that ``mul``/``add`` is folded (and not a graph output);
+    the weights are rescaled in float64 and rounded once."""
+    consumers: dict[int, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            consumers[i.id] = consumers.get(i.id, 0) + 1
+    outputs = {n.id for n in graph.outputs}
+
+    def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
+        new = remake(node, inputs)
+        if node.op not in ("mul", "add") or len(inputs) != 2:
+            return new
+        for k in (0, 1):
+            conv, other = inputs[k], inputs[1 - k]
+            was = node.inputs[k]
+            if conv.op != "conv" or consumers.get(was.id, 0) != 1 or was.id in outputs:
+                continue
+            if tuple(new.shape) != tuple(conv.shape) or new.dtype != conv.dtype:
+                continue
+            per = _per_channel(other, conv)
+            folded = None if per is None else _affine(conv, per, scale=node.op == "mul")
+            if folded is not None:
+                return folded
+        return new
+
+    return rebuild(graph, rewrite)
+
+
+def _per_channel(node: Node, conv: Node) -> np.ndarray | None:
+    """``node``'s value as one float64 number per output channel of ``conv`` when it is a finite
+    constant that broadcasts along the channel axis only (shape ``[C, 1, ...]``, ``[1, C, 1,
+    ...]`` or a scalar); else None."""
+    while node.op == "expand":  # the broadcast to the conv's shape, made explicit by the op
+        node = node.inputs[0]
+    if _source(node) is None or _numel(node) is None:
+        return None
+    shape = tuple(int(d) for d in node.shape)
+    if len(shape) > len(conv.shape):
+        return None
+    padded = (1,) * (len(conv.shape) - len(shape)) + shape
+    channels = int(conv.shape[1])
+    if padded[0] != 1 or padded[1] not in (1, channels) or any(d != 1 for d in padded[2:]):
+        return None
+    value = np.asarray(_value(node), dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(value)):
+        return None
+    return np.broadcast_to(value, (channels,)) if value.size == 1 else value
+
+
+def _affine(conv: Node, per: np.ndarray, *, scale: bool) -> Node | None:
+    """``conv`` with its weight and bias scaled by ``per`` (or ``per`` added to its bias); None
+    when the weight or the bias is not a constant."""
+    x, w = conv.inputs[0], conv.inputs[1]
+    bias = conv.inputs[2] if len(conv.inputs) == 3 else None
+    if _source(w) is None and not (w.op == "reshape" and w.inputs[0].op == "permute"):
+        return None
+    try:
+        wv = np.asarray(_value(w), dtype=np.float64)
+        bv = np.zeros(per.shape) if bias is None else np.asarray(_value(bias), dtype=np.float64)
+    except (KeyError, ValueError, TypeError):
+        return None
+    if bias is not None and _source(bias) is None:
+        return None
+    dtype = conv.dtype.np
+    if scale:
+        wv = wv * per.reshape(-1, *([1] * (wv.ndim - 1)))
+        bv = bv * per
+    else:
+        bv = bv + per
+    new_w = _const(wv.astype(dtype)) if scale else w
+    return make_node("conv", (x, new_w, _const(bv.astype(dtype))), **dict(conv.attrs))

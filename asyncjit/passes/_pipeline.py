@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from ._cse import cse
 from ._dce import dce
-from ._fold import fold_constants
+from ._fold import fold_constants, fold_conv_affine
 from ._graph import Graph
 from ._refine import canonicalize_dynamism, refine
 from ._simplify import simplify
@@ -20,7 +20,7 @@ def optimize_graph(graph: Graph, fixed: Mapping[str, int] | None = None, rounds:
     graph = refine(graph, fixed)
     for _ in range(rounds):
         before = [n.id for n in graph.nodes]
-        graph = canonicalize_dynamism(cse(fold_constants(simplify(graph))))
+        graph = canonicalize_dynamism(cse(fold_constants(fold_conv_affine(simplify(graph)))))
         if [n.id for n in graph.nodes] == before:
             break
     return dce(graph)

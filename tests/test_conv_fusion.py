@@ -1,0 +1,137 @@
+"""What the compiler folds and fuses around a conv: a per-channel scale and shift (an inference
+BatchNormalization, the ONNX importer's bias add) into its weight and bias, and a ``relu`` after
+it into its kernel; each checked against the reference interpreter, and where the rewrite must
+not apply (shared outputs, graph outputs, values that vary along other axes, non-finite scales).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asyncjit import Tensor, reference
+from asyncjit.compiler import compile
+from asyncjit.passes import Graph, optimize_graph
+
+RNG = np.random.default_rng(11)
+
+
+def _ops(outs: list[Tensor], ins: list[Tensor]) -> list[str]:
+    g = optimize_graph(Graph.of([o.node for o in outs], [i.node for i in ins]))
+    return [n.op for n in g.nodes]
+
+
+def _kernels(exe: Any) -> list[str]:
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    return [
+        line.split("@")[1].split("(")[0].strip('"')
+        for line in ir_text.splitlines()
+        if line.startswith("define")
+    ]
+
+
+def _check(outs: list[Tensor], ins: list[Tensor], values: list[np.ndarray]) -> Any:
+    exe = compile(outs, ins)
+    got = exe.run(values)
+    want = reference.evaluate(outs, dict(zip(ins, values, strict=True)))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, equal_nan=True)
+    return exe
+
+
+def _layer(cin: int = 8, cout: int = 12) -> tuple[Tensor, np.ndarray, np.ndarray]:
+    xt = Tensor.placeholder((2, cin, 9, 10), np.float32, "x")
+    return (
+        xt,
+        RNG.standard_normal((cout, cin, 3, 3)).astype(np.float32),
+        RNG.standard_normal((2, cin, 9, 10)).astype(np.float32),
+    )
+
+
+def test_batch_norm_and_bias_fold_into_the_conv() -> None:
+    """``conv * s + t`` (per channel, as ``[C, 1, 1]`` or ``[1, C, 1, 1]``) and a scalar shift
+    leave a single conv with a bias; the result equals the unfolded graph's."""
+    xt, w, x = _layer()
+    s = RNG.uniform(0.5, 2.0, (12, 1, 1)).astype(np.float32)
+    t = RNG.standard_normal((1, 12, 1, 1)).astype(np.float32)
+    y = (xt.conv(Tensor.const(w), pads=1) * Tensor.const(s) + Tensor.const(t)) + 0.25
+    assert "mul" not in _ops([y], [xt]) and "add" not in _ops([y], [xt])
+    convs = [
+        n
+        for n in optimize_graph(Graph.of([y.node], [xt.node])).nodes
+        if n.op == "conv"  # the folded conv carries the bias
+    ]
+    assert len(convs) == 1 and len(convs[0].inputs) == 3
+    _check([y], [xt], [x])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["shared", "output", "spatial", "inf", "runtime"],
+)
+def test_conv_affine_is_left_alone_where_it_would_change_the_graph(case: str) -> None:
+    """Not folded: a conv another node also reads (its value is needed unscaled), a conv that is
+    a graph output, a factor that varies along a spatial axis, an infinite factor (0 * inf in
+    the weight), a factor computed at run time. Every case still computes the right values."""
+    xt, w, x = _layer()
+    conv = xt.conv(Tensor.const(w), pads=1)
+    s = RNG.uniform(0.5, 2.0, (12, 1, 1)).astype(np.float32)
+    ins, vals = [xt], [x]
+    if case == "spatial":
+        s = RNG.uniform(0.5, 2.0, (12, 9, 1)).astype(np.float32)
+    if case == "inf":
+        s[3] = np.inf
+    if case == "runtime":
+        st = Tensor.placeholder(s.shape, np.float32, "s")
+        ins, vals = [xt, st], [x, s]
+        outs = [conv * st]
+    else:
+        outs = [conv * Tensor.const(s)]
+    if case == "shared":
+        outs.append(conv + 1.0)
+    if case == "output":
+        outs.append(conv)
+    assert "mul" in _ops(outs, ins)
+    _check(outs, ins, vals)
+
+
+@pytest.mark.parametrize(
+    ("cin", "cout", "k", "stride", "groups", "what"),
+    [
+        (64, 96, 3, 2, 1, "weight in matmul panels"),
+        (8, 16, 3, 1, 1, "padded copy"),
+        (8, 12, 3, 3, 1, "im2col"),
+        (8, 12, 1, 1, 1, "1x1 reading x in place"),
+        (6, 6, 3, 1, 6, "depthwise"),
+    ],
+)
+def test_relu_after_a_conv_is_fused_into_its_kernel(
+    cin: int, cout: int, k: int, stride: int, groups: int, what: str
+) -> None:
+    """Every tuned conv strategy stores ``max(y, 0)`` itself (one ``conv_relu`` kernel, no
+    kernel of the relu's own), with the bias folded in; a NaN stays NaN as in ``relu``."""
+    xt = Tensor.placeholder((2, cin, 9, 11), np.float32, "x")
+    w = RNG.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    y = (
+        xt.conv(Tensor.const(w), strides=stride, pads=k // 2, groups=groups)
+        + Tensor.const(b).reshape(cout, 1, 1)
+    ).relu()
+    x = RNG.standard_normal((2, cin, 9, 11)).astype(np.float32)
+    x[0, 0, 4, :5] = np.nan
+    exe = _check([y], [xt], [x])
+    entries = [k for k in _kernels(exe) if k.startswith("k")]
+    assert any("conv_conv_relu" in k for k in entries), (what, entries)
+    assert not any("relu" in k and "conv" not in k for k in entries), (what, entries)
+
+
+def test_relu_is_not_fused_where_the_conv_value_is_needed() -> None:
+    """A conv whose value another node reads, or which is a graph output, keeps its own buffer
+    and the relu its own kernel."""
+    xt, w, x = _layer()
+    conv = xt.conv(Tensor.const(w), pads=1)
+    for outs in ([conv.relu(), conv * 2.0], [conv.relu(), conv]):
+        exe = _check(outs, [xt], [x])
+        assert not any("conv_relu" in k for k in _kernels(exe))
