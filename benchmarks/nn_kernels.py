@@ -102,6 +102,9 @@ POOLS = [  # label, x shape, op, kernel, strides, pads
     ("maxpool 3x3 s2 112", (1, 64, 112, 112), "MaxPool", 3, 2, 1),
     ("maxpool 2x2 s2 224 (vgg)", (1, 64, 224, 224), "MaxPool", 2, 2, 0),
     ("avgpool 3x3 s1 28", (1, 256, 28, 28), "AveragePool", 3, 1, 1),
+    ("maxpool 3x3 s2 109 (squeezenet)", (1, 96, 109, 109), "MaxPool", 3, 2, 0),
+    ("avgpool 3x3 s1 14 (inception)", (1, 576, 14, 14), "AveragePool", 3, 1, 1),
+    ("maxpool 3x3 s1 14 (inception)", (1, 576, 14, 14), "MaxPool", 3, 1, 1),
     ("global avgpool 7x7", (1, 2048, 7, 7), "GlobalAveragePool", 0, 0, 0),
 ]
 

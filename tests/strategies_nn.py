@@ -82,6 +82,50 @@ def oracle_pool1d(
     return round_to(out, x.dtype)
 
 
+def oracle_pool2d(
+    x: np.ndarray,
+    mode: str,
+    ks: tuple[int, int],
+    strides: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    dilations: tuple[int, int],
+    ceil: bool,
+    include: bool,
+) -> np.ndarray:
+    """ONNX MaxPool/AveragePool on x[N, C, H, W] (pads in ONNX order), one window at a time."""
+    outs = []
+    for ax in range(2):
+        length, k, s, d = x.shape[2 + ax], ks[ax], strides[ax], dilations[ax]
+        span = length + pads[ax] + pads[ax + 2] - d * (k - 1) - 1
+        n = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (n - 1) * s >= length + pads[ax]:
+            n -= 1
+        outs.append(max(n, 0))
+    out = np.zeros((*x.shape[:2], *outs), np.float64 if x.dtype.kind == "f" else x.dtype)
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            taps = [
+                [o * strides[ax] + t * dilations[ax] - pads[ax] for t in range(ks[ax])]
+                for ax, o in enumerate((i, j))
+            ]
+            rows = [p for p in taps[0] if 0 <= p < x.shape[2]]
+            cols = [p for p in taps[1] if 0 <= p < x.shape[3]]
+            window = x[:, :, rows][:, :, :, cols].reshape(*x.shape[:2], -1)
+            if mode == "max":
+                ident = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+                out[:, :, i, j] = window.max(axis=2, initial=ident) if window.shape[2] else ident
+            else:
+                if include:
+                    count = sum(1 for p in taps[0] if p < x.shape[2] + pads[2]) * sum(
+                        1 for p in taps[1] if p < x.shape[3] + pads[3]
+                    )
+                else:
+                    count = len(rows) * len(cols)
+                total = window.astype(np.float64).sum(axis=2)
+                out[:, :, i, j] = total / count if count else 0.0
+    return round_to(out, x.dtype)
+
+
 def oracle_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
     v = np.flip(x, axis) if reverse else x
     work = np.float32 if x.dtype.kind == "f" else x.dtype
@@ -185,6 +229,9 @@ def _k_conv2d(b: _Builder) -> None:
 
 
 def _k_pool(b: _Builder) -> None:
+    if b.draw(st.booleans()):
+        _k_pool2d(b)
+        return
     mode = b.draw(st.sampled_from(["max", "avg"]))
     # windows past the codegen's unroll limit (8 taps) loop over their taps at run time
     k, s = b.draw(st.one_of(st.integers(1, 3), st.integers(9, 12))), b.draw(st.integers(1, 3))
@@ -206,6 +253,43 @@ def _k_pool(b: _Builder) -> None:
         f"{mode}_pool[k{k},s{s},p{pad},{'ceil' if ceil else 'floor'}{',incl' if include else ''}]",
         (xi,),
         lambda a, _b, m=mode, k=k, s=s, p=pad, c=ceil, i=include: oracle_pool1d(a[0], m, k, s, p, c, i),
+    )
+
+
+def _k_pool2d(b: _Builder) -> None:
+    # float32 2-D pools take the vector kernel (blocks of 8 output columns, plain loads inside
+    # the input, masked ones at its edges, strides 1, 2 and gathers above, the row's tail
+    # stored masked): widths of a few blocks, dilations, pads, ceil mode, both avg divisors
+    mode = b.draw(st.sampled_from(["max", "avg"]))
+    ks = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 4)))
+    strides = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 3)))
+    dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
+    pads = (
+        b.draw(st.integers(0, ks[0] - 1)),
+        b.draw(st.integers(0, ks[1] - 1)),
+        b.draw(st.integers(0, ks[0] - 1)),
+        b.draw(st.integers(0, ks[1] - 1)),
+    )
+    ceil, include = b.draw(st.booleans()), b.draw(st.booleans())
+    height = _long_enough(b, max(dilations[0] * (ks[0] - 1) - pads[0] - pads[2], 0))
+    width = _long_enough(
+        b, max(dilations[1] * (ks[1] - 1) - pads[1] - pads[3], 0) + b.draw(st.integers(0, 20))
+    )
+    xi = b.placeholder(
+        [b.draw_dim(nonzero=True), b.draw_dim(), height, width], b.draw_dtype("f" if mode == "avg" else "fi")
+    )
+    x = b.tensors[xi]
+    out = (
+        x.max_pool(ks, strides, pads, dilations, ceil_mode=ceil)
+        if mode == "max"
+        else x.avg_pool(ks, strides, pads, dilations, ceil_mode=ceil, count_include_pad=include)
+    )
+    b.add(
+        out,
+        f"{mode}_pool2d[k{ks},s{strides},d{dilations},p{pads},{'ceil' if ceil else 'floor'}"
+        f"{',incl' if include else ''}]",
+        (xi,),
+        lambda a, _b, m=mode: oracle_pool2d(a[0], m, ks, strides, pads, dilations, ceil, include),
     )
 
 

@@ -21,7 +21,7 @@ from ._expr import linearize
 from ._index import i64
 from ._scalar import intrinsic
 from ._target import for_range
-from ._types import F16, F32, I1, I64, compute_type, const
+from ._types import F16, F32, I1, I32, I64, compute_type, const
 
 if TYPE_CHECKING:
     from ..passes import Kernel
@@ -233,6 +233,34 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
         _taps(b, ks[ax], one, f"c{ax}")
         return b.load(total, typ=I64)
 
+    vty = ir.VectorType(F32, _LANES)
+    vzero = ir.Constant(vty, [0.0] * _LANES)
+    lane_ids = ir.Constant(ir.VectorType(I32, _LANES), list(range(_LANES)))
+
+    def count_lanes(cols: ir.Value) -> ir.Value:
+        """Per lane (output column), the last axis's taps counted in the avg divisor."""
+        total: ir.Value = _vsplat(b, ir.Constant(I32, 0), _LANES)
+        for t in range(ks[last]):
+            off = b.sub(i64(t * dils[last]), los[last])
+            pos = b.add(
+                b.mul(cols, _vsplat(b, ir.Constant(I32, strides[last]), _LANES)),
+                _vsplat(b, b.trunc(off, I32), _LANES),
+            )
+            hi = b.add(sizes[last], his[last]) if include else sizes[last]
+            lo = b.sub(i64(0), los[last]) if include else i64(0)
+            ok = b.and_(
+                b.icmp_signed(">=", pos, _vsplat(b, b.trunc(lo, I32), _LANES)),
+                b.icmp_signed("<", pos, _vsplat(b, b.trunc(hi, I32), _LANES)),
+            )
+            total = b.add(total, b.zext(ok, ir.VectorType(I32, _LANES)))
+        return total
+
+    # the output columns whose every last-axis tap reads inside the input: from the first tap's
+    # lower bound to the last tap's upper one (whose odd neighbour a stride-2 load reads too)
+    inner_lo, _ = _valid_range(b, b.sub(i64(0), los[last]), sizes[last], strides[last], outs[last])
+    far = b.sub(i64((ks[last] - 1) * dils[last] + (1 if strides[last] == 2 else 0)), los[last])
+    _, inner_hi = _valid_range(b, far, sizes[last], strides[last], outs[last])
+
     with for_range(b, i64(0), chans, name="nc") as nc:
         xplane = b.gep(xbuf, [b.mul(nc, in_plane)], source_etype=F32)
         yplane = b.gep(ctx.out, [b.mul(nc, out_plane)], source_etype=F32)
@@ -253,47 +281,136 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                     rows(ax + 1, xoff, b.add(yoff, b.mul(o, ystride)), cnt, [*outer_ok, (ax, o)])
                 return
             row = b.gep(yplane, [yoff], source_etype=F32)
-            with for_range(b, i64(0), outs[last], name="init") as j:
-                b.store(ident, b.gep(row, [j], source_etype=F32), align=4)
             n_outer = [ks[a] for a, _ in outer_ok]
+            acc = ctx.alloca(vty)  # the block's accumulator (promoted to a register)
 
-            def outer_taps(level: int, src: ir.Value) -> None:
-                if level == len(outer_ok):
+            def block(j0: ir.Value, whole: bool, interior: bool = False) -> None:
+                """Output columns ``j0 .. j0+7`` (those below the row's end): every valid tap
+                combined into one register, stored once; ``interior``: every tap of the last
+                axis is inside the input for all eight (plain loads, no masks)."""
+                cols = b.add(lane_ids, _vsplat(b, b.trunc(j0, I32), _LANES))
+                b.store(_vsplat(b, ident, _LANES), acc)
 
-                    def last_tap(t: ir.Value) -> None:
-                        off = b.sub(b.mul(t, i64(dils[last])), los[last])
-                        lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
-                        with for_range(b, lo, hi, name="j") as j:
-                            xi = b.add(src, b.add(b.mul(j, i64(strides[last])), off))
-                            v = b.load(b.gep(xplane, [xi], source_etype=F32), typ=F32, align=4)
-                            yp = b.gep(row, [j], source_etype=F32)
-                            cur = b.load(yp, typ=F32, align=4)
-                            new = _max(b, "max", cur, v) if mode == "max" else b.fadd(cur, v)
-                            b.store(new, yp, align=4)
+                def outer_taps(level: int, src: ir.Value) -> None:
+                    if level == len(outer_ok):
 
-                    _taps(b, ks[last], last_tap, "tl")
-                    return
-                ax2, o = outer_ok[level]
-                xstride: ir.Value = i64(1)
-                for a2 in range(ax2 + 1, r):
-                    xstride = b.mul(xstride, sizes[a2])
+                        def last_tap(t: ir.Value) -> None:
+                            off = b.sub(b.mul(t, i64(dils[last])), los[last])
+                            mask = None
+                            if not interior:
+                                lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
+                                mask = b.and_(
+                                    b.icmp_signed(">=", cols, _vsplat(b, b.trunc(lo, I32), _LANES)),
+                                    b.icmp_signed("<", cols, _vsplat(b, b.trunc(hi, I32), _LANES)),
+                                )
+                            first = b.add(src, b.add(b.mul(j0, i64(strides[last])), off))
+                            v = _strided_load(
+                                b, xplane, first, strides[last], mask, _vsplat(b, ident, _LANES)
+                            )
+                            cur = b.load(acc, typ=vty)
+                            b.store(_vmax(b, cur, v) if mode == "max" else b.fadd(cur, v), acc)
 
-                def outer_tap(t: ir.Value) -> None:
-                    pos, ok = tap_range(ax2, o, t)
-                    with b.if_then(ok):
-                        outer_taps(level + 1, b.add(src, b.mul(pos, xstride)))
+                        _taps(b, ks[last], last_tap, "tl")
+                        return
+                    ax2, o = outer_ok[level]
+                    xstride: ir.Value = i64(1)
+                    for a2 in range(ax2 + 1, r):
+                        xstride = b.mul(xstride, sizes[a2])
 
-                _taps(b, n_outer[level], outer_tap, f"t{level}")
+                    def outer_tap(t: ir.Value) -> None:
+                        pos, ok = tap_range(ax2, o, t)
+                        with b.if_then(ok):
+                            outer_taps(level + 1, b.add(src, b.mul(pos, xstride)))
 
-            outer_taps(0, xoff)
-            if mode == "avg":
-                with for_range(b, i64(0), outs[last], name="div") as j:
-                    n = b.mul(outer_count, count(last, j))
-                    yp = b.gep(row, [j], source_etype=F32)
-                    q = b.fdiv(b.load(yp, typ=F32, align=4), b.sitofp(n, F32))
-                    b.store(b.select(b.icmp_signed(">", n, i64(0)), q, ir.Constant(F32, 0.0)), yp, align=4)
+                    _taps(b, n_outer[level], outer_tap, f"t{level}")
+
+                outer_taps(0, xoff)
+                out = b.load(acc, typ=vty)
+                if mode == "avg":
+                    n = b.mul(_vsplat(b, b.trunc(outer_count, I32), _LANES), count_lanes(cols))
+                    q = b.fdiv(out, b.sitofp(n, vty))
+                    out = b.select(b.icmp_signed(">", n, _vsplat(b, ir.Constant(I32, 0), _LANES)), q, vzero)
+                dst = b.gep(row, [j0], source_etype=F32)
+                if whole:
+                    b.store(out, dst, align=4)
+                else:
+                    keep = b.icmp_signed("<", cols, _vsplat(b, b.trunc(outs[last], I32), _LANES))
+                    intrinsic(
+                        b, "llvm.masked.store.v8f32.p0", ir.VoidType(), [out, dst, ir.Constant(I32, 4), keep]
+                    )
+
+            whole_end = b.mul(b.sdiv(outs[last], i64(_LANES)), i64(_LANES))
+            with for_range(b, i64(0), whole_end, _LANES, name="jb") as j0:
+                inside = b.and_(
+                    b.icmp_signed(">=", j0, inner_lo), b.icmp_signed("<=", b.add(j0, i64(_LANES)), inner_hi)
+                )
+                with b.if_else(inside) as (plain, edge):
+                    with plain:
+                        block(j0, True, interior=True)
+                    with edge:
+                        block(j0, True)
+            with b.if_then(b.icmp_signed("<", whole_end, outs[last])):
+                block(whole_end, False)
 
         rows(0, i64(0), i64(0), i64(1), [])
+
+
+_LANES = 8
+"""Output columns a pool block computes in one register (AVX2's width; AVX-512 hosts run it too)."""
+
+
+def _vsplat(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
+    undef = ir.Constant(ir.VectorType(v.type, n), ir.Undefined)
+    one = b.insert_element(undef, v, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, n), [0] * n))
+
+
+def _vmax(b: ir.IRBuilder, cur: ir.Value, v: ir.Value) -> ir.Value:
+    """NaN-propagating max of two vectors by compares and selects (``llvm.maximum`` costs three
+    blends per vector on AVX2): ``v`` where it is greater or NaN, else ``cur`` (a NaN in
+    ``cur`` stays: no compare with it is true)."""
+    bigger = b.select(b.fcmp_ordered(">", v, cur), v, cur)
+    return b.select(b.fcmp_unordered("uno", v, v), v, bigger)
+
+
+def _strided_load(
+    b: ir.IRBuilder, base: ir.Value, first: ir.Value, stride: int, mask: ir.Value | None, fill: ir.Value
+) -> ir.Value:
+    """``base[first + l*stride]`` for the lanes ``l`` in ``mask`` (others ``fill``, and never
+    read): one masked load at stride 1, two and a shuffle of the even lanes at stride 2, a
+    masked gather above. ``mask=None``: every lane, by plain loads (at stride 2 the element
+    after the last lane is read too: the caller keeps it inside the buffer)."""
+    vty = fill.type
+    n = vty.count
+    if mask is None and stride <= 2:
+        lo = b.load(b.gep(base, [first], source_etype=F32), typ=vty, align=4)
+        if stride == 1:
+            return lo
+        hi = b.load(b.gep(base, [b.add(first, i64(n))], source_etype=F32), typ=vty, align=4)
+        return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, n), list(range(0, 2 * n, 2))))
+    if mask is None:
+        mask = ir.Constant(ir.VectorType(I1, n), [1] * n)
+    if stride == 1:
+        ptr = b.gep(base, [first], source_etype=F32)
+        return intrinsic(b, f"llvm.masked.load.v{n}f32.p0", vty, [ptr, ir.Constant(I32, 4), mask, fill])
+    if stride == 2:
+        halves = []
+        for h in range(2):
+            lanes = [mask_lane for k in range(n // 2) for mask_lane in (h * n // 2 + k, n)]
+            widened = b.shuffle_vector(
+                mask, ir.Constant(mask.type, [0] * n), ir.Constant(ir.VectorType(I32, n), lanes)
+            )
+            ptr = b.gep(base, [b.add(first, i64(h * n))], source_etype=F32)
+            halves.append(
+                intrinsic(b, f"llvm.masked.load.v{n}f32.p0", vty, [ptr, ir.Constant(I32, 4), widened, fill])
+            )
+        even = list(range(0, 2 * n, 2))
+        return b.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(I32, n), even))
+    # (llvmlite types a vector-index GEP as a scalar pointer: addresses go through integers)
+    offsets = ir.Constant(ir.VectorType(I64, n), [4 * k * stride for k in range(n)])
+    start = b.ptrtoint(b.gep(base, [first], source_etype=F32), I64)
+    ptrs = b.inttoptr(b.add(_vsplat(b, start, n), offsets), ir.VectorType(ir.PointerType(), n))
+    return intrinsic(b, f"llvm.masked.gather.v{n}f32.v{n}p0", vty, [ptrs, ir.Constant(I32, 4), mask, fill])
 
 
 UNROLL_TAPS = 8
