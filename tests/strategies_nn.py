@@ -110,7 +110,7 @@ def oracle_pool2d(
             ]
             rows = [p for p in taps[0] if 0 <= p < x.shape[2]]
             cols = [p for p in taps[1] if 0 <= p < x.shape[3]]
-            window = x[:, :, rows][:, :, :, cols].reshape(*x.shape[:2], -1)
+            window = x[:, :, rows][:, :, :, cols].reshape(*x.shape[:2], len(rows) * len(cols))
             if mode == "max":
                 ident = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
                 out[:, :, i, j] = window.max(axis=2, initial=ident) if window.shape[2] else ident

@@ -54,6 +54,32 @@ def test_split_matmul_equals_one_thread_bit_for_bit(batch: int, m: int, n: int, 
         assert np.array_equal(out, outs[1]), threads
 
 
+@pytest.mark.parametrize(("cout", "hw"), [(256, 14), (96, 45)])
+def test_a_conv_on_weight_panels_splits_bit_for_bit(cout: int, hw: int) -> None:
+    """The prepacked driver of a conv whose weight is laid out in matmul panels splits its
+    panels (columns of ``C^T``) or, from twice as many positions as outputs, its rows over the
+    threads: every thread count gives one thread's bits."""
+    from asyncjit.codegen._convpanels import panels_chosen
+
+    cin, stride = 256, 2 if hw > 32 else 1
+    pads = ((1, 1), (1, 1))
+    assert panels_chosen(cin=cin, cout=cout, ks=(3, 3), strides=(stride,) * 2, dilations=(1, 1), pads=pads,
+                         groups=1, s_max=(hw, hw))  # fmt: skip
+    out_hw = (hw + 2 - 3) // stride + 1
+    assert out_hw * out_hw * cout * cin * 9 >= PARALLEL_MIN_MACS
+    rng = np.random.default_rng(cout)
+    w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32) / 48
+    x = Tensor.placeholder((1, cin, hw, hw), name="x")
+    exe = compile(x.conv(Tensor.const(w), strides=stride, pads=1), [x], name=f"split_conv_{cout}_{hw}")
+    xv = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    outs = {}
+    for threads in (1, 2, 3):
+        _parallel.set_intra_op_threads(threads)
+        (outs[threads],) = exe.run([xv], {})
+    for threads, out in outs.items():
+        assert np.array_equal(out, outs[1]), threads
+
+
 def test_scratch_covers_every_split() -> None:
     """The scratch bound holds the per-thread regions of any split up to MAX_THREADS, each as
     large as the part function lays it out (``w`` columns, rounded up to NR)."""
