@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._conv import _valid_range
-from ._convpanels import emit_conv_panels, panels_scratch_bytes
+from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
 from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value
@@ -35,21 +35,10 @@ from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_valu
 __all__ = ["convnd_scratch_bytes", "emit_convnd"]
 
 
-def _prod(xs: Sequence[int]) -> int:
-    out = 1
-    for v in xs:
-        out *= v
-    return out
-
-
 def _depthwise(cin: int, cout: int, groups: int) -> bool:
     """One input channel per group and few outputs each (MobileNet/ShuffleNet depthwise): a
     matmul of M = cout/groups rows would fill less than one micro-tile, so taps are direct."""
     return cin == groups and cout // groups < 8
-
-
-def _pointwise(ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]]) -> bool:
-    return all(k == 1 for k in ks) and all(s == 1 for s in strides) and all(p == (0, 0) for p in pads)
 
 
 def convnd_scratch_bytes(

@@ -76,6 +76,7 @@ def _row_stride(n: int) -> int:
 
 
 def _prod(xs: Sequence[int]) -> int:
+    """The product of static sizes (shared with ``_convnd``)."""
     out = 1
     for v in xs:
         out *= v
@@ -83,6 +84,7 @@ def _prod(xs: Sequence[int]) -> int:
 
 
 def _pointwise(ks: Sequence[int], strides: Sequence[int], pads: Sequence[tuple[int, int]]) -> bool:
+    """A 1x1 conv with stride 1 and no pads: ``x`` itself is the product's operand."""
     return all(k == 1 for k in ks) and all(s == 1 for s in strides) and all(p == (0, 0) for p in pads)
 
 

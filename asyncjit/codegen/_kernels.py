@@ -18,7 +18,7 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import conv1d_kn_weight, conv_panel_weight, matmul_operand, tuned_conv
+from ..passes._fusion import conv1d_kn_weight, conv_geometry, conv_panel_weight, matmul_operand, tuned_conv
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -46,19 +46,10 @@ def scratch_bytes(kernel: Kernel) -> int:
         m = prod(a.shape[:-1]) if _folds_batch(node) else a.shape[-2]
         return int(lib.matmul_scratch_bytes(upper(m), upper(b.shape[-1]), upper(a.shape[-1])))
     if kernel.kind == "conv" and tuned_conv(node := kernel.op_node):
-        x, w = node.inputs[0], node.inputs[1]
-        groups = node.attrs["groups"]
         return int(
             convnd_scratch_bytes(
-                cin=int(w.shape[1]) * groups,
-                cout=int(w.shape[0]),
-                ks=[int(d) for d in w.shape[2:]],
-                strides=node.attrs["strides"],
-                pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
-                groups=groups,
+                **conv_geometry(node),
                 p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
-                dilations=node.attrs["dilations"],
-                s_max=[upper(d) for d in x.shape[2:]],
                 w_panels=conv_panel_weight(node) is not None,
             )
         )
@@ -534,20 +525,12 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         return
     x, w = node.inputs[0], node.inputs[1]
     has_bias = len(node.inputs) == 3
-    groups = node.attrs["groups"]
     panels = conv_panel_weight(node)  # the weight laid out in matmul panels, read in place
     fn = emit_convnd(
         ctx.fn.module,
         f"{kernel.name}.conv",
-        cin=int(w.shape[1]) * groups,
-        cout=int(w.shape[0]),
-        ks=[int(d) for d in w.shape[2:]],
-        strides=node.attrs["strides"],
-        dilations=node.attrs["dilations"],
-        pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
-        groups=groups,
+        **conv_geometry(node),
         has_bias=has_bias,
-        s_max=[upper(d) for d in x.shape[2:]],
         w_panels=panels is not None,
         relu=kernel.node.op == "relu",
     )

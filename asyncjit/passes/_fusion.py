@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -32,6 +33,7 @@ __all__ = [
     "conv1d_kn_weight",
     "conv1d_takes_kn",
     "conv_epilogues",
+    "conv_geometry",
     "conv_panel_weight",
     "conv_takes_panels",
     "tuned_conv",
@@ -229,18 +231,24 @@ def conv_takes_panels(node: Node) -> bool:
         return False
     from ..codegen._convpanels import panels_chosen
 
+    return panels_chosen(**conv_geometry(node))
+
+
+def conv_geometry(node: Node) -> dict[str, Any]:
+    """A tuned conv's static layer description, as the conv emitters and their rules take it:
+    channels, kernel, strides, dilations, pads per axis, groups and the input's spatial bounds."""
     x, w = node.inputs[0], node.inputs[1]
     groups = node.attrs["groups"]
-    return panels_chosen(
-        cin=int(w.shape[1]) * groups,
-        cout=int(w.shape[0]),
-        ks=[int(d) for d in w.shape[2:]],
-        strides=node.attrs["strides"],
-        dilations=node.attrs["dilations"],
-        pads=[(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
-        groups=groups,
-        s_max=[upper(d) for d in x.shape[2:]],
-    )
+    return {
+        "cin": int(w.shape[1]) * groups,
+        "cout": int(w.shape[0]),
+        "ks": [int(d) for d in w.shape[2:]],
+        "strides": node.attrs["strides"],
+        "dilations": node.attrs["dilations"],
+        "pads": [(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
+        "groups": groups,
+        "s_max": [upper(d) for d in x.shape[2:]],
+    }
 
 
 def conv_panel_weight(node: Node) -> Node | None:
