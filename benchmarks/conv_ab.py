@@ -128,9 +128,10 @@ def _ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, p: int) -> object:
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:
-    raw = np.empty(a.nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    """A writable 64-byte aligned copy of ``a`` (the runtime's ``host_array``)."""
+    from asyncjit.runtime import host_array
+
+    out = host_array(a.shape, a.dtype)
     out[...] = a
     return out
 

@@ -30,7 +30,7 @@ from ._conv import _valid_range
 from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value
+from ._target import F32, I64, PTR, for_range, i64, new_function, relu_value, splat
 
 __all__ = ["convnd_scratch_bytes", "emit_convnd"]
 
@@ -247,9 +247,7 @@ def emit_convnd(
         whole = b.mul(b.sdiv(p, i64(8)), i64(8))
         with for_range(b, i64(0), n_arg, name="bn") as n, for_range(b, i64(0), i64(cout), name="bc") as c:
             bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4) if has_bias else None
-            bvec = None if bv is None else b.shuffle_vector(
-                b.insert_element(ir.Constant(vty, ir.Undefined), bv, ir.Constant(I32, 0)),
-                ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))  # fmt: skip
+            bvec = None if bv is None else splat(b, bv, 8)
             row = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), c), p)], source_etype=F32)
             for lo, hi, step, ty, add in ((i64(0), whole, 8, vty, bvec), (whole, p, 1, F32, bv)):
                 with for_range(b, lo, hi, step, name="bp") as j:

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 import numpy as np
 from llvmlite import ir
 
+from ._conv import conv1d_output_length
 from ._convtaps import TAPS_SMALL_COUT, taps_chosen
 from ._matmul import emit_matmul, panel_layout
-from ._matmul_tile import matmul_tiling
-from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value
+from ._matmul_tile import _load_f32, _store_f32, matmul_tiling
+from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value, splat
 
 __all__ = [
     "PANELS_MAX_P_1X1",
@@ -110,7 +111,7 @@ def panels_chosen(
     if groups != 1 or cout % nr or cin * _prod(ks) < PANELS_MIN_K:
         return False
     outs = [
-        (max(s, 1) + lo + hi - d * (k - 1) - 1) // st + 1
+        conv1d_output_length(max(s, 1), k=k, stride=st, dilation=d, pad_l=lo, pad_r=hi)
         for s, (lo, hi), d, k, st in zip(s_max, pads, dilations, ks, strides, strict=True)
     ]
     p_max = _prod(outs)
@@ -159,14 +160,6 @@ def _align(b: ir.IRBuilder, ptr: ir.Value) -> ir.Value:
     return b.inttoptr(b.and_(b.add(b.ptrtoint(ptr, I64), i64(63)), i64(-64)), PTR)
 
 
-def _load(b: ir.IRBuilder, base: ir.Value, idx: ir.Value) -> ir.Value:
-    return b.load(b.gep(base, [idx], source_etype=F32), typ=F32, align=4)
-
-
-def _store(b: ir.IRBuilder, val: ir.Value, base: ir.Value, idx: ir.Value) -> None:
-    b.store(val, b.gep(base, [idx], source_etype=F32), align=4)
-
-
 def _transpose8(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
     """The columns of the 8x8 block whose rows are ``rows`` (eight <8 x float>): unpack, shuffle
     and 128-bit lane swaps, 24 shuffles for 64 elements (a scalar copy took ~0.25 ns each)."""
@@ -185,12 +178,6 @@ def _transpose8(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
     return [mix(u[j], u[j + 4], first) for j in range(4)] + [mix(u[j], u[j + 4], second) for j in range(4)]
 
 
-def _splat(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    undef = ir.Constant(ir.VectorType(F32, _BLOCK), ir.Undefined)
-    one = b.insert_element(undef, v, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, _BLOCK), [0] * _BLOCK))
-
-
 def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = False) -> ir.Function:
     """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j])`` (then ``max(., 0)`` with ``relu``) for
     ``i < R``, ``j < C``: 8x8 blocks in vector registers (destination rows outer, so each is
@@ -204,16 +191,16 @@ def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = F
     c_whole = b.mul(b.sdiv(c_all, i64(_BLOCK)), i64(_BLOCK))
 
     def one(i: ir.Value, j: ir.Value) -> None:
-        v = _load(b, src, b.add(b.mul(i, s_rs), j))
+        v = _load_f32(b, src, b.add(b.mul(i, s_rs), j))
         if has_bias:
-            v = b.fadd(v, _load(b, bias, j))
-        _store(b, relu_value(b, v) if relu else v, dst, b.add(b.mul(j, d_rs), i))
+            v = b.fadd(v, _load_f32(b, bias, j))
+        _store_f32(b, relu_value(b, v) if relu else v, dst, b.add(b.mul(j, d_rs), i))
 
     with for_range(b, i64(0), c_whole, _BLOCK, name="j0") as j0:
         biases = []
         for j in range(_BLOCK):
-            bv = _load(b, bias, b.add(j0, i64(j))) if has_bias else None
-            biases.append(None if bv is None else _splat(b, bv))
+            bv = _load_f32(b, bias, b.add(j0, i64(j))) if has_bias else None
+            biases.append(None if bv is None else splat(b, bv, _BLOCK))
         with for_range(b, i64(0), r_whole, _BLOCK, name="i0") as i0:
             rows = [
                 b.load(
@@ -264,8 +251,8 @@ def _emit_im2col_t(
 
     def copy_row(src: ir.Value | None, out: ir.Value) -> None:
         with for_range(b, i64(0), i64(cin), name="c") as c:
-            v = zero if src is None else _load(b, xt, b.add(src, c))
-            _store(b, v, dst, b.add(out, c))
+            v = zero if src is None else _load_f32(b, xt, b.add(src, c))
+            _store_f32(b, v, dst, b.add(out, c))
 
     def taps(
         ax: int, pos: list[ir.Value], tap: ir.Value, inside: ir.Value, flat_in: ir.Value, row: ir.Value

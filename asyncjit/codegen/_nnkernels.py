@@ -20,7 +20,7 @@ from ._conv import _valid_range
 from ._expr import linearize
 from ._index import i64
 from ._scalar import intrinsic
-from ._target import for_range
+from ._target import for_range, splat
 from ._types import F16, F32, I1, I32, I64, compute_type, const
 
 if TYPE_CHECKING:
@@ -243,18 +243,18 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
 
     def count_lanes(cols: ir.Value) -> ir.Value:
         """Per lane (output column), the last axis's taps counted in the avg divisor."""
-        total: ir.Value = _vsplat(b, ir.Constant(I32, 0), _LANES)
+        total: ir.Value = splat(b, ir.Constant(I32, 0), _LANES)
         for t in range(ks[last]):
             off = b.sub(i64(t * dils[last]), los[last])
             pos = b.add(
-                b.mul(cols, _vsplat(b, ir.Constant(I32, strides[last]), _LANES)),
-                _vsplat(b, b.trunc(off, I32), _LANES),
+                b.mul(cols, splat(b, ir.Constant(I32, strides[last]), _LANES)),
+                splat(b, b.trunc(off, I32), _LANES),
             )
             hi = b.add(sizes[last], his[last]) if include else sizes[last]
             lo = b.sub(i64(0), los[last]) if include else i64(0)
             ok = b.and_(
-                b.icmp_signed(">=", pos, _vsplat(b, b.trunc(lo, I32), _LANES)),
-                b.icmp_signed("<", pos, _vsplat(b, b.trunc(hi, I32), _LANES)),
+                b.icmp_signed(">=", pos, splat(b, b.trunc(lo, I32), _LANES)),
+                b.icmp_signed("<", pos, splat(b, b.trunc(hi, I32), _LANES)),
             )
             total = b.add(total, b.zext(ok, ir.VectorType(I32, _LANES)))
         return total
@@ -292,8 +292,8 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                 """Output columns ``j0 .. j0+7`` (those below the row's end): every valid tap
                 combined into one register, stored once; ``interior``: every tap of the last
                 axis is inside the input for all eight (plain loads, no masks)."""
-                cols = b.add(lane_ids, _vsplat(b, b.trunc(j0, I32), _LANES))
-                b.store(_vsplat(b, ident, _LANES), acc)
+                cols = b.add(lane_ids, splat(b, b.trunc(j0, I32), _LANES))
+                b.store(splat(b, ident, _LANES), acc)
 
                 def outer_taps(level: int, src: ir.Value) -> None:
                     if level == len(outer_ok):
@@ -304,13 +304,11 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                             if not interior:
                                 lo, hi = _valid_range(b, off, sizes[last], strides[last], outs[last])
                                 mask = b.and_(
-                                    b.icmp_signed(">=", cols, _vsplat(b, b.trunc(lo, I32), _LANES)),
-                                    b.icmp_signed("<", cols, _vsplat(b, b.trunc(hi, I32), _LANES)),
+                                    b.icmp_signed(">=", cols, splat(b, b.trunc(lo, I32), _LANES)),
+                                    b.icmp_signed("<", cols, splat(b, b.trunc(hi, I32), _LANES)),
                                 )
                             first = b.add(src, b.add(b.mul(j0, i64(strides[last])), off))
-                            v = _strided_load(
-                                b, xplane, first, strides[last], mask, _vsplat(b, ident, _LANES)
-                            )
+                            v = _strided_load(b, xplane, first, strides[last], mask, splat(b, ident, _LANES))
                             cur = b.load(acc, typ=vty)
                             b.store(_vmax(b, cur, v) if mode == "max" else b.fadd(cur, v), acc)
 
@@ -331,14 +329,14 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
                 outer_taps(0, xoff)
                 out = b.load(acc, typ=vty)
                 if mode == "avg":
-                    n = b.mul(_vsplat(b, b.trunc(outer_count, I32), _LANES), count_lanes(cols))
+                    n = b.mul(splat(b, b.trunc(outer_count, I32), _LANES), count_lanes(cols))
                     q = b.fdiv(out, b.sitofp(n, vty))
-                    out = b.select(b.icmp_signed(">", n, _vsplat(b, ir.Constant(I32, 0), _LANES)), q, vzero)
+                    out = b.select(b.icmp_signed(">", n, splat(b, ir.Constant(I32, 0), _LANES)), q, vzero)
                 dst = b.gep(row, [j0], source_etype=F32)
                 if whole:
                     b.store(out, dst, align=4)
                 else:
-                    keep = b.icmp_signed("<", cols, _vsplat(b, b.trunc(outs[last], I32), _LANES))
+                    keep = b.icmp_signed("<", cols, splat(b, b.trunc(outs[last], I32), _LANES))
                     intrinsic(
                         b, "llvm.masked.store.v8f32.p0", ir.VoidType(), [out, dst, ir.Constant(I32, 4), keep]
                     )
@@ -361,12 +359,6 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
 
 _LANES = 8
 """Output columns a pool block computes in one register (AVX2's width; AVX-512 hosts run it too)."""
-
-
-def _vsplat(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
-    undef = ir.Constant(ir.VectorType(v.type, n), ir.Undefined)
-    one = b.insert_element(undef, v, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, n), [0] * n))
 
 
 def _vmax(b: ir.IRBuilder, cur: ir.Value, v: ir.Value) -> ir.Value:
@@ -413,7 +405,7 @@ def _strided_load(
     # (llvmlite types a vector-index GEP as a scalar pointer: addresses go through integers)
     offsets = ir.Constant(ir.VectorType(I64, n), [4 * k * stride for k in range(n)])
     start = b.ptrtoint(b.gep(base, [first], source_etype=F32), I64)
-    ptrs = b.inttoptr(b.add(_vsplat(b, start, n), offsets), ir.VectorType(ir.PointerType(), n))
+    ptrs = b.inttoptr(b.add(splat(b, start, n), offsets), ir.VectorType(ir.PointerType(), n))
     return intrinsic(b, f"llvm.masked.gather.v{n}f32.v{n}p0", vty, [ptrs, ir.Constant(I32, 4), mask, fill])
 
 

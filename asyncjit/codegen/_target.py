@@ -282,6 +282,13 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -
     return ir.Function(module, ir.FunctionType(ret, args), name)
 
 
+def splat(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
+    """``v`` (a scalar) in every lane of an ``n``-lane vector."""
+    undef = ir.Constant(ir.VectorType(v.type, n), ir.Undefined)
+    one = b.insert_element(undef, v, ir.Constant(ir.IntType(32), 0))
+    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
+
+
 def relu_value(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """``max(v, 0)`` for a float or a vector of floats, as the ``relu`` op computes it (a NaN
     stays NaN, -0.0 gives 0.0): ``v`` where it is greater than 0 or unordered, else 0. A compare

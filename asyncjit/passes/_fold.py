@@ -66,8 +66,8 @@ def fold_constants(graph: Graph) -> Graph:
     """Replace foldable nodes by ``const`` nodes holding their value."""
 
     def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
-        if node.op == "conv" and conv_panel_weight(remake(node, inputs)) is not None:
-            return remake(node, inputs)  # its weight is laid out already (an earlier round)
+        if node.op == "conv" and conv_panel_weight(new := remake(node, inputs)) is not None:
+            return new  # its weight is laid out already (an earlier round)
         if node.op in _DENSE_CONSUMERS:
             keep = node.op == "matmul" and _few_rows(inputs[0])
             inputs = tuple(
@@ -172,6 +172,14 @@ def _conv_panels(node: Node) -> Node:
     return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
 
+def _of_constant(node: Node) -> bool:
+    """Whether ``node`` is a ``const`` or movement over one (a weight laid out in panels is a
+    ``reshape`` of a ``permute`` of its constant): ``_value`` can compute it."""
+    while node.op in _MOVEMENT:
+        node = node.inputs[0]
+    return node.op == "const"
+
+
 def _broadcasts(node: Node) -> bool:
     """Whether an ``expand`` is among the movement ops above the constant (cheap: no values)."""
     while node.op in _MOVEMENT:
@@ -241,15 +249,10 @@ def _affine(conv: Node, per: np.ndarray, *, scale: bool) -> Node | None:
     when the weight or the bias is not a constant."""
     x, w = conv.inputs[0], conv.inputs[1]
     bias = conv.inputs[2] if len(conv.inputs) == 3 else None
-    if _source(w) is None and not (w.op == "reshape" and w.inputs[0].op == "permute"):
+    if not _of_constant(w) or (bias is not None and not _of_constant(bias)):
         return None
-    try:
-        wv = np.asarray(_value(w), dtype=np.float64)
-        bv = np.zeros(per.shape) if bias is None else np.asarray(_value(bias), dtype=np.float64)
-    except (KeyError, ValueError, TypeError):
-        return None
-    if bias is not None and _source(bias) is None:
-        return None
+    wv = np.asarray(_value(w), dtype=np.float64)
+    bv = np.zeros(per.shape) if bias is None else np.asarray(_value(bias), dtype=np.float64)
     dtype = conv.dtype.np
     if scale:
         wv = wv * per.reshape(-1, *([1] * (wv.ndim - 1)))

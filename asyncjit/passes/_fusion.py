@@ -225,9 +225,7 @@ def conv_epilogues(graph: Graph, claimed: Sequence[Claimed] = ()) -> dict[int, N
 def conv_takes_panels(node: Node) -> bool:
     """Whether the tuned kernel would read float32 conv ``node``'s weight laid out in the
     matmul's panels (``codegen._convpanels.panels_chosen``); from shapes and attributes alone."""
-    if node.op != "conv" or node.dtype.name != "float32" or not is_bounded(node.shape):
-        return False
-    if not all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair):
+    if not tuned_conv(node):
         return False
     from ..codegen._convpanels import panels_chosen
 
@@ -326,7 +324,7 @@ def _disjoint_slices(users: list[Node]) -> bool:
     return True
 
 
-def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
+def _materialize(graph: Graph, claimed: Sequence[Claimed], epilogues: dict[int, Node]) -> set[int]:
     inside = {i for c in claimed for i in c.nodes}
     nodes = [n for n in graph.nodes if n.id not in inside]
     consumers: dict[int, set[int]] = {}
@@ -344,7 +342,7 @@ def _materialize(graph: Graph, claimed: Sequence[Claimed]) -> set[int]:
             mat.update(s.id for s in sources)
         elif n.op in _DENSE_OPERANDS:
             mat.update(i.id for i in n.inputs)
-    for relu, conv in conv_epilogues(graph, claimed).items():
+    for relu, conv in epilogues.items():
         mat.discard(conv.id)  # computed inside the kernel that writes the relu's buffer
         mat.add(relu)
     memo: dict[int, bool] = {}
@@ -396,7 +394,8 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
     run in a topological order of their buffers, which exists because partitions never form a
     cycle (the partition stage guarantees it).
     """
-    mat = _materialize(graph, claimed)
+    epilogues = conv_epilogues(graph, claimed)
+    mat = _materialize(graph, claimed, epilogues)
     kernels: list[Kernel] = []
     first_output: dict[int, int] = {}
     for j, out in enumerate(graph.outputs):
@@ -404,7 +403,6 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
     position = {n.id: k for k, n in enumerate(graph.nodes)}
     last_member = {max(c.nodes, key=position.__getitem__): i for i, c in enumerate(claimed)}
     inside = {i for c in claimed for i in c.nodes}
-    epilogues = conv_epilogues(graph, claimed)
     for n in graph.nodes:
         index = last_member.get(n.id)
         if index is not None:
