@@ -220,12 +220,28 @@ def _k_conv2d(b: _Builder) -> None:
     x = b.tensors[xi]
     wt = Tensor.const(w).cast(x.dtype)
     out = x.conv(wt, strides=strides, pads=pads, dilations=dilations, groups=groups)
+    # an epilogue the conv kernel may store itself: a relu, a residual of the conv's shape (a
+    # second conv of the same input, as a ResNet projection shortcut), or both
+    epilogue = b.draw(st.sampled_from(["", "", "relu", "add", "add_relu"]))
+    w2 = (rng.integers(-8, 9, size=w.shape) / 4).astype(np.float32)
+    if epilogue.startswith("add"):
+        out = out + x.conv(Tensor.const(w2).cast(x.dtype), strides=strides, pads=pads, dilations=dilations,
+                           groups=groups)  # fmt: skip
+    if epilogue.endswith("relu"):
+        out = out.relu()
 
     def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
-        w64 = oracle_cast(w, a[0].dtype).astype(np.float64)
-        return oracle_conv2d(a[0], w64, strides, pads, groups, dilations)
+        def conv(wv: np.ndarray) -> np.ndarray:
+            return oracle_conv2d(a[0], oracle_cast(wv, a[0].dtype).astype(np.float64), strides, pads, groups,
+                                 dilations)  # fmt: skip
 
-    b.add(out, f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}]", (xi,), oracle)
+        y = conv(w)
+        if epilogue.startswith("add"):
+            y = y + conv(w2)
+        return np.maximum(y, 0) if epilogue.endswith("relu") else y
+
+    what = f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}{',' + epilogue if epilogue else ''}]"
+    b.add(out, what, (xi,), oracle)
 
 
 def _k_pool(b: _Builder) -> None:

@@ -1,7 +1,8 @@
 """What the compiler folds and fuses around a conv: a per-channel scale and shift (an inference
-BatchNormalization, the ONNX importer's bias add) into its weight and bias, and a ``relu`` after
-it into its kernel; each checked against the reference interpreter, and where the rewrite must
-not apply (shared outputs, graph outputs, values that vary along other axes, non-finite scales).
+BatchNormalization, the ONNX importer's bias add) into its weight and bias, and a ``relu`` and a
+residual ``add`` after it into its kernel; each checked against the reference interpreter, and
+where the rewrite must not apply (shared outputs, graph outputs, values that vary along other
+axes, non-finite scales, a broadcast residual).
 """
 
 from __future__ import annotations
@@ -135,3 +136,81 @@ def test_relu_is_not_fused_where_the_conv_value_is_needed() -> None:
     for outs in ([conv.relu(), conv * 2.0], [conv.relu(), conv]):
         exe = _check(outs, [xt], [x])
         assert not any("conv_relu" in k for k in _kernels(exe))
+
+
+STRATEGIES = [
+    (64, 96, 3, 2, 1, "weight in matmul panels"),
+    (8, 16, 3, 1, 1, "padded copy"),
+    (8, 12, 3, 3, 1, "im2col"),
+    (8, 12, 1, 1, 1, "1x1 reading x in place"),
+    (6, 6, 3, 1, 6, "depthwise"),
+]
+
+
+def _conv_layer(cin: int, cout: int, k: int, stride: int, groups: int) -> tuple[Tensor, Tensor, np.ndarray]:
+    """A conv with a bias over a placeholder ``x [2, cin, 9, 11]``, and an input for it."""
+    xt = Tensor.placeholder((2, cin, 9, 11), np.float32, "x")
+    w = RNG.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    conv = xt.conv(Tensor.const(w), strides=stride, pads=k // 2, groups=groups) + Tensor.const(b).reshape(
+        cout, 1, 1
+    )
+    return xt, conv, RNG.standard_normal((2, cin, 9, 11)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("cin", "cout", "k", "stride", "groups", "what"), STRATEGIES)
+@pytest.mark.parametrize("form", ["conv + r", "r + conv", "relu(conv + r)", "relu(r + conv)"])
+def test_residual_add_after_a_conv_is_fused_into_its_kernel(
+    cin: int, cout: int, k: int, stride: int, groups: int, what: str, form: str
+) -> None:
+    """Every tuned conv strategy adds a residual of its own shape where it stores (then the
+    relu): one ``conv_add`` kernel, no kernel of the add's or the relu's own, and the same bits
+    as the unfused graph (whose conv is also an output, so it keeps its buffer)."""
+    xt, conv, x = _conv_layer(cin, cout, k, stride, groups)
+    rt = Tensor.placeholder(conv.shape, np.float32, "r")
+    r = RNG.standard_normal(tuple(int(d) for d in conv.shape)).astype(np.float32)
+    r.flat[::7] = np.nan if "relu" in form else r.flat[::7]  # a NaN stays NaN through the relu
+    y = conv + rt if form.replace("relu(", "").startswith("conv") else rt + conv
+    y = y.relu() if form.startswith("relu") else y
+    exe = _check([y], [xt, rt], [x, r])
+    entries = [k for k in _kernels(exe) if k.startswith("k") and "." not in k]
+    assert entries == [f"k0_conv_conv_add{'_relu' if 'relu' in form else ''}"], (what, entries)
+    unfused = compile([y, conv], [xt, rt])
+    assert len([k for k in _kernels(unfused) if k.startswith("k") and "." not in k]) == 2
+    got, want = exe.run([x, r])[0], unfused.run([x, r])[0]
+    if what == "depthwise":  # its taps may contract to FMAs as LLVM chooses per kernel: 1 ulp
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_residual_add_variants() -> None:
+    """The identity shortcut (``r`` is the conv's own input), a sum of two convs (a projection
+    shortcut: one conv takes the other's value as its residual) and an add that is itself a graph
+    output (its relu then runs as a kernel of its own) all fuse and compute the right values."""
+    xt, conv, x = _conv_layer(8, 8, 3, 1, 1)
+    identity = (conv + xt).relu()
+    exe = _check([identity], [xt], [x])
+    assert [k for k in _kernels(exe) if "." not in k and k.startswith("k")] == ["k0_conv_conv_add_relu"]
+
+    w2 = RNG.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    projection = (conv + xt.conv(Tensor.const(w2))).relu()
+    exe = _check([projection], [xt], [x])
+    entries = [k for k in _kernels(exe) if "." not in k and k.startswith("k")]
+    assert len(entries) == 2 and entries[-1].endswith("conv_add_relu"), entries
+
+    total = conv + xt
+    exe = _check([total.relu(), total], [xt], [x])
+    entries = [k for k in _kernels(exe) if "." not in k and k.startswith("k")]
+    assert any(k.endswith("conv_conv_add") for k in entries) and not any("add_relu" in k for k in entries)
+
+
+def test_residual_add_is_not_fused_where_it_would_change_the_values() -> None:
+    """A residual that broadcasts (one value per channel computed at run time), a conv whose
+    value another node reads, and a conv that is a graph output keep their own ``add``."""
+    xt, conv, x = _conv_layer(8, 12, 3, 1, 1)
+    chan = Tensor.placeholder((1, 12, 1, 1), np.float32, "c")
+    c = RNG.standard_normal((1, 12, 1, 1)).astype(np.float32)
+    for outs in ([(conv + chan).relu()], [conv + chan, conv * 2.0], [(conv + chan), conv]):
+        exe = _check(outs, [xt, chan], [x, c])
+        assert not any("conv_add" in k for k in _kernels(exe)), outs

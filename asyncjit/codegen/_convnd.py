@@ -30,9 +30,13 @@ from ._conv import _valid_range
 from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I64, PTR, for_range, i64, new_function, relu_value, splat
+from ._target import F32, I64, PTR, for_range, i64, new_function, relu_value, residual_arg, splat
 
 __all__ = ["convnd_scratch_bytes", "emit_convnd"]
+
+_NOALIAS = ("x", "w", "bias", "y", "scratch", "res")
+"""``res`` is read-only and never ``y``: the memory plan keeps a kernel's reads live while it
+writes."""
 
 
 def _depthwise(cin: int, cout: int, groups: int) -> bool:
@@ -156,11 +160,13 @@ def emit_convnd(
     s_max: Sequence[int],
     w_panels: bool = False,
     relu: bool = False,
+    residual: bool = False,
 ) -> ir.Function:
     """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
     input's spatial extents (the scratch is sized there, and it picks the 2-D strategy);
-    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``relu``: the kernel
-    stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``).
+    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``residual``: the kernel
+    takes a last argument ``res`` of ``y``'s shape and adds it (a fused ``conv + r``); ``relu``:
+    it stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`convnd_scratch_bytes` of ``scratch``.
@@ -175,20 +181,22 @@ def emit_convnd(
         if groups != 1:
             raise ValueError(f"conv: a weight in panels needs one group, got groups={groups}")
         return emit_conv_panels(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
-                                pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
+                                pads=pads, has_bias=has_bias, relu=relu, residual=residual)  # fmt: skip
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
-                               dilations=dilations, pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
+                               dilations=dilations, pads=pads, has_bias=has_bias, relu=relu,
+                               residual=residual)  # fmt: skip
     if taps_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups,
                    s_max=s_max):  # fmt: skip
         return emit_conv_taps(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
-                              pads=pads, has_bias=has_bias, relu=relu)  # fmt: skip
+                              pads=pads, has_bias=has_bias, relu=relu, residual=residual)  # fmt: skip
     kk = cin_g * _prod(ks)
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    fn, b = new_function(module, name, args + residual_arg(residual), noalias=_NOALIAS)
     x, w, bias, y, scratch, n_arg = fn.args[:6]
+    res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])
     outs = list(fn.args[6 + r : 6 + 2 * r])
     sx: ir.Value = i64(1)
@@ -240,20 +248,24 @@ def emit_convnd(
             zero = i64(0)
             b.call(mm, [wg, xcol, yg, mm_scratch, i64(1), i64(cout_g), p, i64(kk),
                         zero, i64(kk), i64(1), zero, p, i64(1), zero, p])  # fmt: skip
-    if has_bias or relu:
+    if has_bias or relu or res is not None:
         # one pass over each output row, eight lanes at a time (a scalar llvm.maximum loop is
-        # not vectorised on AVX2), then the row's tail
+        # not vectorised on AVX2), then the row's tail: + bias (+ residual), then relu
         vty = ir.VectorType(F32, 8)
         whole = b.mul(b.sdiv(p, i64(8)), i64(8))
         with for_range(b, i64(0), n_arg, name="bn") as n, for_range(b, i64(0), i64(cout), name="bc") as c:
             bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4) if has_bias else None
             bvec = None if bv is None else splat(b, bv, 8)
-            row = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), c), p)], source_etype=F32)
+            at = b.mul(b.add(b.mul(n, i64(cout)), c), p)
+            row = b.gep(y, [at], source_etype=F32)
+            res_row = None if res is None else b.gep(res, [at], source_etype=F32)
             for lo, hi, step, ty, add in ((i64(0), whole, 8, vty, bvec), (whole, p, 1, F32, bv)):
                 with for_range(b, lo, hi, step, name="bp") as j:
                     ptr = b.gep(row, [j], source_etype=F32)
                     v = b.load(ptr, typ=ty, align=4)
                     v = v if add is None else b.fadd(v, add)
+                    if res_row is not None:
+                        v = b.fadd(v, b.load(b.gep(res_row, [j], source_etype=F32), typ=ty, align=4))
                     b.store(relu_value(b, v) if relu else v, ptr, align=4)
     b.ret_void()
     return fn
@@ -271,16 +283,18 @@ def _emit_depthwise(
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
     relu: bool = False,
+    residual: bool = False,
 ) -> ir.Function:
     """Per output channel and output row: the row starts at the bias, then every tap whose
     outer-axis position is inside the input adds ``w * x`` over the output range (computed
-    once per tap) that reads inside the input -- a contiguous axpy for stride 1; with ``relu``
-    the row, still in cache, then becomes ``max(row, 0)``."""
+    once per tap) that reads inside the input -- a contiguous axpy for stride 1; with
+    ``residual`` and ``relu`` the row, still in cache, then becomes ``max(row + res, 0)``."""
     r = len(ks)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    fn, b = new_function(module, name, args + residual_arg(residual), noalias=_NOALIAS)
     x, w, bias, y, _scratch, n_arg = fn.args[:6]
+    res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])
     outs = list(fn.args[6 + r : 6 + 2 * r])
     sx: list[ir.Value] = [i64(1)] * r
@@ -295,7 +309,9 @@ def _emit_depthwise(
     with for_range(b, i64(0), n_arg, name="n") as n, for_range(b, i64(0), i64(cout), name="co") as co:
         ci = b.sdiv(co, i64(cout_g))
         xc = b.gep(x, [b.mul(b.add(b.mul(n, i64(cout // cout_g)), ci), chan_in)], source_etype=F32)
-        yc = b.gep(y, [b.mul(b.add(b.mul(n, i64(cout)), co), chan_out)], source_etype=F32)
+        y_at = b.mul(b.add(b.mul(n, i64(cout)), co), chan_out)
+        yc = b.gep(y, [y_at], source_etype=F32)
+        rc = None if res is None else b.gep(res, [y_at], source_etype=F32)
         wc = b.gep(w, [b.mul(co, i64(kprod))], source_etype=F32)
         init = (
             b.load(b.gep(bias, [co], source_etype=F32), typ=F32, align=4)
@@ -344,10 +360,14 @@ def _emit_depthwise(
                         )
 
             taps(0, i64(0), i64(0))
-            if relu:
-                with for_range(b, i64(0), outs[last], name="relu") as j:
+            if relu or rc is not None:
+                with for_range(b, i64(0), outs[last], name="epilogue") as j:
                     ptr = b.gep(row, [j], source_etype=F32)
-                    b.store(relu_value(b, b.load(ptr, typ=F32, align=4)), ptr, align=4)
+                    v = b.load(ptr, typ=F32, align=4)
+                    if rc is not None:
+                        rp = b.gep(rc, [b.add(yoff, j)], source_etype=F32)
+                        v = b.fadd(v, b.load(rp, typ=F32, align=4))
+                    b.store(relu_value(b, v) if relu else v, ptr, align=4)
 
         rows(0, i64(0), [])
     b.ret_void()

@@ -28,7 +28,7 @@ from ._conv import conv1d_output_length
 from ._convtaps import TAPS_SMALL_COUT, taps_chosen
 from ._matmul import emit_matmul, panel_layout
 from ._matmul_tile import _load_f32, _store_f32, matmul_tiling
-from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value, splat
+from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value, residual_arg, splat
 
 __all__ = [
     "PANELS_MAX_P_1X1",
@@ -178,14 +178,17 @@ def _transpose8(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
     return [mix(u[j], u[j + 4], first) for j in range(4)] + [mix(u[j], u[j + 4], second) for j in range(4)]
 
 
-def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = False) -> ir.Function:
-    """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j])`` (then ``max(., 0)`` with ``relu``) for
-    ``i < R``, ``j < C``: 8x8 blocks in vector registers (destination rows outer, so each is
-    written as one stream), the edges element by element."""
+def _emit_transpose(
+    module: ir.Module, name: str, has_bias: bool, relu: bool = False, residual: bool = False
+) -> ir.Function:
+    """``dst[j*d_rs + i] = src[i*s_rs + j] (+ bias[j]) (+ res[j*d_rs + i])`` (then ``max(., 0)``
+    with ``relu``) for ``i < R``, ``j < C``: 8x8 blocks in vector registers (destination rows
+    outer, so each is written as one stream), the edges element by element."""
     args: list[tuple[str, ir.Type]] = [("src", PTR), ("dst", PTR), ("bias", PTR), ("R", I64), ("C", I64)]
-    args += [("s_rs", I64), ("d_rs", I64)]
-    fn, b = new_function(module, name, args, noalias=("src", "dst", "bias"), inline="noinline")
-    src, dst, bias, r_all, c_all, s_rs, d_rs = fn.args
+    args += [("s_rs", I64), ("d_rs", I64), *residual_arg(residual)]
+    fn, b = new_function(module, name, args, noalias=("src", "dst", "bias", "res"), inline="noinline")
+    src, dst, bias, r_all, c_all, s_rs, d_rs = fn.args[:7]
+    res = fn.args[7] if residual else None
     vty = ir.VectorType(F32, _BLOCK)
     r_whole = b.mul(b.sdiv(r_all, i64(_BLOCK)), i64(_BLOCK))
     c_whole = b.mul(b.sdiv(c_all, i64(_BLOCK)), i64(_BLOCK))
@@ -194,7 +197,10 @@ def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = F
         v = _load_f32(b, src, b.add(b.mul(i, s_rs), j))
         if has_bias:
             v = b.fadd(v, _load_f32(b, bias, j))
-        _store_f32(b, relu_value(b, v) if relu else v, dst, b.add(b.mul(j, d_rs), i))
+        at = b.add(b.mul(j, d_rs), i)
+        if res is not None:
+            v = b.fadd(v, _load_f32(b, res, at))
+        _store_f32(b, relu_value(b, v) if relu else v, dst, at)
 
     with for_range(b, i64(0), c_whole, _BLOCK, name="j0") as j0:
         biases = []
@@ -213,10 +219,11 @@ def _emit_transpose(module: ir.Module, name: str, has_bias: bool, relu: bool = F
             for j, col in enumerate(_transpose8(b, rows)):
                 bv = biases[j]
                 out = col if bv is None else b.fadd(col, bv)
+                at = b.add(b.mul(b.add(j0, i64(j)), d_rs), i0)
+                if res is not None:
+                    out = b.fadd(out, b.load(b.gep(res, [at], source_etype=F32), typ=vty, align=4))
                 out = relu_value(b, out) if relu else out
-                b.store(
-                    out, b.gep(dst, [b.add(b.mul(b.add(j0, i64(j)), d_rs), i0)], source_etype=F32), align=4
-                )
+                b.store(out, b.gep(dst, [at], source_etype=F32), align=4)
         with (
             for_range(b, r_whole, r_all, name="ir") as i,
             for_range(b, j0, b.add(j0, i64(_BLOCK)), name="jr") as j,
@@ -304,9 +311,11 @@ def emit_conv_panels(
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
     relu: bool = False,
+    residual: bool = False,
 ) -> ir.Function:
     """The conv kernel ``name`` with ``_convnd``'s signature, ``w`` laid out by ``panels_weight``;
-    ``relu``: ``max(y, 0)`` is stored (the copy-out applies it).
+    ``residual``: ``res`` (a last argument of ``y``'s shape) is added, ``relu``: ``max(y, 0)``
+    is stored (the copy-out applies both).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`panels_scratch_bytes` of ``scratch``.
@@ -320,14 +329,16 @@ def emit_conv_panels(
     xs, ks_rs, cs = _geometry(cin, cout, ks, pointwise)
     mm = emit_matmul(module, f"{name}.matmul", n=cout, k=kk, b_panels=True)
     transpose_in = _emit_transpose(module, f"{name}.xT", has_bias=False)
-    copy_out = _emit_transpose(module, f"{name}.out", has_bias, relu)
+    copy_out = _emit_transpose(module, f"{name}.out", has_bias, relu, residual)
     im2col = None if pointwise else _emit_im2col_t(
         module, f"{name}.im2col", cin=cin, ks=ks, strides=strides, dilations=dilations, pads=pads
     )  # fmt: skip
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
+    args += residual_arg(residual)
+    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch", "res"))
     x, w, bias, y, scratch, n_arg = fn.args[:6]
+    res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])
     outs = list(fn.args[6 + r : 6 + 2 * r])
     s_all: ir.Value = i64(1)
@@ -351,7 +362,9 @@ def emit_conv_panels(
         a, a_rs = (xt, i64(xs)) if im2col is None else (xcol, i64(ks_rs))
         b.call(mm, [a, w, ct, scratch, i64(1), p, i64(cout), i64(kk),
                     zero, a_rs, i64(1), zero, i64(nr), i64(kk), zero, i64(cs)])  # fmt: skip
-        yn = b.gep(y, [b.mul(n, b.mul(i64(cout), p))], source_etype=F32)
-        b.call(copy_out, [ct, yn, bias, p, i64(cout), i64(cs), p])
+        y_at = b.mul(n, b.mul(i64(cout), p))
+        yn = b.gep(y, [y_at], source_etype=F32)
+        res_n = [] if res is None else [b.gep(res, [y_at], source_etype=F32)]
+        b.call(copy_out, [ct, yn, bias, p, i64(cout), i64(cs), p, *res_n])
     b.ret_void()
     return fn

@@ -42,6 +42,7 @@ from ._target import (
     intrinsic,
     new_function,
     relu_value,
+    residual_arg,
     smax,
     smin,
 )
@@ -236,11 +237,13 @@ def emit_conv_taps(
     pads: Sequence[tuple[int, int]],
     has_bias: bool,
     relu: bool = False,
+    residual: bool = False,
 ) -> ir.Function:
     """The conv kernel ``name`` with ``_convnd``'s ABI (``x, w, bias, y, scratch, N, H, W, OH,
-    OW``) for a layer :func:`taps_eligible` accepts; it uses at most :func:`taps_scratch_bytes`
-    of ``scratch`` and touches ``x``/``w``/``bias``/``y`` only inside their extents. ``relu``:
-    ``max(y, 0)`` is stored (the copy-out applies it)."""
+    OW`` [, ``res``]) for a layer :func:`taps_eligible` accepts; it uses at most
+    :func:`taps_scratch_bytes` of ``scratch`` and touches ``x``/``w``/``bias``/``y`` only inside
+    their extents. ``residual``: ``res`` (``y``'s shape) is added; ``relu``: ``max(y, 0)`` is
+    stored (the copy-out applies both)."""
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
     mr, nr = t.mr, t.nr
@@ -253,9 +256,10 @@ def emit_conv_taps(
     slack = _slack(ks, strides, dilations, nr)
     cb = max(1, t.kc // n_taps)  # channels per K block
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
-    args += [("N", I64), ("H", I64), ("W", I64), ("OH", I64), ("OW", I64)]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch"))
-    x, w, bias, y, scratch, n_arg, h, wd, oh_arg, ow_arg = fn.args
+    args += [("N", I64), ("H", I64), ("W", I64), ("OH", I64), ("OW", I64), *residual_arg(residual)]
+    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch", "res"))
+    x, w, bias, y, scratch, n_arg, h, wd, oh_arg, ow_arg = fn.args[:10]
+    res = fn.args[10] if residual else None
     hp, wp = b.add(h, i64(pt + pb)), b.add(wd, i64(pl + pr))
     hq = b.sdiv(b.add(hp, i64(sh - 1)), i64(sh))
     wq = b.sdiv(b.add(wp, i64(sw - 1)), i64(sw))
@@ -366,7 +370,8 @@ def emit_conv_taps(
                             for r0_tail, size in tails:
                                 tile(i64(r0_tail), size, True)
 
-        # 3. copy the outputs (not the junk columns) to y, adding the bias (and the relu)
+        # 3. copy the outputs (not the junk columns) to y, adding the bias (and the residual,
+        # and the relu)
         with for_range(b, i64(0), i64(cout), name="oc") as oc:
             bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
             ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
@@ -377,6 +382,9 @@ def emit_conv_taps(
                     v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
                     if bv is not None:
                         v = b.fadd(v, bv)
-                    b.store(relu_value(b, v) if relu else v, b.gep(dst, [j], source_etype=F32), align=4)
+                    at = b.add(b.add(ybase, b.mul(orow, ow_arg)), j)
+                    if res is not None:
+                        v = b.fadd(v, b.load(b.gep(res, [at], source_etype=F32), typ=F32, align=4))
+                    b.store(relu_value(b, v) if relu else v, b.gep(y, [at], source_etype=F32), align=4)
     b.ret_void()
     return fn

@@ -18,7 +18,14 @@ from llvmlite import ir
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
 from ..passes import Kernel
-from ..passes._fusion import conv1d_kn_weight, conv_geometry, conv_panel_weight, matmul_operand, tuned_conv
+from ..passes._fusion import (
+    conv1d_kn_weight,
+    conv_geometry,
+    conv_panel_weight,
+    conv_residual,
+    matmul_operand,
+    tuned_conv,
+)
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_prefix
@@ -519,13 +526,14 @@ def _nonzero(ctx: _Ctx, kernel: Kernel) -> None:
 
 
 def _conv(ctx: _Ctx, kernel: Kernel) -> None:
-    node = kernel.op_node  # the conv; ``kernel.node`` is a relu fused after it, if any
+    node = kernel.op_node  # the conv; ``kernel.node`` is a relu or add fused after it, if any
     if not tuned_conv(node):
         emit_conv_loop(ctx, kernel)
         return
     x, w = node.inputs[0], node.inputs[1]
     has_bias = len(node.inputs) == 3
     panels = conv_panel_weight(node)  # the weight laid out in matmul panels, read in place
+    residual = conv_residual(kernel)  # the other operand of an add fused after the conv
     fn = emit_convnd(
         ctx.fn.module,
         f"{kernel.name}.conv",
@@ -533,8 +541,10 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         has_bias=has_bias,
         w_panels=panels is not None,
         relu=kernel.node.op == "relu",
+        residual=residual is not None,
     )
     w_buf = ctx.buffers[(panels if panels is not None else w).id]
     bias = ctx.buffers[node.inputs[2].id] if has_bias else w_buf
     dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]
-    ctx.b.call(fn, [ctx.buffers[x.id], w_buf, bias, ctx.out, ctx.scratch, *dims])
+    res = [] if residual is None else [ctx.buffers[residual.id]]
+    ctx.b.call(fn, [ctx.buffers[x.id], w_buf, bias, ctx.out, ctx.scratch, *dims, *res])

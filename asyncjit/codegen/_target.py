@@ -299,6 +299,12 @@ def relu_value(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.select(b.fcmp_unordered(">", v, zero), v, zero)
 
 
+def residual_arg(residual: bool) -> list[tuple[str, ir.Type]]:
+    """The trailing argument of a conv kernel that adds a residual (``res``, ``y``'s shape, read
+    at the index being written: a fused ``conv + r``); none without."""
+    return [("res", PTR)] if residual else []
+
+
 def type_suffix(ty: ir.Type) -> str:
     """The overload suffix LLVM intrinsics use for ``ty``: ``f32``, ``v16f32``, ``v8i32``..."""
     if isinstance(ty, ir.VectorType):
