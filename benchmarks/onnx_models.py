@@ -1,7 +1,7 @@
 """ONNX models through the generic importer against ONNX Runtime, side by side in one run.
 
     .venv/bin/python benchmarks/onnx_models.py [--quick] [--models silero,light_squeezenet,...]
-    .venv/bin/python benchmarks/onnx_models.py --kernels [--models light_squeezenet,...]
+    .venv/bin/python benchmarks/onnx_models.py --kernels [--groups] [--models light_squeezenet,...]
     .venv/bin/python benchmarks/onnx_models.py --layers light_resnet50
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
@@ -11,7 +11,8 @@ compile + load) of a fresh process with an empty compile cache (cold) and again 
 it left (warm). For Silero VAD the hand-built ``SileroVad`` (asyncjit.models) runs too: the
 generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.0 is faster.
 ``--kernels`` prints instead, for the ``light_*`` models, each side's sum of per-kernel minima
-(a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``); ``--layers
+(a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``; ``--groups``:
+summed by kernel kind and by ORT op too); ``--layers
 MODEL`` each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its
 shapes (``layer_rows``).
 """
@@ -19,6 +20,7 @@ shapes (``layer_rows``).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -248,7 +250,7 @@ def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
     old = _parallel.intra_op_threads()
     try:
         for name in names:
-            ours, theirs, _, _ = _minima(name, calls)
+            ours, theirs, args, _ = _minima(name, calls)
             a, b = sum(ours.values()) / 1e3, sum(theirs.values()) / 1e3
             top = max(ours, key=lambda k: ours[k])
             rows.append(
@@ -256,9 +258,24 @@ def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
                 f"{top} {ours[top] / 1e3:.2f} ms |"
             )
             print(rows[-1], flush=True)
+            if "--groups" in sys.argv:
+                ops = {k: str(v.get("op_name", k)) for k, v in args.items()}
+                mine = _by_kind(ours, lambda k: re.sub(r"^k[0-9]+_", "", k))
+                peer = _by_kind(theirs, lambda k, o=ops: o.get(k, k))
+                print(f"|   by kind | {mine} | {peer} | | |", flush=True)
     finally:
         _parallel.set_intra_op_threads(old)
     return rows
+
+
+def _by_kind(minima: dict[str, float], kind: Callable[[str], str]) -> str:
+    """The minima summed by kind (a kernel's name without its index, an ORT node's op), largest
+    first: where a model's time goes on each side."""
+    sums: dict[str, list[float]] = {}
+    for k, v in minima.items():
+        sums.setdefault(kind(k), []).append(v)
+    ranked = sorted(sums.items(), key=lambda kv: -sum(kv[1]))
+    return ", ".join(f"{k} x{len(v)} {sum(v) / 1e3:.2f}" for k, v in ranked if sum(v) >= 10.0)
 
 
 def _conv_flops(args: dict[str, Any]) -> int:
@@ -275,7 +292,9 @@ def layer_rows(name: str, calls: int) -> None:
     """Each conv kernel of one light model beside ONNX Runtime's conv node with the same flops
     (the first not yet paired, in graph order), with the node's shapes: where a model's
     difference lies, layer by layer. Both sides' conv kernels include the bias, a
-    BatchNormalization after the conv (folded into its weight) and a Relu after it (fused)."""
+    BatchNormalization after the conv (folded into its weight) and a Relu after it (fused; ours
+    also a residual Add before the Relu, which ONNX Runtime runs as a node of its own unless its
+    conv fusion takes it)."""
     from asyncjit.codegen import _parallel
 
     old = _parallel.intra_op_threads()
@@ -284,7 +303,9 @@ def layer_rows(name: str, calls: int) -> None:
     finally:
         _parallel.set_intra_op_threads(old)
     peer = [k for k in theirs if "Conv" in str(args[k].get("op_name", ""))]
-    mine = [k for k in ours if k.endswith(("_conv_conv", "_conv_conv_relu"))]
+    mine = [
+        k for k in ours if k.endswith(("_conv_conv", "_conv_conv_relu", "_conv_conv_add", "_conv_add_relu"))
+    ]
     print(f"{name}: {len(mine)} conv kernels, ORT {len(peer)} conv nodes (minima over {calls} calls, ms)")
     print("| kernel | asyncjit | ORT | ratio | x | w | y |")
     print("|---|---|---|---|---|---|---|")
