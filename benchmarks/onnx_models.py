@@ -6,7 +6,9 @@
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
 calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
-ONNX Runtime with 1 intra-op thread and with its default threads; and the prepare time (import +
+ONNX Runtime with 1 intra-op thread and with its default threads (for the ``light_*`` models
+ours runs both ways too, the four called in turn, one call each per round: the first ratio is
+one thread against one thread, the second default against default); and the prepare time (import +
 compile + load) of a fresh process with an empty compile cache (cold) and again with the cache
 it left (warm). For Silero VAD the hand-built ``SileroVad`` (asyncjit.models) runs too: the
 generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.0 is faster.
@@ -154,6 +156,38 @@ def silero_rows(calls: int) -> list[str]:
     return rows
 
 
+def _on_threads(threads: int, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with ``threads`` intra-op threads (the default restored after each call)."""
+    from asyncjit.codegen import _parallel
+
+    def run() -> object:
+        old = _parallel.intra_op_threads()
+        _parallel.set_intra_op_threads(threads)
+        try:
+            return fn()
+        finally:
+            _parallel.set_intra_op_threads(old)
+
+    return run
+
+
+def _rounds(fns: dict[str, Callable[[], object]], rounds: int, settle: float = 0.05) -> dict[str, float]:
+    """The median of ``rounds`` single calls of each function, the functions called in turn
+    after a pause of ``settle`` seconds each (whole models of 5-500 ms: one call per turn spreads
+    the host's drift over every contestant alike). ONNX Runtime's default pool spins after its
+    calls: with 5 ms pauses the call after it measured 6% slower than with 50 ms."""
+    for fn in fns.values():
+        fn()
+    per: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            time.sleep(settle)
+            t0 = time.perf_counter()
+            fn()
+            per[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in per.items()}
+
+
 def light_rows(names: list[str], calls: int) -> list[str]:
     import onnx
 
@@ -170,17 +204,22 @@ def light_rows(names: list[str], calls: int) -> list[str]:
         shape = tuple(int(d) for d in info.shape)
         x = (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)
         feed = {info.name: x}
-        ours = median_time(lambda s=sess, f=feed: s.run(None, f), calls)
-        peers = []
-        for threads in (1, 0):
-            peer = ort_session(path, threads)
-            peers.append(median_time(lambda p=peer, f=feed: p.run(None, f), calls))
+        ort1, ort0 = ort_session(path, 1), ort_session(path, 0)
+        t = _rounds(
+            {
+                "ours1": _on_threads(1, lambda s=sess, f=feed: s.run(None, f)),
+                "ours0": lambda s=sess, f=feed: s.run(None, f),
+                "ort1": lambda p=ort1, f=feed: p.run(None, f),
+                "ort0": lambda p=ort0, f=feed: p.run(None, f),
+            },
+            calls,
+        )
         cold, warm = prepare_times(path, {}, {})
         del first
         rows.append(
-            f"| {name} | {ours * 1e3:.2f} | {peers[0] * 1e3:.2f} | {peers[1] * 1e3:.2f} | "
-            f"{ours / peers[0]:.2f}x / {ours / peers[1]:.2f}x | batch fixed at {shape[0]} in the file | "
-            f"{cold:.1f} / {warm:.1f} ({warm / cold:.0%}) |"
+            f"| {name} | {t['ours1'] * 1e3:.2f} / {t['ours0'] * 1e3:.2f} | {t['ort1'] * 1e3:.2f} | "
+            f"{t['ort0'] * 1e3:.2f} | {t['ours1'] / t['ort1']:.2f}x / {t['ours0'] / t['ort0']:.2f}x | "
+            f"batch fixed at {shape[0]} in the file | {cold:.1f} / {warm:.1f} ({warm / cold:.0%}) |"
         )
         print(rows[-1], flush=True)
     return rows
@@ -350,7 +389,8 @@ def main() -> None:
     chosen = _arg("--models", "silero," + ",".join(light)).split(",")
     print(f"load: {os.getloadavg()}")
     print(
-        "| model | asyncjit b1 ms | ORT 1t ms | ORT default ms | ratio vs ORT 1t / default | "
+        "| model | asyncjit b1 ms (light: 1t / default) | ORT 1t ms | ORT default ms | "
+        "ratio vs ORT 1t / default (light: 1t vs 1t / default vs default) | "
         "b32 items/s (asyncjit vs ORT 1t / default) | prepare cold / warm s |"
     )
     print("|---|---|---|---|---|---|---|")
@@ -364,7 +404,7 @@ def main() -> None:
         print("|---|---|---|---|---|")
         kernel_minima_rows([m for m in chosen if m.startswith("light_")], calls)
         return
-    light_rows([m for m in chosen if m.startswith("light_")], max(5, calls // 20))
+    light_rows([m for m in chosen if m.startswith("light_")], max(9, calls // 10))
 
 
 if __name__ == "__main__":
