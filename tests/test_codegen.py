@@ -386,3 +386,37 @@ def test_reductions_keeping_the_last_axis_read_rows(
     np.testing.assert_array_equal(got, iv.sum(axis=axes, dtype=np.int32))
     asm = emit_assembly(exe.ir_text() if callable(exe.ir_text) else exe.ir_text)
     assert re.search(r"vpadd[dq]\s+.*[yz]mm", asm), "the row loop is not vectorised"
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "op", "dtype"),
+    [
+        ((2, 1000, 13, 13), (2, 3), "sum", "float32"),  # a global average pool's sum
+        ((3, 5, 7, 9), (3, 1, 2), "max", "float32"),  # unordered axes, three of them
+        ((4, 6, 1, 11), (2, 3), "min", "float16"),  # an axis of extent 1 in the run
+        ((2, 3, 5, 4), (1, 2, 3), "prod", "float64"),
+        ((3, 8, 5, 6), (2, 3), "sum", "int32"),
+        ((2, 3, 0, 4), (2, 3), "sum", "float32"),  # an empty run: the identity
+    ],
+)
+def test_reductions_over_the_trailing_axes_of_a_buffer(
+    shape: tuple[int, ...], axes: tuple[int, ...], op: str, dtype: str
+) -> None:
+    """Reduced trailing axes of a buffer are one contiguous run per output element, read in one
+    loop: equal to numpy and to the reference interpreter (exactly, but for float64 products
+    within 1e-12), for static and bounded shapes, kept dims or not, and an empty run."""
+    rng = np.random.default_rng(sum(shape))
+    t = Var("t", 1, shape[-1] + 3)
+    for dims, bind in ((shape, {}), ((*shape[:-1], t), {"t": shape[-1]})):
+        if shape[-1] == 0 and bind:
+            continue
+        x = Tensor.placeholder(dims, dtype=dtype, name="x")
+        y = getattr(x, op)(axis=axes, keepdims=op == "sum")
+        exe = compile(y, [x])
+        xv = (rng.uniform(0.5, 1.5, shape) * (9 if dtype == "int32" else 1)).astype(dtype)
+        (got,) = exe.run([xv], bind)
+        ref = getattr(np, op)(xv.astype(np.float64), axis=axes, keepdims=op == "sum")
+        np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3 if dtype == "float16" else 1e-6)
+        if not bind:  # the reference interpreter's float64 accumulation, rounded once
+            (want,) = reference.evaluate([y], {x: xv})
+            np.testing.assert_allclose(got, want, rtol=1e-12 if dtype == "float64" else 0)

@@ -288,6 +288,27 @@ def _reduce(ctx: _Ctx, kernel: Kernel) -> None:
         emit_reduce_rows(ctx, node.shape, x.shape, axes, acc_ty, init_value, value_at, combine, finish)
         return
     acc = ctx.alloca(acc_ty)
+    rank = len(x.shape)
+    if len(axes) >= 2 and x.id in ctx.em.mat and sorted(axes) == list(range(rank - len(axes), rank)):
+        # The trailing axes of a buffer, reduced, are one contiguous run per output element: one
+        # loop over the run, in the same order (a global average pool over [1, 1000, 13, 13]
+        # took 131 us as 13 loops of 13 elements each, ONNX Runtime's 47 us).
+        last = max(axes)
+        run = prod(x.shape[a] for a in axes)
+
+        def over_run(idx: tuple[Dim, ...]) -> None:
+            ctx.b.store(init_value, acc)
+
+            def step(j: Dim) -> None:
+                full = [0 if a in axes else d for a, d in enumerate(idx)]
+                full[last] = j  # the offset of the run's start plus j: linearize is affine
+                ctx.b.store(combine(ctx.b.load(acc, typ=acc_ty), value_at(tuple(full))), acc)
+
+            ctx.loop(run, step)
+            finish(idx, ctx.b.load(acc, typ=acc_ty))
+
+        ctx.nest(node.shape, over_run)
+        return
 
     def outer(idx: tuple[Dim, ...]) -> None:
         ctx.b.store(init_value, acc)
