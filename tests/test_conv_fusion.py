@@ -214,3 +214,21 @@ def test_residual_add_is_not_fused_where_it_would_change_the_values() -> None:
     for outs in ([(conv + chan).relu()], [conv + chan, conv * 2.0], [(conv + chan), conv]):
         exe = _check(outs, [xt, chan], [x, c])
         assert not any("conv_add" in k for k in _kernels(exe)), outs
+
+
+def test_a_donated_residual_keeps_its_add() -> None:
+    """A residual that is a donated input is not fused: the add's own kernel writes the output
+    over the donated memory (a conv kernel writes ``y`` before it reads ``r``, so it may not);
+    the identity shortcut with ``x`` donated likewise. Undonated, the same graph fuses."""
+    xt, conv, x = _conv_layer(8, 8, 3, 1, 1)
+    rt = Tensor.placeholder(conv.shape, np.float32, "r")
+    r = RNG.standard_normal(tuple(int(d) for d in conv.shape)).astype(np.float32)
+    for outs, ins, vals, donate in (
+        ([(conv + rt).relu()], [xt, rt], [x, r], [1]),
+        ([(conv + xt).relu()], [xt], [x], [0]),
+    ):
+        want = reference.evaluate(outs, dict(zip(ins, vals, strict=True)))
+        exe = compile(outs, ins, donate=donate)
+        assert not any("conv_add" in k for k in _kernels(exe))
+        np.testing.assert_allclose(exe.run([v.copy() for v in vals])[0], want[0], rtol=1e-4, atol=1e-4)
+        assert any("conv_conv_add" in k for k in _kernels(compile(outs, ins)))

@@ -377,14 +377,15 @@ def emit_conv_taps(
             ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
             with for_range(b, i64(0), oh, name="orow") as orow:
                 src = b.gep(yp, [b.add(b.mul(oc, pr_), b.mul(orow, wq))], source_etype=F32)
-                dst = b.gep(y, [b.add(ybase, b.mul(orow, ow_arg))], source_etype=F32)
+                at = b.add(ybase, b.mul(orow, ow_arg))
+                dst = b.gep(y, [at], source_etype=F32)
+                res_row = None if res is None else b.gep(res, [at], source_etype=F32)
                 with for_range(b, i64(0), ow, name="ocol") as j:
                     v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
                     if bv is not None:
                         v = b.fadd(v, bv)
-                    at = b.add(b.add(ybase, b.mul(orow, ow_arg)), j)
-                    if res is not None:
-                        v = b.fadd(v, b.load(b.gep(res, [at], source_etype=F32), typ=F32, align=4))
-                    b.store(relu_value(b, v) if relu else v, b.gep(y, [at], source_etype=F32), align=4)
+                    if res_row is not None:
+                        v = b.fadd(v, b.load(b.gep(res_row, [j], source_etype=F32), typ=F32, align=4))
+                    b.store(relu_value(b, v) if relu else v, b.gep(dst, [j], source_etype=F32), align=4)
     b.ret_void()
     return fn

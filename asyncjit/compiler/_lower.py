@@ -161,7 +161,9 @@ def lower(
         Claimed(plugin.name, frozenset(n.id for n in sub.nodes), sub.inputs, sub.outputs)
         for plugin, sub in claims
     ]
-    fusion = fuse(graph, claimed)
+    # a donated input keeps its add's own kernel, which may write its output over it
+    donated = frozenset(graph.inputs[i].id for i in donate if 0 <= i < len(graph.inputs))
+    fusion = fuse(graph, claimed, donated)
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
     memory = plan_memory(fusion, scratch, donate)
     _check_donation(graph, memory, donate)

@@ -201,14 +201,18 @@ def tuned_conv(node: Node) -> bool:
     )
 
 
-def conv_epilogues(graph: Graph, claimed: Sequence[Claimed] = ()) -> dict[int, tuple[Node, ...]]:
+def conv_epilogues(
+    graph: Graph, claimed: Sequence[Claimed] = (), donated: frozenset[int] = frozenset()
+) -> dict[int, tuple[Node, ...]]:
     """Node id -> the nodes its conv kernel computes before storing it (the conv first): for a
     tuned conv whose one consumer is a ``relu`` (``relu(conv)``), an ``add`` of a value of the
     conv's own shape (``conv + r``, a residual connection) or a ``relu`` of such an add, none of
     them a graph output before the last nor in a plugin's partition. The conv kernel then stores
     ``max(y (+ r), 0)`` into the last node's buffer, reading ``r`` at the index it writes, and
     neither the conv's output nor the sum touches memory (ResNet-50's activation passes, 3% of
-    its kernel time, and its 16 residual ``add``+``relu`` kernels, 1.7%, are gone)."""
+    its kernel time, and its 16 residual ``add``+``relu`` kernels, 1.7%, are gone). A residual
+    that is a ``donated`` input (node ids) is not fused: the add's own loop may write its output
+    over it, which a conv kernel, writing ``y`` before it reads ``r``, may not."""
     inside = {i for c in claimed for i in c.nodes}
     outputs = {n.id for n in graph.outputs}
     users: dict[int, list[Node]] = {}
@@ -230,7 +234,8 @@ def conv_epilogues(graph: Graph, claimed: Sequence[Claimed] = ()) -> dict[int, t
             return None
         for c, r in ((add.inputs[1], add.inputs[0]), (add.inputs[0], add.inputs[1])):
             same = tuple(r.shape) == tuple(c.shape) == tuple(add.shape) and r.dtype == c.dtype
-            if same and r is not c and not _broadcast_view(r) and conv_of(c) is not None:
+            readable = r is not c and r.id not in donated and not _broadcast_view(r)
+            if same and readable and conv_of(c) is not None:
                 return c
         return None
 
@@ -442,15 +447,16 @@ def _name(index: int, kind: str, root: Node, fused: tuple[Node, ...]) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", f"k{index}_{prefix}_{label}")
 
 
-def fuse(graph: Graph, claimed: Sequence[Claimed] = ()) -> FusionPlan:
+def fuse(graph: Graph, claimed: Sequence[Claimed] = (), donated: frozenset[int] = frozenset()) -> FusionPlan:
     """Group ``graph`` into kernels.
 
     ``claimed`` are plugin partitions: each becomes one ``plugin`` kernel (the CPU compiler emits
     nothing for its nodes) reading its inputs' buffers and writing its outputs' buffers. Kernels
     run in a topological order of their buffers, which exists because partitions never form a
-    cycle (the partition stage guarantees it).
+    cycle (the partition stage guarantees it). ``donated``: ids of the donated inputs, which a
+    conv kernel never takes as its residual (see ``conv_epilogues``).
     """
-    epilogues = conv_epilogues(graph, claimed)
+    epilogues = conv_epilogues(graph, claimed, donated)
     mat = _materialize(graph, claimed, epilogues)
     kernels: list[Kernel] = []
     first_output: dict[int, int] = {}
