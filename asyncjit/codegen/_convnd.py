@@ -30,13 +30,20 @@ from ._conv import _valid_range
 from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
 from ._convtaps import emit_conv_taps, taps_chosen, taps_scratch_bytes
 from ._matmul import emit_matmul, matmul_scratch_bytes
-from ._target import F32, I64, PTR, for_range, i64, new_function, relu_value, residual_arg, splat
+from ._target import (
+    CONV_NOALIAS,
+    F32,
+    I64,
+    PTR,
+    conv_epilogue,
+    for_range,
+    i64,
+    new_function,
+    residual_arg,
+    splat,
+)
 
 __all__ = ["convnd_scratch_bytes", "emit_convnd"]
-
-_NOALIAS = ("x", "w", "bias", "y", "scratch", "res")
-"""``res`` is read-only and never ``y``: the memory plan keeps a kernel's reads live while it
-writes."""
 
 
 def _depthwise(cin: int, cout: int, groups: int) -> bool:
@@ -194,7 +201,7 @@ def emit_convnd(
     mm = emit_matmul(module, f"{name}.matmul", m=cout_g, k=kk)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
-    fn, b = new_function(module, name, args + residual_arg(residual), noalias=_NOALIAS)
+    fn, b = new_function(module, name, args + residual_arg(residual), noalias=CONV_NOALIAS)
     x, w, bias, y, scratch, n_arg = fn.args[:6]
     res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])
@@ -264,9 +271,7 @@ def emit_convnd(
                     ptr = b.gep(row, [j], source_etype=F32)
                     v = b.load(ptr, typ=ty, align=4)
                     v = v if add is None else b.fadd(v, add)
-                    if res_row is not None:
-                        v = b.fadd(v, b.load(b.gep(res_row, [j], source_etype=F32), typ=ty, align=4))
-                    b.store(relu_value(b, v) if relu else v, ptr, align=4)
+                    b.store(conv_epilogue(b, v, res_row, j, relu), ptr, align=4)
     b.ret_void()
     return fn
 
@@ -292,7 +297,7 @@ def _emit_depthwise(
     r = len(ks)
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
-    fn, b = new_function(module, name, args + residual_arg(residual), noalias=_NOALIAS)
+    fn, b = new_function(module, name, args + residual_arg(residual), noalias=CONV_NOALIAS)
     x, w, bias, y, _scratch, n_arg = fn.args[:6]
     res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])
@@ -364,10 +369,7 @@ def _emit_depthwise(
                 with for_range(b, i64(0), outs[last], name="epilogue") as j:
                     ptr = b.gep(row, [j], source_etype=F32)
                     v = b.load(ptr, typ=F32, align=4)
-                    if rc is not None:
-                        rp = b.gep(rc, [b.add(yoff, j)], source_etype=F32)
-                        v = b.fadd(v, b.load(rp, typ=F32, align=4))
-                    b.store(relu_value(b, v) if relu else v, ptr, align=4)
+                    b.store(conv_epilogue(b, v, rc, b.add(yoff, j), relu), ptr, align=4)
 
         rows(0, i64(0), [])
     b.ret_void()

@@ -28,7 +28,19 @@ from ._conv import conv1d_output_length
 from ._convtaps import TAPS_SMALL_COUT, taps_chosen
 from ._matmul import emit_matmul, panel_layout
 from ._matmul_tile import _load_f32, _store_f32, matmul_tiling
-from ._target import F32, I32, I64, PTR, for_range, i64, new_function, relu_value, residual_arg, splat
+from ._target import (
+    CONV_NOALIAS,
+    F32,
+    I32,
+    I64,
+    PTR,
+    conv_epilogue,
+    for_range,
+    i64,
+    new_function,
+    residual_arg,
+    splat,
+)
 
 __all__ = [
     "PANELS_MAX_P_1X1",
@@ -198,9 +210,7 @@ def _emit_transpose(
         if has_bias:
             v = b.fadd(v, _load_f32(b, bias, j))
         at = b.add(b.mul(j, d_rs), i)
-        if res is not None:
-            v = b.fadd(v, _load_f32(b, res, at))
-        _store_f32(b, relu_value(b, v) if relu else v, dst, at)
+        _store_f32(b, conv_epilogue(b, v, res, at, relu), dst, at)
 
     with for_range(b, i64(0), c_whole, _BLOCK, name="j0") as j0:
         biases = []
@@ -220,10 +230,7 @@ def _emit_transpose(
                 bv = biases[j]
                 out = col if bv is None else b.fadd(col, bv)
                 at = b.add(b.mul(b.add(j0, i64(j)), d_rs), i0)
-                if res is not None:
-                    out = b.fadd(out, b.load(b.gep(res, [at], source_etype=F32), typ=vty, align=4))
-                out = relu_value(b, out) if relu else out
-                b.store(out, b.gep(dst, [at], source_etype=F32), align=4)
+                b.store(conv_epilogue(b, out, res, at, relu), b.gep(dst, [at], source_etype=F32), align=4)
         with (
             for_range(b, r_whole, r_all, name="ir") as i,
             for_range(b, j0, b.add(j0, i64(_BLOCK)), name="jr") as j,
@@ -336,7 +343,7 @@ def emit_conv_panels(
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64)] + [(f"S{i}", I64) for i in range(r)] + [(f"O{i}", I64) for i in range(r)]
     args += residual_arg(residual)
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch", "res"))
+    fn, b = new_function(module, name, args, noalias=CONV_NOALIAS)
     x, w, bias, y, scratch, n_arg = fn.args[:6]
     res = fn.args[-1] if residual else None
     sizes = list(fn.args[6 : 6 + r])

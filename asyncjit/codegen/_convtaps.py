@@ -31,17 +31,18 @@ from llvmlite import ir
 
 from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
 from ._target import (
+    CONV_NOALIAS,
     F32,
     I1,
     I32,
     I64,
     PTR,
     VOID,
+    conv_epilogue,
     for_range,
     i64,
     intrinsic,
     new_function,
-    relu_value,
     residual_arg,
     smax,
     smin,
@@ -257,7 +258,7 @@ def emit_conv_taps(
     cb = max(1, t.kc // n_taps)  # channels per K block
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64), ("H", I64), ("W", I64), ("OH", I64), ("OW", I64), *residual_arg(residual)]
-    fn, b = new_function(module, name, args, noalias=("x", "w", "bias", "y", "scratch", "res"))
+    fn, b = new_function(module, name, args, noalias=CONV_NOALIAS)
     x, w, bias, y, scratch, n_arg, h, wd, oh_arg, ow_arg = fn.args[:10]
     res = fn.args[10] if residual else None
     hp, wp = b.add(h, i64(pt + pb)), b.add(wd, i64(pl + pr))
@@ -384,8 +385,6 @@ def emit_conv_taps(
                     v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
                     if bv is not None:
                         v = b.fadd(v, bv)
-                    if res_row is not None:
-                        v = b.fadd(v, b.load(b.gep(res_row, [j], source_etype=F32), typ=F32, align=4))
-                    b.store(relu_value(b, v) if relu else v, b.gep(dst, [j], source_etype=F32), align=4)
+                    b.store(conv_epilogue(b, v, res_row, j, relu), b.gep(dst, [j], source_etype=F32), align=4)
     b.ret_void()
     return fn

@@ -305,6 +305,19 @@ def residual_arg(residual: bool) -> list[tuple[str, ir.Type]]:
     return [("res", PTR)] if residual else []
 
 
+CONV_NOALIAS = ("x", "w", "bias", "y", "scratch", "res")
+"""A conv kernel's pointers: ``res`` is read-only and never ``y`` (the memory plan keeps a
+kernel's reads live while it writes)."""
+
+
+def conv_epilogue(b: ir.IRBuilder, v: ir.Value, res: ir.Value | None, at: ir.Value, relu: bool) -> ir.Value:
+    """``v`` (a float or a vector of floats) plus ``res[at]`` when a residual is fused, then
+    ``max(., 0)`` with ``relu``: the unfused graph's order, in which every conv strategy stores."""
+    if res is not None:
+        v = b.fadd(v, b.load(b.gep(res, [at], source_etype=F32), typ=v.type, align=4))
+    return relu_value(b, v) if relu else v
+
+
 def type_suffix(ty: ir.Type) -> str:
     """The overload suffix LLVM intrinsics use for ``ty``: ``f32``, ``v16f32``, ``v8i32``..."""
     if isinstance(ty, ir.VectorType):

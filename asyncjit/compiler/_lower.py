@@ -162,7 +162,7 @@ def lower(
         for plugin, sub in claims
     ]
     # a donated input keeps its add's own kernel, which may write its output over it
-    donated = frozenset(graph.inputs[i].id for i in donate if 0 <= i < len(graph.inputs))
+    donated = frozenset(graph.inputs[i].id for i in donate)
     fusion = fuse(graph, claimed, donated)
     scratch = max((scratch_bytes(k) for k in fusion.kernels), default=0)
     memory = plan_memory(fusion, scratch, donate)

@@ -268,13 +268,18 @@ def _broadcast_view(node: Node) -> bool:
 def conv_residual(kernel: Kernel) -> Node | None:
     """The value a conv kernel adds to its result before storing it (the other operand of the
     ``add`` fused after the conv, see ``conv_epilogues``), or None."""
-    if kernel.kind != "conv":
+    if kernel.kind != "conv" or kernel.node.op == "conv":
         return None
-    conv = kernel.op_node
-    for n in (*kernel.fused, kernel.node):
-        if n.op == "add" and conv in n.inputs:
-            return n.inputs[1] if n.inputs[0] is conv else n.inputs[0]
-    return None
+    return _residual(kernel.fused)
+
+
+def _residual(inner: tuple[Node, ...]) -> Node | None:
+    """The residual of a conv kernel's epilogue nodes (``conv_epilogues``' values: the conv,
+    then the ``add`` if any), or None."""
+    if len(inner) < 2:
+        return None
+    conv, add = inner[0], inner[1]
+    return add.inputs[1] if add.inputs[0] is conv else add.inputs[0]
 
 
 def conv_takes_panels(node: Node) -> bool:
@@ -402,9 +407,7 @@ def _materialize(
     for last, inner in epilogues.items():
         mat.difference_update(n.id for n in inner)  # computed inside the kernel writing ``last``
         mat.add(last)
-        if len(inner) > 1:  # the residual is read from its buffer at the index being written
-            residual = conv_residual(Kernel("", "conv", by_id[last], inner, ()))
-            assert residual is not None
+        if (residual := _residual(inner)) is not None:  # read at the index being written
             mat.add(residual.id)
     memo: dict[int, bool] = {}
     for n in nodes:  # inputs before users, so _computes sees earlier decisions
@@ -487,9 +490,8 @@ def fuse(graph: Graph, claimed: Sequence[Claimed] = (), donated: frozenset[int] 
             continue
         if (inner := epilogues.get(n.id)) is not None:
             conv = inner[0]
-            epilogue = Kernel("", "conv", n, inner, ())
             srcs = [*(_read_in_place(conv) or conv.inputs)]
-            if (residual := conv_residual(epilogue)) is not None:
+            if (residual := _residual(inner)) is not None:
                 srcs.append(residual)
             by_id = {x.id: x for x in srcs}
             reads = tuple(by_id[k] for k in sorted(by_id))
