@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -64,6 +65,74 @@ def test_device_put_round_trips_every_sharding(client: Client) -> None:
         assert [b.device for b in sx.shards] == list(client.devices())
         np.testing.assert_array_equal(np.asarray(sx), x)
     assert np.asarray(sx.shards[1]).shape == (4, 6)  # a replicated shard is the whole array
+
+
+def test_large_arrays_are_copied_one_thread_per_shard(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``PARALLEL_COPY_BYTES`` each shard's copy (in and out) runs on its own thread; the
+    values, dtypes and layouts are those of the one-thread copy, and the call returns only after
+    every copy ended (the host array may change right after)."""
+    from asyncjit.runtime import _hostcopy
+
+    threads: set[str] = set()
+    copy = np.copyto
+
+    def watched(dst: np.ndarray, src: np.ndarray) -> None:
+        threads.add(threading.current_thread().name)
+        time.sleep(0.01)  # both copies in flight at once, so both threads take one
+        copy(dst, src)
+
+    monkeypatch.setattr(_hostcopy, "PARALLEL_COPY_BYTES", 1024)
+    monkeypatch.setattr(np, "copyto", watched)
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.int8, np.float64, np.bool_):
+        x = (rng.standard_normal((6, 40, 33)) * 50).astype(dtype)
+        for s in (
+            Sharding.split(client.devices(), 0),
+            Sharding.split(client.devices(), 2, ragged=True),  # strided slices, the last shorter
+            Sharding.replicated(client.devices()),
+        ):
+            threads.clear()
+            src = x.copy()
+            sx = client.device_put(src, s)
+            src[...] = 0  # the call copied everything before it returned
+            assert len(threads) == 2 and any(t.startswith("asyncjit-hostcopy") for t in threads)
+            for b, idx in zip(sx.shards, s.indices(x.shape), strict=True):
+                np.testing.assert_array_equal(np.asarray(b), x[idx])
+            threads.clear()
+            back = np.asarray(sx)
+            assert back.dtype == x.dtype
+            np.testing.assert_array_equal(back, x)
+            if not s.is_replicated:
+                assert len(threads) == 2  # the gather, one thread per shard too
+
+
+def test_a_failed_shard_copy_is_raised_after_every_copy_ended(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asyncjit.runtime import _hostcopy
+
+    ended: list[str] = []
+
+    def fails() -> None:
+        time.sleep(0.02)
+        ended.append("fails")
+        raise OSError("copy failed")
+
+    def works() -> None:
+        time.sleep(0.05)
+        ended.append("works")
+
+    with pytest.raises(OSError, match="copy failed"):
+        _hostcopy.run_copies([fails, works], 1 << 30)
+    assert sorted(ended) == ["fails", "works"]  # not raised while the other copy still ran
+    with pytest.raises(OSError, match="copy failed"):
+        _hostcopy.run_copies([works, fails, works], 1 << 30)  # more copies than helper threads
+    assert ended.count("works") == 3
+    ended.clear()
+    _hostcopy.run_copies([works, works], 10)  # small: on the calling thread, one after the other
+    assert ended == ["works", "works"]
 
 
 def test_reshard_moves_device_to_device(client: Client) -> None:

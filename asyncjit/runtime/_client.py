@@ -357,8 +357,9 @@ class Client:
     ) -> Buffer | ShardedBuffer:
         """Place ``x`` (an array, a ``Buffer`` or a ``ShardedBuffer``) on a device or a sharding.
 
-        With a ``Sharding``: a ``ShardedBuffer`` (an array is sliced on the host and each slice
-        copied to its device; buffers move device to device on the target queues, no host wait).
+        With a ``Sharding``: a ``ShardedBuffer`` (an array's slices are copied to their devices,
+        one thread per slice when they are large, before the call returns; buffers move device to
+        device on the target queues, no host wait).
         With a device (or index, default the first): a ``Buffer`` there.
 
         Raises:

@@ -12,6 +12,7 @@ Moving data between shardings never waits on the host: each target shard is writ
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ from ..errors import ArgumentTypeError, DeviceMismatchError, InvalidArgumentErro
 from ._buffer import Buffer
 from ._commands import Command
 from ._events import Event
+from ._hostcopy import run_copies
 
 if TYPE_CHECKING:
     from ..dtypes import DType
@@ -241,8 +243,11 @@ class ShardedBuffer:
         out = np.empty(self.shape, self.dtype.np)
         acquire_uses(self.shards)  # BufferDeletedError for a deleted shard
         try:
-            for b, region in zip(self.shards, self.sharding.indices(self.shape), strict=True):
-                out[region] = _view(b)
+            copies = [
+                functools.partial(np.copyto, out[region], _view(b))
+                for b, region in zip(self.shards, self.sharding.indices(self.shape), strict=True)
+            ]
+            run_copies(copies, out.nbytes)  # one thread per shard, as the copies in
         finally:
             release_uses(self.shards)
         return out
@@ -381,7 +386,6 @@ def device_put(
     client: Client, x: npt.ArrayLike | Buffer | ShardedBuffer, where: Sharding | Device | int | None = None
 ) -> Buffer | ShardedBuffer:
     """``Client.device_put``: see there."""
-    from ..dtypes import from_numpy
     from ._device import Device
 
     if where is None or (isinstance(where, Device | int) and not isinstance(where, bool)):
@@ -402,13 +406,30 @@ def device_put(
             raise DeviceMismatchError(f"{x!r} belongs to another client than {client!r}")
         whole = ShardedBuffer(x.shape, x.dtype, Sharding.replicated((x.device,)), (x,))
         return reshard(whole, where)
-    arr = np.asarray(x)  # dtypes kept, as buffer_from_host keeps them
+    return _put_host(np.asarray(x), where)  # dtypes kept, as buffer_from_host keeps them
+
+
+def _put_host(arr: npt.NDArray[Any], where: Sharding) -> ShardedBuffer:
+    """A host array on a sharding: each device's slice copied straight into its memory, the
+    slices on one thread each (``run_copies``), all before the call returns."""
+    from ..dtypes import from_numpy
+    from ._events import READY
+
     dtype = from_numpy(arr.dtype)
-    shards = [
-        client.buffer_from_host(np.ascontiguousarray(arr[idx]).reshape(arr[idx].shape), dev)
-        for dev, idx in zip(where.devices, where.indices(arr.shape), strict=True)
-    ]
-    return ShardedBuffer(arr.shape, dtype, where, shards)
+    shape = tuple(int(d) for d in arr.shape)
+    for dev in where.devices:
+        dev.check_open()
+    shards: list[Buffer] = []
+    copies = []
+    for dev, idx in zip(where.devices, where.indices(shape), strict=True):
+        piece = arr[idx]
+        space = dev.default_memory_space
+        block = space.allocate(piece.nbytes)
+        shards.append(Buffer(piece.shape, dtype, space, block, READY))
+        dst = block.array[: piece.nbytes].view(dtype.np).reshape(piece.shape)
+        copies.append(functools.partial(np.copyto, dst, piece))
+    run_copies(copies, sum(b.nbytes for b in shards))
+    return ShardedBuffer(shape, dtype, where, shards)
 
 
 # -- executing over several devices ------------------------------------------------------------
