@@ -345,3 +345,42 @@ def test_gemm_with_a_constant_transposed_weight(rows: int) -> None:
     x = rng.standard_normal((rows, 37)).astype(np.float32)
     (got,) = sess.run(None, {"x": x})
     np.testing.assert_allclose(got, 0.5 * (x @ w.T) + 2.0 * c, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Conv", "MatMul"])
+def test_a_filled_weight_stays_a_broadcast_constant(op: str) -> None:
+    """A ``ConstantOfShape`` weight (the ``light_*`` models' placeholder weights) of 2^16 elements
+    or more is imported as a broadcast view of its fill, not written out: its digest hashes the
+    fill; the compiler lays it out once. Results equal numpy's on the dense weight."""
+    from asyncjit.graph import toposort
+
+    f = TensorProto.FLOAT
+    if op == "Conv":
+        wshape, xshape = [64, 128, 3, 3], (1, 128, 6, 6)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    else:
+        wshape, xshape = [300, 256], (4, 300)
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    fill = helper.make_tensor("fill", f, [1], [0.02])
+    model = _model(
+        [helper.make_node("ConstantOfShape", ["wshape"], ["w"], value=fill), node],
+        [helper.make_tensor_value_info("x", f, list(xshape))],
+        [helper.make_tensor_value_info("y", f, None)],
+        [helper.make_tensor("wshape", TensorProto.INT64, [len(wshape)], wshape)],
+    )
+    m = ao.load(model)
+    consts = [
+        n.attrs["value"]
+        for n in toposort([t.node for t in m.outputs_traced.values()])
+        if n.op == "const" and n.attrs["value"].size >= 1 << 16
+    ]
+    assert consts and all(0 in c.strides for c in consts), [c.strides for c in consts]
+    x = np.random.default_rng(1).standard_normal(xshape).astype(np.float32)
+    (got,) = ao.InferenceSession(model).run(None, {"x": x})
+    w = np.full(wshape, 0.02, np.float32)
+    if op == "Conv":
+        ort = pytest.importorskip("onnxruntime", reason="the peer this conv is checked against")
+        (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    else:
+        want = x @ w
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -183,6 +183,45 @@ def test_broadcast_constants_hash_by_their_core() -> None:
     np.testing.assert_array_equal(np.broadcast_to(core, row.shape), row)
 
 
+def test_a_broadcast_conv_weight_is_laid_out_in_panels_with_a_derived_digest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A conv whose weight is a broadcast fill (a ``ConstantOfShape`` placeholder weight) gets
+    the panels layout a real weight gets, so it runs the same kernel; the laid-out copy's digest
+    comes from the weight's digest and the layout (no hash over its bytes), equal for equal
+    weights and different for different ones, and the values are the dense weight's."""
+    from asyncjit.graph import _node, content_digest, derived_const
+    from asyncjit.passes._fusion import conv_panel_weight
+
+    x = Tensor.placeholder((1, 256, 14, 14), name="x")
+    fill = Tensor.const(np.float32(0.02)).expand(256, 256, 3, 3)
+    dense = Tensor.const(np.full((256, 256, 3, 3), 0.02, np.float32))
+    graphs = [optimize_graph(Graph.of([x.conv(w, pads=1).node], [x.node]), rounds=3) for w in (fill, dense)]
+    convs = [next(n for n in g.nodes if n.op == "conv") for g in graphs]
+    stored = [conv_panel_weight(c) for c in convs]
+    assert all(s is not None for s in stored)
+    xv = np.random.default_rng(2).standard_normal((1, 256, 14, 14)).astype(np.float32)
+    outs = [reference.evaluate(Tensor(g.outputs[0]), {Tensor(g.inputs[0]): xv}) for g in graphs]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+    hashed: list[tuple[int, ...]] = []
+    blake = _node.hashlib.blake2b
+
+    def counting(data: bytes = b"", **kw: object) -> object:
+        hashed.append((len(data),))
+        return blake(data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_node.hashlib, "blake2b", counting)
+    big = np.ones((256, 1024), np.float32)
+    a, b = derived_const(big, ("layout", "w1")), derived_const(big, ("layout", "w1"))
+    c = derived_const(big, ("layout", "w2"))
+    hashed.clear()
+    assert content_digest(a) == content_digest(b) != content_digest(c)
+    assert hashed == []  # memoised from the origin: the 1 MB copies were never hashed
+    np.testing.assert_array_equal(a, big)
+    assert not a.flags.writeable and a.ctypes.data % 64 == 0
+
+
 def test_cse_merges_equal_subexpressions() -> None:
     """Two structurally equal nodes become one."""
     x = Tensor.placeholder((4,), name="x")

@@ -9,6 +9,8 @@ from ._node import Node as Node
 from ._node import aligned_copy as aligned_copy
 from ._node import as_node as as_node
 from ._node import broadcast_core as broadcast_core
+from ._node import content_digest as content_digest
+from ._node import derived_const as derived_const
 from ._node import graph_vars as graph_vars
 from ._node import make_node as make_node
 from ._node import shape_str as shape_str
@@ -29,6 +31,8 @@ __all__ = [
     "aligned_copy",
     "as_node",
     "broadcast_core",
+    "content_digest",
+    "derived_const",
     "cast_array",
     "cast_scalar",
     "check_size",

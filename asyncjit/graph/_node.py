@@ -28,6 +28,8 @@ __all__ = [
     "as_node",
     "aligned_copy",
     "broadcast_core",
+    "content_digest",
+    "derived_const",
     "graph_vars",
     "make_node",
     "shape_str",
@@ -176,6 +178,29 @@ def _digest(value: np.ndarray) -> str:
         with _DIGESTS_LOCK:
             _DIGESTS[key] = (ref, digest)
     return digest
+
+
+def derived_const(value: Any, origin: Hashable) -> np.ndarray:
+    """``aligned_copy(value)`` whose digest is derived from ``origin`` instead of hashed.
+
+    For a constant laid out from another by pure data movement (a conv weight in matmul panels):
+    ``origin`` names the source's digest and the layout, which determine every byte, so hashing
+    the copy again (hundreds of MB for a large model, on every compile, warm or cold) would only
+    find the same answer. ``origin`` must be built of values with a stable ``repr`` (strings,
+    ints, tuples).
+    """
+    out = aligned_copy(value)
+    digest = hashlib.blake2b(repr(("derived", origin)).encode(), digest_size=16).hexdigest()
+    key = id(out)
+    ref = weakref.ref(out, functools.partial(_forget, key))
+    with _DIGESTS_LOCK:
+        _DIGESTS[key] = (ref, digest)
+    return out
+
+
+def content_digest(value: np.ndarray) -> str:
+    """The digest CSE and the plan key use for ``value`` (memoised for frozen constants)."""
+    return _digest(value)
 
 
 def _freeze(value: Any) -> Hashable:

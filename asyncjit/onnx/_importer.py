@@ -27,7 +27,7 @@ from ..symbolic import Dim, Expr, Var
 from ..tensor import Tensor
 from ._lowp import LowP, encode, is_lowp_dtype, run_with_lowp, storage_dtype
 from ._registry import NodeCtx, lookup
-from ._values import Sym, Value, as_tensor, np_dtype
+from ._values import BROADCAST_CONST_MIN, Sym, Value, as_tensor, np_dtype
 
 __all__ = ["OnnxModel", "TensorInfo", "Tracer", "load", "read_model"]
 
@@ -246,6 +246,8 @@ def _fold(v: Value | LowP | None) -> Value | None:
         return v
     from ..reference import evaluate
 
+    if size >= BROADCAST_CONST_MIN and v.node.op == "expand":  # a fill: kept a broadcast view
+        return np.broadcast_to(evaluate(Tensor(v.node.inputs[0])), tuple(int(d) for d in v.shape))
     return evaluate(v)
 
 

@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 
 from .. import dtypes as dt
+from ..graph import aligned_copy, broadcast_core, make_node
 from ..symbolic import Dim, Expr
 from ..tensor import Tensor
 
@@ -61,11 +62,21 @@ def is_known(v: Value | None) -> bool:
     return isinstance(v, np.ndarray | Sym)
 
 
+BROADCAST_CONST_MIN = 1 << 16
+"""Elements from which a constant that repeats one smaller array (a ``ConstantOfShape`` fill,
+an ``Expand`` of a constant) stays a broadcast view in the graph instead of being written out:
+its digest then hashes the small array, and the compiler writes it out once, in the layout
+its consumer reads (conv panels) or when the executable is built."""
+
+
 def const_tensor(arr: np.ndarray) -> Tensor:
     """A constant tensor holding ``arr`` exactly in its dtype (no float64 -> float32 narrowing
     unless asyncjit has no such dtype, which ``Tensor.const`` reports)."""
     try:
         dt.from_numpy(arr.dtype)
+        if arr.size >= BROADCAST_CONST_MIN and (core := broadcast_core(arr)) is not None:
+            view = np.broadcast_to(aligned_copy(core), arr.shape)  # read-only
+            return Tensor(make_node("const", (), value=view))
         return Tensor.const(arr, arr.dtype)
     except TypeError:
         if arr.dtype == np.float64:

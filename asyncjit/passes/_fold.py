@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import OPS, Node, aligned_copy, broadcast_core, make_node
+from ..graph import OPS, Node, aligned_copy, broadcast_core, content_digest, derived_const, make_node
 from ..symbolic import upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
@@ -147,8 +147,12 @@ def _conv1d_kn(node: Node) -> Node:
         return node
     if broadcast_core(w.attrs["value"]) is not None:
         return node
+    value = w.attrs["value"]
+    origin = ("conv1d_kn", content_digest(value), value.dtype.str, value.shape)
     swapped = make_node(
-        "permute", (_const(np.transpose(w.attrs["value"], (1, 2, 0))),), order=CONV1D_KN_ORDER
+        "permute",
+        (make_node("const", (), value=derived_const(np.transpose(value, (1, 2, 0)), origin)),),
+        order=CONV1D_KN_ORDER,
     )
     return remake(node, (x, swapped))
 
@@ -157,17 +161,21 @@ def _conv_panels(node: Node) -> Node:
     """A float32 conv with a constant weight ``[cout, cin, *K]`` that ``conv_takes_panels``: the
     weight stored as ``codegen._convpanels.panels_weight`` lays it out (``W^T`` in the matmul's
     column panels, what the kernel reads in place) and permuted and reshaped back; else ``node``
-    itself. A broadcast weight keeps its view (it is written out only once)."""
+    itself. A broadcast weight (a model's filled placeholder weights) is laid out the same way,
+    so the conv runs the kernel it would with real weights. The stored copy's digest is derived
+    from the weight's and the layout (``derived_const``), not hashed again."""
     from ..codegen._convpanels import panels_order, panels_weight
+    from ..codegen._matmul_tile import matmul_tiling
 
     w = node.inputs[1]
     if w.op != "const" or w.dtype.name != "float32" or not conv_takes_panels(node):
         return node
-    if broadcast_core(w.attrs["value"]) is not None:
-        return node
-    stored = panels_weight(np.asarray(w.attrs["value"]))
+    value = w.attrs["value"]
+    stored = panels_weight(np.asarray(value))
     r = len(w.shape) - 2
-    permuted = make_node("permute", (_const(stored),), order=panels_order(r))
+    origin = ("conv_panels", content_digest(value), value.dtype.str, value.shape, matmul_tiling().nr)
+    stored_node = make_node("const", (), value=derived_const(stored, origin))
+    permuted = make_node("permute", (stored_node,), order=panels_order(r))
     logical = make_node("reshape", (permuted,), shape=tuple(w.shape))
     return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
