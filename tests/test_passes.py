@@ -222,6 +222,38 @@ def test_a_broadcast_conv_weight_is_laid_out_in_panels_with_a_derived_digest(
     assert not a.flags.writeable and a.ctypes.data % 64 == 0
 
 
+def test_a_batchnorm_folded_into_a_conv_hashes_its_weight_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``conv(x, W) * s + t`` folds ``s`` into the weight and lays the result out in panels: the
+    optimizer then hashes no array as big as the weight (only ``W`` itself, once, for the plan
+    key: the rescaled and laid-out copies take digests derived from it), and the folded conv
+    computes what the unfolded graph does."""
+    from asyncjit.graph import _node
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((256, 256, 3, 3)).astype(np.float32)
+    s = rng.uniform(0.5, 2, (1, 256, 1, 1)).astype(np.float32)
+    t = rng.standard_normal((1, 256, 1, 1)).astype(np.float32)
+    x = Tensor.placeholder((1, 256, 14, 14), name="x")
+    y = x.conv(Tensor.const(w), pads=1) * Tensor.const(s) + Tensor.const(t)
+    g = Graph.of([y.node], [x.node])
+    weight = next(n for n in g.nodes if n.op == "const" and n.attrs["value"].size == w.size)
+    _node.content_digest(weight.attrs["value"])  # hashed once first, as the plan key does
+    sizes: list[int] = []
+    blake = _node.hashlib.blake2b
+
+    def counting(data: bytes = b"", **kw: object) -> object:
+        sizes.append(len(data))
+        return blake(data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_node.hashlib, "blake2b", counting)
+    opt = optimize_graph(g, rounds=3)
+    assert [n.op for n in opt.nodes].count("mul") == 0
+    assert max(sizes) < w.nbytes // 4, sizes
+    xv = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    got = reference.evaluate(Tensor(opt.outputs[0]), {Tensor(opt.inputs[0]): xv})
+    np.testing.assert_allclose(got, reference.evaluate(y, {x: xv}), rtol=1e-4, atol=1e-3)
+
+
 def test_cse_merges_equal_subexpressions() -> None:
     """Two structurally equal nodes become one."""
     x = Tensor.placeholder((4,), name="x")

@@ -12,9 +12,20 @@ entries keep only the small source, as ONNX Runtime keeps such a weight folded i
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
-from ..graph import OPS, Node, aligned_copy, broadcast_core, content_digest, derived_const, make_node
+from ..graph import (
+    OPS,
+    Node,
+    aligned_copy,
+    broadcast_core,
+    content_digest,
+    derived_const,
+    make_node,
+    structural_key,
+)
 from ..symbolic import upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
@@ -252,6 +263,12 @@ def _per_channel(node: Node, conv: Node) -> np.ndarray | None:
     return np.broadcast_to(value, (channels,)) if value.size == 1 else value
 
 
+def _provenance(node: Node) -> Hashable:
+    """A key that determines the value of ``node``, a constant or movement over one: its
+    structural key over its inputs' (a ``const``'s holds its digest, memoised)."""
+    return structural_key(node, tuple(_provenance(i) for i in node.inputs))
+
+
 def _affine(conv: Node, per: np.ndarray, *, scale: bool) -> Node | None:
     """``conv`` with its weight and bias scaled by ``per`` (or ``per`` added to its bias); None
     when the weight or the bias is not a constant."""
@@ -267,5 +284,9 @@ def _affine(conv: Node, per: np.ndarray, *, scale: bool) -> Node | None:
         bv = bv * per
     else:
         bv = bv + per
-    new_w = _const(wv.astype(dtype)) if scale else w
+    if scale:  # elementwise and rounded once: its digest follows from the inputs' (no rehash)
+        origin = ("conv_scale", _provenance(w), per.tobytes().hex(), dtype.str)
+        new_w = make_node("const", (), value=derived_const(wv.astype(dtype), origin))
+    else:
+        new_w = w
     return make_node("conv", (x, new_w, _const(bv.astype(dtype))), **dict(conv.attrs))
