@@ -145,6 +145,31 @@ def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", [TAPS_CASES[0], TAPS_CASES[3], TAPS_CASES[6], TAPS_CASES[9]])
+def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The padded-copy kernel computes its output one run of positions at a time (all channel
+    blocks of a run, then its copy-out): with the shortest runs (one panel), output rows straddle
+    runs and every run's first and last columns are clipped; the result equals the reference."""
+    from asyncjit.codegen import _convtaps
+
+    monkeypatch.setattr(_convtaps, "TAPS_CHUNK_BYTES", 1)  # runs of one NR panel
+    cin, cout, k, st, d, p, with_bias = case
+    w = RNG.standard_normal((cout, cin, *k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    hmin = max(1, d[0] * (k[0] - 1) + 1 - p[0] - p[2])
+    wmin = max(1, d[1] * (k[1] - 1) + 1 - p[1] - p[3])
+    h, w_ = Var("h", hmin, 13), Var("w", wmin, 29)
+    xt = Tensor.placeholder((2, cin, h, w_), np.float32, "x")
+    y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, strides=st, pads=p, dilations=d)
+    exe = compile(y, [xt], name="taps_in_runs", cache_dir="off")  # not a plan made with long runs
+    assert "asyncjit.conv.taps" in (exe.ir_text() if callable(exe.ir_text) else exe.ir_text)
+    for hv, wv in ((13, 29), (11, 23), (9, 17)):
+        x = RNG.standard_normal((2, cin, hv, wv)).astype(np.float32)
+        bind = {"h": hv, "w": wv}
+        (got,) = exe.run([x], bind)
+        np.testing.assert_allclose(got, reference.evaluate(y, {xt: x}, bind), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("cin", "cout", "hw", "k", "stride", "chosen"),
     [
