@@ -68,9 +68,12 @@ def _value(node: Node) -> np.ndarray:
     return np.broadcast_to(inner, shape) if node.op == "expand" else inner.reshape(shape)
 
 
-def _const(value: np.ndarray) -> Node:
-    """A ``const`` node owning a frozen C-contiguous copy of ``value``."""
-    return make_node("const", (), value=aligned_copy(value))
+def _const(value: np.ndarray, origin: Hashable | None = None) -> Node:
+    """A ``const`` node owning a frozen C-contiguous copy of ``value``; with ``origin`` (what
+    determines every byte: a source's digest and a layout), its digest is derived from that
+    instead of hashed (``derived_const``)."""
+    frozen = aligned_copy(value) if origin is None else derived_const(value, origin)
+    return make_node("const", (), value=frozen)
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -160,11 +163,7 @@ def _conv1d_kn(node: Node) -> Node:
         return node
     value = w.attrs["value"]
     origin = ("conv1d_kn", content_digest(value), value.dtype.str, value.shape)
-    swapped = make_node(
-        "permute",
-        (make_node("const", (), value=derived_const(np.transpose(value, (1, 2, 0)), origin)),),
-        order=CONV1D_KN_ORDER,
-    )
+    swapped = make_node("permute", (_const(np.transpose(value, (1, 2, 0)), origin),), order=CONV1D_KN_ORDER)
     return remake(node, (x, swapped))
 
 
@@ -185,8 +184,7 @@ def _conv_panels(node: Node) -> Node:
     stored = panels_weight(np.asarray(value))
     r = len(w.shape) - 2
     origin = ("conv_panels", content_digest(value), value.dtype.str, value.shape, matmul_tiling().nr)
-    stored_node = make_node("const", (), value=derived_const(stored, origin))
-    permuted = make_node("permute", (stored_node,), order=panels_order(r))
+    permuted = make_node("permute", (_const(stored, origin),), order=panels_order(r))
     logical = make_node("reshape", (permuted,), shape=tuple(w.shape))
     return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
@@ -286,7 +284,7 @@ def _affine(conv: Node, per: np.ndarray, *, scale: bool) -> Node | None:
         bv = bv + per
     if scale:  # elementwise and rounded once: its digest follows from the inputs' (no rehash)
         origin = ("conv_scale", _provenance(w), per.tobytes().hex(), dtype.str)
-        new_w = make_node("const", (), value=derived_const(wv.astype(dtype), origin))
+        new_w = _const(wv.astype(dtype), origin)
     else:
         new_w = w
     return make_node("conv", (x, new_w, _const(bv.astype(dtype))), **dict(conv.attrs))

@@ -424,10 +424,9 @@ def _put_host(arr: npt.NDArray[Any], where: Sharding) -> ShardedBuffer:
     for dev, idx in zip(where.devices, where.indices(shape), strict=True):
         piece = arr[idx]
         space = dev.default_memory_space
-        block = space.allocate(piece.nbytes)
-        shards.append(Buffer(piece.shape, dtype, space, block, READY))
-        dst = block.array[: piece.nbytes].view(dtype.np).reshape(piece.shape)
-        copies.append(functools.partial(np.copyto, dst, piece))
+        shard = Buffer(piece.shape, dtype, space, space.allocate(piece.nbytes), READY)
+        shards.append(shard)
+        copies.append(functools.partial(np.copyto, _view(shard), piece))
     run_copies(copies, sum(b.nbytes for b in shards))
     return ShardedBuffer(shape, dtype, where, shards)
 
