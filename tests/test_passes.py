@@ -222,6 +222,29 @@ def test_a_broadcast_conv_weight_is_laid_out_in_panels_with_a_derived_digest(
     assert not a.flags.writeable and a.ctypes.data % 64 == 0
 
 
+def test_a_broadcast_conv1d_weight_is_stored_k_by_n_like_a_dense_one() -> None:
+    """A conv1d whose weight is a broadcast fill gets the ``[cin/groups, k, cout]`` store a real
+    weight gets (so the same tuned kernel runs), and both plans compute the dense weight's values."""
+    from asyncjit.compiler import compile
+    from asyncjit.passes._fusion import CONV1D_KN_ORDER, conv1d_kn_weight
+
+    x = Tensor.placeholder((Var("n", 1, 8), 64, 8), name="x")
+    fill = Tensor.const(np.float32(0.03)).expand(128, 64, 3)
+    dense = Tensor.const(np.full((128, 64, 3), 0.03, np.float32))
+    outs = [x.conv1d(w, padding=1, stride=2) for w in (fill, dense)]
+    g = fold_constants(Graph.of([o.node for o in outs], [x.node]))
+    for out in g.outputs:
+        kn = out.inputs[1]
+        assert kn.op == "permute" and tuple(kn.attrs["order"]) == CONV1D_KN_ORDER
+        assert conv1d_kn_weight(out) is kn.inputs[0]
+        assert kn.inputs[0].attrs["value"].shape == (64, 3, 128)
+    xv = np.random.default_rng(6).standard_normal((3, 64, 8)).astype(np.float32)
+    got = [compile(o, [x], name=f"conv1d_fill{i}").run([xv], {})[0] for i, o in enumerate(outs)]
+    np.testing.assert_array_equal(got[0], got[1])
+    want = reference.evaluate(outs[1].node, {x: xv}, {"n": 3})
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_batchnorm_folded_into_a_conv_hashes_its_weight_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``conv(x, W) * s + t`` folds ``s`` into the weight and lays the result out in panels: the
     optimizer then hashes no array as big as the weight (only ``W`` itself, once, for the plan

@@ -155,11 +155,10 @@ def _conv1d_kn(node: Node) -> Node:
     """A float32 conv1d with a constant weight ``[cout, cin/groups, k]``: the weight stored
     ``[cin/groups, k, cout]`` and permuted back (``CONV1D_KN_ORDER``), which the tuned kernel
     reads in place as the ``[K, N]`` operand of its matmul (``codegen._conv.takes_kn_weight``);
-    else ``node`` itself. A broadcast weight keeps its view (it is written out only once)."""
+    else ``node`` itself. A broadcast weight (a filled placeholder) is laid out the same way, so
+    the conv runs the kernel it would with real weights; the copy's digest is derived, not hashed."""
     x, w = node.inputs
     if w.op != "const" or w.dtype.name != "float32" or not conv1d_takes_kn(node):
-        return node
-    if broadcast_core(w.attrs["value"]) is not None:
         return node
     value = w.attrs["value"]
     origin = ("conv1d_kn", content_digest(value), value.dtype.str, value.shape)
