@@ -32,6 +32,7 @@ import numpy as np
 from llvmlite import ir
 
 from asyncjit.codegen._conv import conv1d_output_length, conv1d_scratch_bytes, emit_conv1d
+from asyncjit.codegen._kernels import MATH_INTERLEAVE
 from asyncjit.codegen._mathfn import emit_unary
 from asyncjit.codegen._matmul import emit_matmul, matmul_scratch_bytes
 from asyncjit.codegen._matmul_tile import matmul_tiling
@@ -292,8 +293,9 @@ def bench_math() -> None:
         fn, b = new_function(module, f"m_{op}", [("args", PTR)], linkage="external")
         slots = [b.load(b.gep(fn.args[0], [i64(i)], source_etype=I64), typ=I64) for i in range(3)]
         x, out, n = b.inttoptr(slots[0], PTR), b.inttoptr(slots[1], PTR), slots[2]
-        # a plain scalar loop, as the compiler emits it; LLVM's loop vectorizer widens it
-        with for_range(b, i64(0), n) as i:
+        # a plain scalar loop, as the compiler emits it (interleaved as a plan kernel calling a
+        # math function is); LLVM's loop vectorizer widens it
+        with for_range(b, i64(0), n, interleave=MATH_INTERLEAVE) as i:
             v = b.load(b.gep(x, [i], source_etype=F32), typ=F32, align=4)
             if op == "log":
                 v = b.call(module.declare_intrinsic("llvm.fabs", [F32]), [v])
@@ -378,7 +380,8 @@ def bench_goals(rounds: int) -> None:
     fn, bld = new_function(module, "m_tanh", [("args", PTR)], linkage="external")
     slots = [bld.load(bld.gep(fn.args[0], [i64(i)], source_etype=I64), typ=I64) for i in range(3)]
     xp, op, n = bld.inttoptr(slots[0], PTR), bld.inttoptr(slots[1], PTR), slots[2]
-    with for_range(bld, i64(0), n) as i:
+    # interleaved as a plan's elementwise kernel is (MATH_INTERLEAVE)
+    with for_range(bld, i64(0), n, interleave=MATH_INTERLEAVE) as i:
         v = bld.load(bld.gep(xp, [i], source_etype=F32), typ=F32, align=4)
         bld.store(emit_unary(bld, "tanh", v), bld.gep(op, [i], source_etype=F32), align=4)
     bld.ret_void()

@@ -501,3 +501,35 @@ class TestConv1d:
                 pad_r=1,
                 w_kn=True,
             )
+
+
+def test_elementwise_math_loops_are_interleaved_without_changing_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flat loop calling a math function carries LLVM's interleave hint (``MATH_INTERLEAVE``
+    vectors per iteration); a cheap loop does not. The hint changes speed only: at every size
+    (vector remainders included) the results equal the unhinted plan's bit for bit."""
+    from asyncjit import Tensor, Var
+    from asyncjit.codegen import _kernels
+    from asyncjit.compiler import compile
+
+    x = Tensor.placeholder((Var("n", 1, 4096),), np.float32, "x")
+    graphs = {"math": lambda: ((x * 2.0).tanh() + x.sigmoid(), True), "cheap": lambda: (x * 2.0 + 1.0, False)}
+    rng = np.random.default_rng(9)
+    for name, make in graphs.items():
+        y, hinted = make()
+        exe = compile([y], [x], name=f"interleave_{name}", cache_dir="off")
+        hint = f'!"llvm.loop.interleave.count", i32 {_kernels.MATH_INTERLEAVE}'
+        assert (hint in exe.ir_text) is hinted, name
+        monkeypatch.setattr(_kernels, "MATH_INTERLEAVE", 0)
+        plain = compile([y], [x], name=f"interleave_{name}_plain", cache_dir="off")
+        monkeypatch.undo()
+        assert "llvm.loop.interleave" not in plain.ir_text
+        for n in (1, 15, 16, 17, 63, 64, 65, 129, 4096):
+            xv = rng.uniform(-9, 9, n).astype(np.float32)
+            (got,) = exe.run([xv], {"n": n})
+            (want,) = plain.run([xv], {"n": n})
+            np.testing.assert_array_equal(got, want)
+            x64 = xv.astype(np.float64)
+            ref = np.tanh(2 * x64) + 1 / (1 + np.exp(-x64)) if hinted else 2 * x64 + 1
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)

@@ -34,13 +34,28 @@ from ._index import i64
 from ._library import conv_library, matmul_library
 from ._nnkernels import UNROLL_TAPS, emit_argext, emit_conv_loop, emit_cumsum, emit_pool, emit_topk
 from ._reduce_rows import emit_reduce_rows, rows_worthwhile
-from ._scalar import combine, double_to_half, intrinsic
+from ._scalar import TRANSCENDENTAL, combine, double_to_half, intrinsic
 from ._stream import emit_streaming, streaming_worthwhile
+from ._target import interleave_hint
 from ._types import F16, F32, F64, I64, PTR, VOID, compute_type, const, storage_type
 
 __all__ = ["emit_kernel", "scratch_bytes"]
 
 _REDUCE_FLAGS = ("reassoc", "contract")
+
+MATH_INTERLEAVE = 4
+"""Vectors per iteration of a flat elementwise loop that calls a math function (exp, tanh,
+sigmoid, gelu, ...). Left to itself, LLVM's vectorizer keeps one vector of such a long body per
+iteration, and the core then waits on its dependency chains: over 65,536 float32 on AVX-512,
+4 vectors per iteration ran tanh 1.28x, sigmoid 1.45x, gelu 1.17x and exp 1.15x (2 vectors:
+1.2x, 1.4x, 1.1x, 1.1x); cheap bodies, limited by memory, are left alone."""
+
+_MATH_OPS = frozenset({*TRANSCENDENTAL, "gelu"})
+
+
+def _calls_math(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s fused expression calls a float math function."""
+    return any(n.op in _MATH_OPS for n in (kernel.node, *kernel.fused))
 
 
 def scratch_bytes(kernel: Kernel) -> int:
@@ -124,10 +139,17 @@ class _Ctx:
         self.status = self.fn.args[-1] if self.sets_size else None
         self.result: ir.Value | None = None
 
-    def loop(self, extent: Dim, body: Callable[[Index], None], count: ir.Value | None = None) -> None:
+    def loop(
+        self,
+        extent: Dim,
+        body: Callable[[Index], None],
+        count: ir.Value | None = None,
+        interleave: int = 0,
+    ) -> None:
         """``for i in range(extent)`` with ``i`` bound as an index atom.
 
-        ``count``, if given, is the runtime trip count to use instead (it must be ``<= extent``).
+        ``count``, if given, is the runtime trip count to use instead (it must be ``<= extent``);
+        ``interleave``, if given, the vectors per iteration asked of LLVM's vectorizer.
         """
         b = self.b
         count = self.em.dim(extent) if count is None else count
@@ -143,7 +165,9 @@ class _Ctx:
         self.em._memo.pop()
         nxt = b.add(i, i64(1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, count), head, exit_)
+        back = b.cbranch(b.icmp_signed("<", nxt, count), head, exit_)
+        if interleave > 1:
+            interleave_hint(back, interleave)
         b.position_at_end(exit_)
 
     def nest(
@@ -214,7 +238,7 @@ def _loop(ctx: _Ctx, kernel: Kernel) -> None:
         def body(f: Index) -> None:
             ctx.em.store(ctx.out, node, f, ctx.em.value(node, (f,), top=True))
 
-        ctx.loop(numel, body)
+        ctx.loop(numel, body, interleave=MATH_INTERLEAVE if _calls_math(kernel) else 0)
         return
     _store_all(ctx, node, lambda idx: ctx.em.value(node, idx, top=True))
 

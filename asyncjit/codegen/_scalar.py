@@ -21,10 +21,11 @@ from ..graph import Node
 from . import _mathfn
 from ._types import F16, F32, F64, I1, I32, compute_type
 
-__all__ = ["cast_value", "double_to_half", "emit_elementwise", "intrinsic"]
+__all__ = ["TRANSCENDENTAL", "cast_value", "double_to_half", "emit_elementwise", "intrinsic"]
 
 _FLAGS = ("contract",)
-_TRANSCENDENTAL = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"}
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"})
+"""The float math functions ``_mathfn`` computes (``gelu`` too, by name)."""
 
 
 def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: Sequence[ir.Value]) -> ir.Value:
@@ -97,9 +98,9 @@ def _float_unary(b: ir.IRBuilder, node: Node, x: ir.Value) -> ir.Value:
     ty = x.type
     one = ir.Constant(ty, 1.0)
     sfx = _suffix(ty)
-    if ty == F64 and (op in _TRANSCENDENTAL or op == "gelu"):
+    if ty == F64 and (op in TRANSCENDENTAL or op == "gelu"):
         return _f64_unary(b, node, x)
-    if op in _TRANSCENDENTAL:
+    if op in TRANSCENDENTAL:
         return _mathfn.emit_unary(b, op, x)
     if op == "gelu":
         name = "gelu_tanh" if node.attrs.get("approximate", "none") == "tanh" else "gelu"

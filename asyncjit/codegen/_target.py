@@ -343,11 +343,18 @@ def smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 @contextlib.contextmanager
 def for_range(
-    b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int = 1, name: str = "i"
+    b: ir.IRBuilder,
+    start: ir.Value,
+    stop: ir.Value,
+    step: ir.Value | int = 1,
+    name: str = "i",
+    interleave: int = 0,
 ) -> Iterator[ir.Value]:
     """Emit ``for (i = start; i < stop; i += step)`` (signed compare); yields ``i``.
 
     The body is whatever the caller emits inside the ``with`` block; it may create blocks.
+    ``interleave`` > 1 asks LLVM's vectorizer for that many vectors per iteration
+    (``interleave_hint``).
     """
     step_v = i64(step) if isinstance(step, int) else step
     pre = b.block
@@ -363,8 +370,29 @@ def for_range(
     yield i
     nxt = b.add(i, step_v, name=f"{name}.next")
     i.add_incoming(nxt, b.block)
-    b.branch(head)
+    back = b.branch(head)
+    if interleave > 1:
+        interleave_hint(back, interleave)
     b.position_at_end(end)
+
+
+class _LoopID(ir.values.MDValue):  # type: ignore[misc]
+    """A distinct, self-referential ``llvm.loop`` node (what LLVM's loop passes read hints from),
+    which llvmlite's ``add_metadata`` cannot spell."""
+
+    def descr(self, buf: list[str]) -> None:
+        ops = ", ".join([self.get_reference(), *(op.get_reference() for op in self.operands)])
+        buf += (f"distinct !{{ {ops} }}", "\n")
+
+
+def interleave_hint(branch: ir.Instruction, count: int) -> None:
+    """Ask LLVM's vectorizer to interleave the loop whose back-edge is ``branch`` ``count`` times
+    (that many independent vectors per iteration)."""
+    module = branch.parent.parent.module
+    hint = module.add_metadata(
+        [ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, count)]
+    )
+    branch.set_metadata("llvm.loop", _LoopID(module, [hint], name=str(len(module.metadata))))
 
 
 def new_function(
