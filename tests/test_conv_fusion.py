@@ -232,3 +232,36 @@ def test_a_donated_residual_keeps_its_add() -> None:
         assert not any("conv_add" in k for k in _kernels(exe))
         np.testing.assert_allclose(exe.run([v.copy() for v in vals])[0], want[0], rtol=1e-4, atol=1e-4)
         assert any("conv_conv_add" in k for k in _kernels(compile(outs, ins)))
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_pointwise_conv_finishes_its_outputs_in_runs_of_positions(
+    groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1x1 conv over many positions (read in place) adds its bias and residual and applies the
+    relu one run of positions at a time, right after the run's product; a product split over
+    threads runs whole and then that pass. Several runs and a short last one, batch 2, with and
+    without groups: the reference's values, and the same bits both ways."""
+    from asyncjit.codegen import _convnd, _convtaps, _parallel
+
+    cin, cout, h, w = 16, 256, 23, 29  # 667 positions: runs of 256 (one thread)
+    assert _convtaps._chunk(cout, 32) < h * w or _convtaps._chunk(cout, 16) < h * w
+    xt = Tensor.placeholder((2, cin, h, w), np.float32, "x")
+    rt = Tensor.placeholder((2, cout, h, w), np.float32, "r")
+    wt = RNG.standard_normal((cout, cin // groups, 1, 1)).astype(np.float32)
+    bias = RNG.standard_normal(cout).astype(np.float32)
+    conv = xt.conv(Tensor.const(wt), groups=groups) + Tensor.const(bias).reshape(cout, 1, 1)
+    y = (conv + rt).relu()
+    x = RNG.standard_normal((2, cin, h, w)).astype(np.float32)
+    r = RNG.standard_normal((2, cout, h, w)).astype(np.float32)
+    runs = _check([y], [xt, rt], [x, r])
+    assert [k for k in _kernels(runs) if "." not in k and k.startswith("k")] == ["k0_conv_conv_add_relu"]
+    monkeypatch.setattr(_convnd, "PARALLEL_MIN_MACS", 0)
+    whole = compile([y], [xt, rt], name="pointwise_whole", cache_dir="off")
+    monkeypatch.undo()
+    before = _parallel.set_intra_op_threads(2)
+    try:
+        split = whole.run([x, r])[0]
+    finally:
+        _parallel.set_intra_op_threads(before)
+    np.testing.assert_array_equal(runs.run([x, r])[0], split)
