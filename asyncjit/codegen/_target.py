@@ -149,6 +149,21 @@ def optimize(module_ref: Any, level: int = 3, *, slp: bool = True) -> None:
         pb = llvm.create_pass_builder(tm, pto)
         mpm = pb.getModulePassManager()
         mpm.run(module_ref, pb)
+        if level >= 2 and any(f.name in VECTOR_VARIANTS for f in module_ref.functions):
+            _post_vectorize(module_ref, tm)
+
+
+VECTOR_VARIANTS = frozenset({"asyncjit_tanhf_v16"})
+"""Vector variants of math functions (``_mathlut``): the loop vectorizer puts calls to them in
+widened loops, after the inliner has run; ``optimize`` then inlines them there."""
+
+
+def _post_vectorize(module_ref: Any, tm: Any) -> None:
+    """Inline the ``alwaysinline`` vector variants into the loops the vectorizer widened."""
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_always_inliner_pass()
+    mpm.run(module_ref, pb)
 
 
 def pipeline_description(level: int = 3) -> str:
@@ -156,7 +171,8 @@ def pipeline_description(level: int = 3) -> str:
     if not 0 <= level <= 3:
         raise ValueError(f"optimisation level must be 0..3, got {level!r}")
     extra = ",loop-vectorize,slp-vectorize,interleave,unroll" if level >= 2 else ""
-    return f"default<O{level}>{extra};tm-opt=3;reloc=static;code=large"
+    post = ";post=always-inline(vector variants)" if level >= 2 else ""
+    return f"default<O{level}>{extra}{post};tm-opt=3;reloc=static;code=large"
 
 
 def optimized_module(ir_text: str, level: int = 3) -> Any:
