@@ -533,3 +533,22 @@ def test_elementwise_math_loops_are_interleaved_without_changing_results(
             x64 = xv.astype(np.float64)
             ref = np.tanh(2 * x64) + 1 / (1 + np.exp(-x64)) if hinted else 2 * x64 + 1
             np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_a_big_math_kernel_keeps_the_plain_interleaved_loop() -> None:
+    """Over outputs big enough for streaming stores, a kernel calling a math function still runs
+    the plain loop with the interleave hint (it is bound by arithmetic; the streaming path's lanes
+    written one by one were not widened), a cheap kernel streams; both compute the right values."""
+    from asyncjit import Tensor, Var
+    from asyncjit.codegen._stream import STREAM_BYTES
+    from asyncjit.compiler import compile
+
+    big = STREAM_BYTES // 4 + 1237
+    x = Tensor.placeholder((Var("t", 1, big),), np.float32, "x")
+    math = compile([x.sigmoid() * 2.0], [x], name="big_math", cache_dir="off")
+    cheap = compile([x * 2.0 + 1.0], [x], name="big_cheap", cache_dir="off")
+    assert "nontemporal" not in math.ir_text and "llvm.loop.interleave.count" in math.ir_text
+    assert "nontemporal" in cheap.ir_text and "llvm.loop.interleave.count" not in cheap.ir_text
+    xv = np.random.default_rng(4).uniform(-20, 20, big - 3).astype(np.float32)
+    (got,) = math.run([xv], {"t": xv.size})
+    np.testing.assert_allclose(got, 2 / (1 + np.exp(-xv.astype(np.float64))), rtol=1e-6, atol=1e-30)

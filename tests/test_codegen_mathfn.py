@@ -385,7 +385,9 @@ def test_tanh_table_is_what_its_procedure_fits_and_every_path_gives_the_same_bit
     fitted = fit_tanh_table()
     np.testing.assert_array_equal(fitted[0], shipped[0])
     rng = np.random.default_rng(21)
-    x = np.concatenate([rng.uniform(-12, 12, 150000), np.exp(rng.uniform(-30, 2.6, 50000))]).astype(np.float32)
+    x = np.concatenate([rng.uniform(-12, 12, 150000), np.exp(rng.uniform(-30, 2.6, 50000))]).astype(
+        np.float32
+    )
     ref = np.tanh(x.astype(np.float64))
     for table in (shipped, fitted):
         assert ulp_error(_lut_tanh_numpy(table, x), ref).max() <= 1.5
