@@ -20,7 +20,7 @@ import pytest
 from llvmlite import ir
 
 from asyncjit.codegen._mathfn import UNARY_OPS, emit_pow, emit_unary
-from asyncjit.codegen._mathlut import tanh_lut_chosen
+from asyncjit.codegen._mathlut import lut_chosen
 from asyncjit.codegen._target import (
     F32,
     I64,
@@ -357,16 +357,16 @@ def test_loops_vectorize() -> None:
     widened = [blk for blk in blocks if re.search(r"v\w+ps\s.*%[yz]mm", blk)]
     assert widened
     assert not [blk for blk in widened if "call" in blk]
-    if not tanh_lut_chosen():
+    if not lut_chosen():
         assert "call" not in asm
 
 
-def _lut_tanh_numpy(table: npt.NDArray[np.float32], x: F32Array) -> F32Array:
+def _lut_numpy(table: npt.NDArray[np.float32], x: F32Array) -> F32Array:
     """``_mathlut``'s evaluation in numpy (each FMA exact in float64, rounded once)."""
-    from asyncjit.codegen._mathlut import TANH_BASE
+    from asyncjit.codegen._mathlut import LUT_BASE
 
     a = np.minimum(np.abs(x), np.float32(16.0))
-    j = np.clip((a.view(np.uint32).astype(np.int64) >> 22) - TANH_BASE, 0, 31)
+    j = np.clip((a.view(np.uint32).astype(np.int64) >> 22) - LUT_BASE, 0, 31)
     t = (a - table[0][j]).astype(np.float32)
     acc = table[-1][j]
     for k in range(table.shape[0] - 2, 0, -1):
@@ -374,28 +374,33 @@ def _lut_tanh_numpy(table: npt.NDArray[np.float32], x: F32Array) -> F32Array:
     return np.copysign(acc, x).astype(np.float32)
 
 
-def test_tanh_table_is_what_its_procedure_fits_and_every_path_gives_the_same_bits() -> None:
-    """The shipped table and a fresh ``fit_tanh_table()`` both evaluate within 1.5 ulp (numpy,
-    200k points), with the same interval centres; on an AVX-512 host the scalar function, the
-    16-lane variant, 8 lanes through the scalar function and a widened loop with its scalar
-    remainder all give the same bits for the same input, equal to the numpy evaluation."""
-    from asyncjit.codegen._mathlut import TANH_TABLE, fit_tanh_table
+@pytest.mark.parametrize(("op", "bound"), [("tanh", ("ulp", 1.5)), ("erf", ("abs", 1e-7))])
+def test_lut_table_is_what_its_procedure_fits_and_every_path_gives_the_same_bits(
+    op: str, bound: tuple[str, float]
+) -> None:
+    """The shipped table and a fresh ``fit_table()`` both evaluate within the bound (numpy, 200k
+    points), with the same interval centres; on an AVX-512 host the scalar function, the 16-lane
+    variant, 8 lanes through the scalar function and a widened loop with its scalar remainder all
+    give the same bits for the same input, equal to the numpy evaluation."""
+    from asyncjit.codegen._mathlut import fit_table, lut_table
 
-    shipped = np.array(TANH_TABLE, dtype=np.uint32).view(np.float32)
-    fitted = fit_tanh_table()
+    shipped, fitted = lut_table(op), fit_table(op)
     np.testing.assert_array_equal(fitted[0], shipped[0])
     rng = np.random.default_rng(21)
     x = np.concatenate([rng.uniform(-12, 12, 150000), np.exp(rng.uniform(-30, 2.6, 50000))]).astype(
         np.float32
     )
-    ref = np.tanh(x.astype(np.float64))
+    ref = reference(op, x)
+    kind, limit = bound
     for table in (shipped, fitted):
-        assert ulp_error(_lut_tanh_numpy(table, x), ref).max() <= 1.5
-    if not tanh_lut_chosen():
-        pytest.skip("the table-driven tanh is chosen on AVX-512 hosts only")
+        got = _lut_numpy(table, x)
+        err = ulp_error(got, ref) if kind == "ulp" else abs_error(got, ref)
+        assert err.max() <= limit
+    if not lut_chosen():
+        pytest.skip("the table-driven functions are chosen on AVX-512 hosts only")
     k = kernels()
-    want = _lut_tanh_numpy(shipped, x)
+    want = _lut_numpy(shipped, x)
     for width in WIDTHS:
-        np.testing.assert_array_equal(k("tanh", width, x), want)
+        np.testing.assert_array_equal(k(op, width, x), want)
     for n in (1, 7, 16, 17, 63, 64, 65, 100):  # remainders of the widened loop
-        np.testing.assert_array_equal(k("tanh", 1, x[:n]), want[:n])
+        np.testing.assert_array_equal(k(op, 1, x[:n]), want[:n])

@@ -153,7 +153,7 @@ def optimize(module_ref: Any, level: int = 3, *, slp: bool = True) -> None:
             _post_vectorize(module_ref, tm)
 
 
-VECTOR_VARIANTS = frozenset({"asyncjit_tanhf_v16"})
+VECTOR_VARIANTS = frozenset({"asyncjit_tanhf_v16", "asyncjit_erff_v16"})
 """Vector variants of math functions (``_mathlut``): the loop vectorizer puts calls to them in
 widened loops, after the inliner has run; ``optimize`` then inlines them there."""
 
