@@ -1,6 +1,7 @@
 """Throughput of the native kernels against numpy, measured in one run on this machine.
 
-    .venv/bin/python benchmarks/kernels.py [--quick] [--goals | --matmul | --conv] [--repeat N]
+    .venv/bin/python benchmarks/kernels.py [--quick] [--goals | --matmul | --conv | --math-tables]
+        [--repeat N]
 
 Prints GFLOP/s and the ratio to numpy (single-threaded OpenBLAS: ``OPENBLAS_NUM_THREADS=1`` is
 set before numpy loads) for matmul at 512^3 and the small shapes of LSTM / linear layers, conv1d
@@ -10,8 +11,11 @@ block, as the runtime does; best of several repetitions. The tables run on one t
 (intra-op threads set to 1); the closing goals section (alone with ``--goals``) gives, as medians
 of ``--repeat`` interleaved rounds (default 3), 512^3 matmul on all cores against one, ``tanh``
 against numpy, and a sum over axis 0 of 4096x4096 against the copy bandwidth. ``--matmul``:
-only the matmul table; ``--conv``: only the conv1d table (each layer with its weight stored
-``[cout, cin, k]`` and ``[cin, k, cout]``, the layout a constant weight of short outputs gets).
+only the matmul table; ``--math-tables``: the table-driven ``tanh`` and ``erf`` of AVX-512 hosts
+against the ``exp``-based code, one module, rounds in turns, then whole plans (GELU's erf form,
+a big sigmoid on and off the streaming path); ``--conv``: only the conv1d table
+(each layer with its weight stored ``[cout, cin, k]`` and ``[cin, k, cout]``, the layout a
+constant weight of short outputs gets).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -441,6 +446,90 @@ def bench_goals(rounds: int) -> None:
     )
 
 
+def bench_math_tables(rounds: int) -> None:
+    """The table-driven ``tanh`` and ``erf`` against the ``exp``-based code they replace on
+    AVX-512 hosts (``codegen._mathlut``), both compiled into one module and timed in turns, with
+    numpy's ``tanh`` in the same rounds; each loop interleaved as a plan's kernel is."""
+    from asyncjit.codegen import _mathfn
+
+    module = ir.Module("math_tables")
+    chosen = _mathfn.lut_chosen
+    try:
+        for op in ("tanh", "erf"):
+            for label, table in (("exp", False), ("table", True)):
+                _mathfn.lut_chosen = functools.partial(bool, table)  # type: ignore[assignment]
+                fn, b = new_function(module, f"{op}_{label}", [("args", PTR)], linkage="external")
+                slots = [b.load(b.gep(fn.args[0], [i64(i)], source_etype=I64), typ=I64) for i in range(3)]
+                x, out, n = b.inttoptr(slots[0], PTR), b.inttoptr(slots[1], PTR), slots[2]
+                with for_range(b, i64(0), n, interleave=MATH_INTERLEAVE) as i:
+                    v = b.load(b.gep(x, [i], source_etype=F32), typ=F32, align=4)
+                    b.store(emit_unary(b, op, v), b.gep(out, [i], source_etype=F32), align=4)
+                b.ret_void()
+    finally:
+        _mathfn.lut_chosen = chosen  # type: ignore[assignment]
+    obj, _ = compile_module(module)
+    print(
+        "\n## tanh and erf: tables of polynomials vs the exp-based code "
+        f"(Gelem/s, best of each of {rounds} rounds)"
+    )
+    for size in (1 << 16, 1 << (20 if QUICK else 22)):
+        x = np.random.default_rng(1).uniform(-8, 8, size).astype(np.float32)
+        outs = {k: np.empty_like(x) for k in ("tanh_exp", "tanh_table", "erf_exp", "erf_table", "np")}
+        calls: dict[str, Callable[[], object]] = {
+            k: caller(obj, k, [x.ctypes.data, outs[k].ctypes.data, size]) for k in outs if k != "np"
+        }
+        calls["numpy tanh"] = lambda: np.tanh(x, out=outs["np"])  # noqa: B023
+        for _ in range(rounds):
+            g = {k: size / best_time(c, 0.2, 3) / 1e9 for k, c in calls.items()}
+            print(
+                f"{size:>9,} floats: tanh {g['tanh_exp']:.2f} -> {g['tanh_table']:.2f} "
+                f"({g['tanh_table'] / g['tanh_exp']:.2f}x; numpy {g['numpy tanh']:.2f}, "
+                f"{g['tanh_table'] / g['numpy tanh']:.2f}x numpy's), erf {g['erf_exp']:.2f} -> "
+                f"{g['erf_table']:.2f} ({g['erf_table'] / g['erf_exp']:.2f}x)"
+            )
+
+
+def bench_math_plans(rounds: int) -> None:
+    """Whole plans, each compiled both ways in one process and timed in turns: GELU in the form
+    PyTorch exports it before opset 20 with the exp-based and the table ``erf``; ``sigmoid``
+    over 4M floats (bounded at 8M: big enough for streaming stores) on the streaming path and
+    on the plain interleaved loop that math kernels keep now."""
+    from asyncjit import Tensor, Var
+    from asyncjit.codegen import _kernels, _mathfn
+    from asyncjit.compiler import compile
+
+    x = Tensor.placeholder((Var("n", 1, 1 << 23),), np.float32, "x")
+    gelu = x * 0.5 * ((x * (1 / math.sqrt(2))).erf() + 1.0)
+    plans: dict[str, Any] = {}
+    chosen, calls_math = _mathfn.lut_chosen, _kernels._calls_math
+    try:
+        for label, table in (("gelu exp-erf", False), ("gelu table-erf", True)):
+            _mathfn.lut_chosen = functools.partial(bool, table)  # type: ignore[assignment]
+            plans[label] = compile(
+                [gelu], [x], name=label.replace(" ", "_").replace("-", "_"), cache_dir="off"
+            )
+        _mathfn.lut_chosen = chosen  # type: ignore[assignment]
+        _kernels._calls_math = lambda _kernel: False  # type: ignore[assignment]
+        plans["sigmoid streaming"] = compile([x.sigmoid()], [x], name="sigmoid_streaming", cache_dir="off")
+        _kernels._calls_math = calls_math  # type: ignore[assignment]
+        plans["sigmoid plain"] = compile([x.sigmoid()], [x], name="sigmoid_plain", cache_dir="off")
+    finally:
+        _mathfn.lut_chosen, _kernels._calls_math = chosen, calls_math  # type: ignore[assignment]
+    inputs = {
+        "gelu": np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32) * 3,
+        "sigmoid": np.random.default_rng(3).uniform(-8, 8, 1 << 22).astype(np.float32),
+    }
+    print(f"\n## math in whole plans, one thread (ms per call, best of each of {rounds} rounds)")
+    for _ in range(rounds):
+        t = {k: best_time(lambda e=e, k=k: e.run([inputs[k.split()[0]]]), 0.3, 3) for k, e in plans.items()}
+        print(
+            f"GELU (erf form) 1M floats: {t['gelu exp-erf'] * 1e3:.3f} -> {t['gelu table-erf'] * 1e3:.3f} "
+            f"({t['gelu exp-erf'] / t['gelu table-erf']:.2f}x); sigmoid 4M floats: streaming "
+            f"{t['sigmoid streaming'] * 1e3:.3f} -> plain {t['sigmoid plain'] * 1e3:.3f} "
+            f"({t['sigmoid streaming'] / t['sigmoid plain']:.2f}x)"
+        )
+
+
 def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _machine import machine_line
@@ -455,6 +544,10 @@ def main() -> None:
         return
     if "--conv" in sys.argv:
         bench_conv()
+        return
+    if "--math-tables" in sys.argv:
+        bench_math_tables(_arg("--repeat", 3))
+        bench_math_plans(_arg("--repeat", 3))
         return
     if "--goals" not in sys.argv:
         bench_matmul()
