@@ -64,8 +64,10 @@ def test_elementwise_compare_where_reduce(dtype: dt.DType) -> None:
         run_both(outs, [x, y], [values(dtype, (3, tv), 1), values(dtype, (3, tv), 2)], {"t": tv})
 
 
-@pytest.mark.parametrize("src", [*NEW, dt.float32, dt.int32, dt.bool_], ids=lambda d: d.name)
+@pytest.mark.parametrize("src", [*NEW, dt.float32, dt.float16, dt.int32, dt.bool_], ids=lambda d: d.name)
 def test_casts_to_every_dtype(src: dt.DType) -> None:
+    """Every cast from ``src``, extremes included (NaN, infinities, -0.0 and out-of-range floats
+    saturate as ``docs/ops.md`` says), in a vector body and its remainder (17 elements)."""
     x = Tensor.placeholder((17,), src, "x")
     outs = [x.cast(d) for d in dt.DTYPES if d != dt.float16]  # float16 rounding is its own test
     run_both(outs, [x], [values(src, (17,), 3) if not src.is_bool else np.arange(17) % 3 == 0], {})

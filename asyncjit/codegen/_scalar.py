@@ -82,6 +82,10 @@ def cast_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value
             return double_to_half(b, v)
         return b.fpext(v, dty) if wider else b.fptrunc(v, dty)
     if src.is_float:
+        if sty == F16:
+            # LLVM 20 lowers the saturating conversion from half to a narrow int (i16 seen) with NaN
+            # giving the int's min, not 0; from float it is right, and half -> float is exact
+            v, sty = b.fpext(v, F32), F32
         kind = "fptoui" if dst.is_unsigned else "fptosi"
         return intrinsic(b, f"llvm.{kind}.sat.{_suffix(dty)}.{_suffix(sty)}", dty, [v])
     if dst.is_float:
