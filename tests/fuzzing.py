@@ -112,11 +112,14 @@ def _perturb(
     if not node.dtype.is_float or value.size == 0:
         return value
     if node.op in _DOT_OPS:
-        # float32 accumulation in any order: |error| <= (K + 1) * u * sum(|a*b|), here as a value
+        # float32 accumulation in any order: |error| <= (K + 1) * u * sum(|a*b|), here as a value;
+        # then the one rounding to the output dtype, which that error may push across a rounding
+        # boundary: an ulp of a float16 output (a float16 conv's sum of two products near 32768
+        # came out one ulp, 32, from the reference's rounding of the exact sum)
         k = int(args[0].shape[-1]) if node.op == "matmul" else int(np.prod(args[1].shape[1:]))
         with np.errstate(all="ignore"):
             mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
-            bound = (k + 1) * 2.0**-24 * mags
+            bound = (k + 1) * 2.0**-24 * mags + _ulp(value)
     elif node.op == "pool" and node.attrs["mode"] == "avg":
         # each window summed in float32 (float64 for float64), then divided: like a dot of the
         # window with ones, |error| <= (taps + 1) * u * mean(|x|) plus the division's rounding;
