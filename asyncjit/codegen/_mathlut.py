@@ -43,11 +43,15 @@ LUT_BASE = 230
 
 _DEGREE = 6
 _LANES = 16
-_SQRT_PI_2 = 2 / math.sqrt(math.pi)
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 LUT_FUNCTIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[float, ...], float]] = {
     "tanh": (np.tanh, (0.0, 1.0, 0.0, -1 / 3, 0.0, 2 / 15, 0.0), 12.0),
-    "erf": (np.vectorize(math.erf), (0.0, _SQRT_PI_2, 0.0, -_SQRT_PI_2 / 3, 0.0, _SQRT_PI_2 / 10, 0.0), 6.0),
+    "erf": (
+        np.vectorize(math.erf),
+        (0.0, _TWO_OVER_SQRT_PI, 0.0, -_TWO_OVER_SQRT_PI / 3, 0.0, _TWO_OVER_SQRT_PI / 10, 0.0),
+        6.0,
+    ),
 }
 """Per function: its float64 reference, the Taylor coefficients ``c0..c6`` about 0 used below
 1/16, and the interval start from which it is the constant 1 (in float32)."""
