@@ -133,12 +133,29 @@ def _perturb(
             bound = np.where(mags * taps > limit, np.inf, bound)
     elif node.op == "reduce" and node.attrs["op"] in ("sum", "prod") and node.attrs["axes"]:
         bound = _reduce_bound(node, value, args[0])
+    elif node.op == "mod":
+        # exact itself, but where the dividend is 2^20 times the divisor or more, a few ulps of the
+        # dividend (a conv's float32 sum: 3.36e25 one ulp off, mod 9.2e18) change the result
+        # anywhere in [0, divisor); perturbed runs can miss that, the shift wrapping round
+        with np.errstate(all="ignore"):
+            ratio = np.abs(args[0].astype(np.float64)) / np.abs(args[1].astype(np.float64))
+        bound = np.where(np.broadcast_to(ratio >= 2.0**20, value.shape), np.inf, 0.0)
+    elif node.op == "cumsum" and _is_product(node.inputs[0]):
+        # a product contracted into the running sum (an FMA) skips its rounding, so one that
+        # overflowed here may not there (-inf + inf gave NaN here, +inf compiled): a line of the
+        # scan holding an overflowed product may come out as anything
+        overflow = np.any(np.isinf(args[0]), axis=int(node.attrs["axis"]), keepdims=True)
+        bound = np.where(np.broadcast_to(overflow, value.shape), np.inf, 0.0)
     elif node.op in _OP_ULPS:
         bound = np.maximum(_OP_ULPS[node.op] * _ulp(value), _OP_ABS.get(node.op, 0.0))
         if node.op in ("add", "sub") and any(_is_product(i) for i in node.inputs):
-            # a*b + c contracted to an FMA skips the rounding of a*b: up to an ulp of the product
+            # a*b + c contracted to an FMA skips the rounding of a*b: up to an ulp of the product,
+            # and anything where that product overflowed here
             with np.errstate(all="ignore"):
                 bound = bound + np.maximum(*(_ulp(np.abs(a).astype(value.dtype)) for a in args))
+                products = [a for a, i in zip(args, node.inputs, strict=True) if _is_product(i)]
+                overflow = np.any([np.broadcast_to(np.isinf(a), value.shape) for a in products], axis=0)
+                bound = np.where(overflow, np.inf, bound)
     else:
         return value
     step = sign * np.ones(value.shape) if sign else rng.uniform(-1.0, 1.0, value.shape)
