@@ -113,13 +113,14 @@ def _perturb(
         return value
     if node.op in _DOT_OPS:
         # float32 accumulation in any order: |error| <= (K + 1) * u * sum(|a*b|), here as a value;
-        # then, for a float16 output, its one rounding, which that error may push across a
-        # rounding boundary: an ulp (a float16 conv near 32768 came out one ulp, 32, from the
-        # reference's rounding of the exact sum); a float32 rounding is inside the bound already
+        # then its one rounding to the output dtype, which that error may push across a rounding
+        # boundary: an ulp (a float16 conv near 32768 came out one ulp, 32, from the reference's
+        # rounding of the exact sum; a float32 one with a denormal result, 1.75e-40, one ulp,
+        # 1.4e-45, where the relative bound is smaller still)
         k = int(args[0].shape[-1]) if node.op == "matmul" else int(np.prod(args[1].shape[1:]))
         with np.errstate(all="ignore"):
             mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
-            bound = (k + 1) * 2.0**-24 * mags + (_ulp(value) if value.dtype == np.float16 else 0.0)
+            bound = (k + 1) * 2.0**-24 * mags + _ulp(value)
     elif node.op == "pool" and node.attrs["mode"] == "avg":
         # each window summed in float32 (float64 for float64), then divided: like a dot of the
         # window with ones, |error| <= (taps + 1) * u * mean(|x|) plus the division's rounding;
