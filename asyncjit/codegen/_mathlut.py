@@ -229,23 +229,15 @@ def _define(module: ir.Module, name: str, ty: ir.Type, table: np.ndarray) -> ir.
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block())
     (x,) = fn.args
+    from ._mathfn import _M  # constants and intrinsics shaped like x; _mathfn imports this module
+
+    m = _M(b, x)
     vec = isinstance(ty, ir.VectorType)
-    ity = ir.VectorType(I32, _LANES) if vec else I32
-
-    def c(value: float | int, t: ir.Type) -> ir.Constant:
-        scalar_t = t.element if isinstance(t, ir.VectorType) else t
-        one = ir.Constant(scalar_t, value)
-        return ir.Constant(t, [one] * _LANES) if isinstance(t, ir.VectorType) else one
-
-    def call(base: str, t: ir.Type, *args: ir.Value) -> ir.Value:
-        el = t.element if isinstance(t, ir.VectorType) else t
-        sfx = ("f32" if el == F32 else "i32") if not vec else f"v{_LANES}{'f32' if el == F32 else 'i32'}"
-        return b.call(intrinsic(module, f"llvm.{base}.{sfx}", t, [t] * len(args)), list(args))
-
-    a = call("fabs", ty, x)
-    a = b.select(b.fcmp_ordered(">", a, c(16.0, ty)), c(16.0, ty), a)  # NaN stays NaN
-    idx = b.sub(b.lshr(b.bitcast(a, ity), c(22, ity)), c(LUT_BASE, ity))
-    idx = call("smin", ity, call("smax", ity, idx, c(0, ity)), c(31, ity))
+    ity = m.ty(I32)
+    a = m.call("fabs", x)
+    a = b.select(b.fcmp_ordered(">", a, m.f(16.0)), m.f(16.0), a)  # NaN stays NaN
+    idx = b.sub(b.lshr(m.bits(a), m.i(22)), m.i(LUT_BASE))
+    idx = m.call("smin", m.call("smax", idx, m.i(0)), m.i(31))
     if vec:
         perm = intrinsic(module, "llvm.x86.avx512.vpermi2var.ps.512", ty, [ty, ity, ty])
 
@@ -263,8 +255,8 @@ def _define(module: ir.Module, name: str, ty: ir.Type, table: np.ndarray) -> ir.
     t = b.fsub(a, row(0))
     acc = row(_DEGREE + 1)
     for k in range(_DEGREE, 0, -1):
-        acc = call("fma", ty, acc, t, row(k))
-    b.ret(call("copysign", ty, acc, x))
+        acc = m.fma(acc, t, row(k))
+    b.ret(m.call("copysign", acc, x))
     return fn
 
 
