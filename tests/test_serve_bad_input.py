@@ -81,6 +81,8 @@ WYOMING_CASES: dict[str, tuple[list[bytes], str]] = {
     "absurd width": ([wyoming_frame("audio-start", {**START, "width": 7})], "bad_audio"),
     "chunk over 1 MB": ([b'{"type": "audio-chunk", "payload_length": 2000000}\n'], "too_large"),
     "header line over 1 MB": ([b"{" + b" " * (1 << 20) + b"\n"], "too_large"),
+    "header nested too deeply to decode": ([b"[" * 100_000 + b"\n"], "bad_frame"),
+    "ping text that is an object": ([wyoming_frame("ping", {"text": {"a": [1]}})], "bad_frame"),
     "audio before audio-start": (
         [wyoming_frame("audio-chunk", START, b"\0\0" * 512)],
         "no_audio_start",
@@ -130,6 +132,8 @@ async def stream_then_send(srv: ThreadServer, frames: int, tail: bytes) -> list[
 
 STREAMING_TAILS: dict[str, tuple[bytes, str]] = {
     "garbage bytes": (b"\x00\xffGARBAGE not json\n", "bad_frame"),
+    "nesting too deep to decode": (b'{"type": "ping", "data": ' + b"[" * 100_000 + b"}\n", "bad_frame"),
+    "ping text that is a list": (wyoming_frame("ping", {"text": [1, 2]}), "bad_frame"),
     "chunk over 1 MB": (b'{"type": "audio-chunk", "payload_length": 2000000}\n', "too_large"),
     "chunk format differs": (
         wyoming_frame("audio-chunk", {**START, "rate": 8000}, b"\0\0" * 64),
@@ -216,6 +220,9 @@ WEBSOCKET_CASES: dict[str, tuple[list[Any], str, int]] = {
     "unknown message type": ([{"type": "dance"}], "bad_frame", 1002),
     "absurd sample rate": ([{"type": "start", "sample_rate": 10**9}], "bad_audio", 1007),
     "unknown format": ([{"type": "start", "format": "mp3"}], "bad_audio", 1007),
+    "format that is a list": ([{"type": "start", "format": ["s16le"]}], "bad_audio", 1007),
+    "text nested too deeply to decode": (["[" * 100_000], "bad_frame", 1002),
+    "ping id that is an object": ([{"type": "ping", "id": {"n": 1}}], "bad_frame", 1002),
     "frame over 1 MB": ([b"\0" * (1 << 20 | 2)], "too_large", 1009),
 }
 

@@ -71,7 +71,7 @@ class PcmFormat:
             raise AudioFormatError(f"PCM rate must be within {MIN_RATE}..{MAX_RATE} Hz, got {self.rate}")
         if not 1 <= self.channels <= MAX_CHANNELS:
             raise AudioFormatError(f"PCM channels must be within 1..{MAX_CHANNELS}, got {self.channels}")
-        if self.encoding not in _DTYPES:
+        if not isinstance(self.encoding, str) or self.encoding not in _DTYPES:  # a list is unhashable
             raise AudioFormatError(f"PCM encoding must be one of {PCM_ENCODINGS}, got {self.encoding!r}")
         return self
 

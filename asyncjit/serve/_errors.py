@@ -7,9 +7,12 @@ with the WebSocket status of the table below and the code as its reason. Never a
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from ..errors import JitError
 
-__all__ = ["CLOSE_CODES", "ClientError", "ConnectionRefused"]
+__all__ = ["CLOSE_CODES", "ClientError", "ConnectionRefused", "client_json", "ping_token"]
 
 CLOSE_CODES: dict[str, tuple[int, str]] = {
     # code: (WebSocket close status, what happened)
@@ -39,3 +42,32 @@ class ClientError(JitError, ValueError):
 
 class ConnectionRefused(ClientError):
     """The server refused a new connection (``server_full``) or is shutting down."""
+
+
+def client_json(raw: bytes | str, what: str) -> Any:
+    """``raw`` (a header, data section or text message a client sent) decoded as JSON.
+
+    Raises:
+        ClientError: ``bad_frame`` when it is not JSON, is not UTF-8, or nests so deeply that the
+            decoder gives up (``RecursionError``, not a ``ValueError``: ``[[[...`` of 100,000).
+    """
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ClientError("bad_frame", f"{what} is not JSON: {raw[:40]!r}") from None
+    except RecursionError:
+        raise ClientError("bad_frame", f"{what} nests too deeply to decode") from None
+
+
+def ping_token(value: Any) -> str | int | float | bool | None:
+    """A ping's ``text`` (Wyoming) or ``id`` (WebSocket), echoed in its pong: a JSON scalar.
+
+    Raises:
+        ClientError: ``bad_frame`` for an array or object (echoing one back would re-encode
+            whatever structure a client chose, however deep).
+    """
+    if value is None or isinstance(value, str | int | float):
+        return value
+    raise ClientError(
+        "bad_frame", f"a ping's token must be a string, number or null, got {type(value).__name__}"
+    )

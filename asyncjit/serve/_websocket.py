@@ -27,7 +27,7 @@ from websockets.server import ServerProtocol
 from ..audio import PCM_ENCODINGS, PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
-from ._errors import CLOSE_CODES, ClientError
+from ._errors import CLOSE_CODES, ClientError, client_json, ping_token
 from ._session import MAX_MESSAGE_BYTES, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["HttpConnection", "WebSocketConnection", "hello_message"]
@@ -168,15 +168,12 @@ class WebSocketConnection(Connection):
 
     async def control(self, text: bytes) -> None:
         """A JSON message from the client: ``start``, ``stop`` or ``ping``."""
-        try:
-            message = json.loads(text)
-        except ValueError:
-            raise ClientError("bad_frame", f"a text message is not JSON: {text[:40]!r}") from None
+        message = client_json(text, "a text message")
         if not isinstance(message, dict):
             raise ClientError("bad_frame", "a text message must be a JSON object with a 'type'")
         kind = message.get("type")
         if kind == "ping":
-            self.queue((PING, message.get("id")))
+            self.queue((PING, ping_token(message.get("id"))))
         elif kind == "start":
             fmt = PcmFormat(
                 message.get("sample_rate", self.default_format.rate),

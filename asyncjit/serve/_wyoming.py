@@ -14,7 +14,6 @@ under an extra ``vad`` key of its data (clients ignore keys they do not know).
 from __future__ import annotations
 
 import io
-import json
 import warnings
 from functools import partial
 from typing import Any
@@ -35,7 +34,7 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from ..audio import PcmFormat
 from ..errors import AudioFormatError
 from ..models._speech_tracker import SpeechEdge
-from ._errors import ClientError
+from ._errors import ClientError, client_json, ping_token
 from ._session import MAX_MESSAGE_BYTES, OUTBOX_ITEMS, PING, RAW, READ_BYTES, Connection, Utterance
 
 __all__ = ["WyomingConnection", "encode_event", "info_event"]
@@ -101,10 +100,7 @@ _DATA: dict[tuple[bytes, bytes], dict[str, Any]] = {}
 
 def _header(line: bytes) -> tuple[str, dict[str, Any], int, int]:
     """A header line checked: its type, data and section lengths."""
-    try:
-        header = json.loads(line)
-    except ValueError:
-        raise ClientError("bad_frame", f"a header is not JSON: {line[:40]!r}") from None
+    header = client_json(line, "a header")
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise ClientError("bad_frame", "a header must be a JSON object with a string 'type'")
     data = header.get("data") or {}
@@ -115,10 +111,7 @@ def _header(line: bytes) -> tuple[str, dict[str, Any], int, int]:
 
 def _merge(data: dict[str, Any], section: bytes) -> dict[str, Any]:
     """The header's data updated with the data section's."""
-    try:
-        extra = json.loads(section)
-    except ValueError:
-        raise ClientError("bad_frame", "an event's data is not JSON") from None
+    extra = client_json(section, "an event's data")
     if not isinstance(extra, dict):
         raise ClientError("bad_frame", "an event's data must be a JSON object")
     return {**data, **extra}
@@ -280,7 +273,7 @@ class WyomingConnection(Connection):
             if kind == _CHUNK:
                 spans.append((start, stop))
             else:
-                (tail if spans else head).append((PING, data.get("text")))
+                (tail if spans else head).append((PING, ping_token(data.get("text"))))
         self.received += len(frames)
         if spans:
             rows = self._rows(utt, _joined(buf, spans))
@@ -306,7 +299,7 @@ class WyomingConnection(Connection):
                         slot = len(self._ops)
                     audio.append((start, stop))
                 elif kind == _PING:
-                    self.queue((PING, data.get("text")))  # Ping.from_event's text
+                    self.queue((PING, ping_token(data.get("text"))))  # Ping.from_event's text
                 else:
                     if audio:
                         await self._audio_spans(buf, audio, slot)
