@@ -150,3 +150,24 @@ class TestPromotion:
         """Non-numeric scalars are rejected."""
         with pytest.raises(TypeError, match=r"cannot use str 'a' as a tensor scalar"):
             scalar_dtype("a", float32)
+
+
+@pytest.mark.parametrize("dtype", [dt.float16, dt.float32, dt.float64])
+def test_weak_float_scalars_keep_the_tensor_dtype_precision(dtype: DType) -> None:
+    """``x + 0.1`` with a float64 ``x`` adds float64's 0.1, not float32's cast up (a weak scalar
+    once went through ``Tensor.const``, which narrows float64 data to float32 by default);
+    ``Tensor.full`` likewise. Compiled and reference equal numpy bit for bit."""
+    from asyncjit import Tensor, reference
+    from asyncjit.compiler import compile as compile_graph
+
+    x = Tensor.placeholder((3,), dtype)
+    xv = np.array([0.0, 1.0, -2.5], dtype.np)
+    for c in (0.1, np.log(2.0), 1 / 3):
+        outs = [x + c, x * c, Tensor.full((3,), c, dtype) - x]
+        with np.errstate(over="ignore"):
+            c_t = dtype.np.type(c)
+            want = [xv + c_t, xv * c_t, np.full(3, c_t) - xv]
+        got = compile_graph(outs, [x]).run([xv])
+        ref = reference.evaluate(outs, {x: xv}, {})
+        for g, r, w in zip(got, ref, want, strict=True):
+            assert g.dtype == dtype.np and np.array_equal(g, w) and np.array_equal(r, w), (c, g, w)

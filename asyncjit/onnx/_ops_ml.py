@@ -15,7 +15,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..tensor import Tensor
 from ._registry import NodeCtx, op
-from ._values import Value
+from ._values import Value, const_tensor
 
 __all__: list[str] = []
 
@@ -102,7 +102,7 @@ def _tree_ensemble(n: NodeCtx, ins: list[Value | None]) -> Value:
     count = len(modes)
     # every node's test on every sample: [S, nodes]
     feats = x.gather(1, Tensor.const(features))
-    split = Tensor.const(splits.astype(x.dtype.np))
+    split = const_tensor(splits.astype(x.dtype.np))  # float64 thresholds stay float64
     tests = [feats <= split, feats < split, feats >= split, feats > split, feats == split, feats != split]
     cond: Tensor | None = None
     for mode, test in enumerate(tests):
@@ -115,7 +115,7 @@ def _tree_ensemble(n: NodeCtx, ins: list[Value | None]) -> Value:
         table = np.zeros((count, max(len(members), 1)), bool)
         for node, s in sets.items():
             table[node, [members.index(v) for v in s]] = True
-        values = Tensor.const(np.array(members or [0.0], x.dtype.np)).reshape(1, 1, -1)
+        values = const_tensor(np.array(members or [0.0], x.dtype.np)).reshape(1, 1, -1)
         hit = ((feats.unsqueeze(2) == values) & Tensor.const(table).unsqueeze(0)).cast(dt.int32).max(2) != 0
         cond = hit if cond is None else cond | hit
     if cond is None:
@@ -140,7 +140,7 @@ def _tree_ensemble(n: NodeCtx, ins: list[Value | None]) -> Value:
         table[p, ids[leaf]] = weights[leaf]
     agg = int(a.get("aggregate_function", 1))
     if agg in (0, 1):  # average, sum
-        out = reached.cast(x.dtype) @ Tensor.const(table)
+        out = reached.cast(x.dtype) @ const_tensor(table)
         return out / float(len(_array(a["tree_roots"]).reshape(-1))) if agg == 0 else out
     if agg not in (2, 3):
         raise n.fail(f"aggregate_function {agg} is not one of 0 (average), 1 (sum), 2 (min), 3 (max)")
@@ -150,5 +150,5 @@ def _tree_ensemble(n: NodeCtx, ins: list[Value | None]) -> Value:
     info = np.finfo(x.dtype.np)  # type: ignore[type-var]
     empty = float(info.max if agg == 2 else info.min)
     picked = reached.unsqueeze(2) & Tensor.const(at).unsqueeze(0)
-    vals = Tensor.select(picked, Tensor.const(table).unsqueeze(0), empty)
+    vals = Tensor.select(picked, const_tensor(table).unsqueeze(0), empty)
     return vals.min(1) if agg == 2 else vals.max(1)

@@ -113,7 +113,8 @@ class Tensor(_movement.Movement, _dynamic.DynamicShapes):
         if dtype is None:
             is_float = isinstance(value, float)
             dtype = dt.bool_ if isinstance(value, bool) else dt.float32 if is_float else dt.int32
-        scalar = Tensor.const(np.array(value, dtype=dt.from_numpy(dtype).np))
+        target = dt.from_numpy(dtype)
+        scalar = Tensor.const(np.array(value, dtype=target.np), target)  # float64 stays float64
         return scalar._broadcast_to(tuple(as_dim(d) for d in shape))
 
     @staticmethod
@@ -194,7 +195,8 @@ class Tensor(_movement.Movement, _dynamic.DynamicShapes):
                         f"it meets ({shape_str(self.shape)}); cast the tensor to a wider dtype first"
                     )
             with np.errstate(over="ignore"):  # 1e9 as a weak float16 is inf, as in JAX
-                return Tensor.const(np.array(value, dtype=target.np))
+                # the dtype given, or const() would narrow a float64 scalar to float32 first
+                return Tensor.const(np.array(value, dtype=target.np), target)
         if isinstance(value, np.ndarray):
             return Tensor.const(value)
         if isinstance(value, Expr):  # a symbolic dim used as a value, e.g. ``x / x.shape[1]``
