@@ -215,13 +215,73 @@ _unary("Ceil", lambda x: x.ceil())
 _unary("Not", lambda x: x.logical_not())
 _unary("Sign", lambda x: (x > 0).cast(x.dtype) - (x < 0).cast(x.dtype))
 _unary("Softsign", lambda x: x / (x.abs() + 1.0))
-_unary("Softplus", _keep(lambda x: x.maximum(0.0) + ((-x.abs()).exp() + 1.0).log()))
+_unary("Softplus", _keep(lambda x: softplus(_wide(x))))
 _unary("IsNaN", lambda x: x != x)
 _unary("Sinh", _keep(lambda x: (x.exp() - (-x).exp()) * 0.5))
 _unary("Cosh", _keep(lambda x: (x.exp() + (-x).exp()) * 0.5))
-_unary("Asinh", _keep(lambda x: (x + (x * x + 1.0).sqrt()).log()))
-_unary("Acosh", _keep(lambda x: (x + (x * x - 1.0).sqrt()).log()))
-_unary("Atanh", _keep(lambda x: ((x + 1.0) / (1.0 - x)).log() * 0.5))
+
+
+def log1p(u: Tensor) -> Tensor:
+    """``log(1 + u)`` without losing a small ``u``: ``log(w) * u / (w - 1)`` with ``w = 1 + u``
+    rounded (Goldberg's correction), and ``u`` itself where ``w`` rounds to 1 or ``u`` is inf."""
+    w = u + 1.0
+    d = w - 1.0
+    return Tensor.select((d == 0.0) | (u == math.inf), u, w.log() * (u / d))
+
+
+def _wide(x: Tensor) -> Tensor:
+    """``x`` in float32 unless it is float32 or float64: a float16 square overflows from 256."""
+    return x if x.dtype in (dt.float32, dt.float64) else x.cast(dt.float32)
+
+
+def _far(x: Tensor) -> float:
+    """Where ``log(2|x|)`` is the inverse hyperbolic function to the dtype's precision: the next
+    term, ``1 / (4 x^2)``, is below half an ulp of it."""
+    return float(2**28) if x.dtype == dt.float64 else 4096.0
+
+
+def _odd(x: Tensor, magnitude: Tensor) -> Tensor:
+    """``magnitude`` with ``x``'s sign; ``x`` itself at zero (so -0.0 stays -0.0) and NaN."""
+    return Tensor.select(x == 0.0, x, Tensor.select(x < 0.0, -magnitude, magnitude))
+
+
+def _asinh(x: Tensor) -> Tensor:
+    """``log(|x| + sqrt(x^2 + 1))`` as ``log1p(a + a^2 / (1 + sqrt(1 + a^2)))`` (exact for small
+    ``a``, no cancellation for negative ``x``), ``log(a) + ln 2`` for large ``a`` (no overflow)."""
+    xf = _wide(x)
+    a = xf.abs()
+    far = _far(xf)
+    s = a.minimum(far)  # the near form's argument: its square stays finite
+    near = log1p(s + s * s / ((s * s + 1.0).sqrt() + 1.0))
+    return _odd(xf, Tensor.select(a > far, a.log() + math.log(2.0), near)).cast(x.dtype)
+
+
+def _acosh(x: Tensor) -> Tensor:
+    """``log1p(t + sqrt(t (t + 2)))`` with ``t = x - 1`` near 1, ``log(x) + ln 2`` far out;
+    NaN below 1."""
+    xf = _wide(x)
+    far = _far(xf)
+    t = xf.minimum(far) - 1.0
+    near = log1p(t + (t * (t + 2.0)).sqrt())
+    return Tensor.select(xf > far, xf.log() + math.log(2.0), near).cast(x.dtype)
+
+
+def _atanh(x: Tensor) -> Tensor:
+    """``0.5 log1p(2a / (1 - a))`` of ``a = |x|`` with ``x``'s sign: exact for small ``x``."""
+    xf = _wide(x)
+    a = xf.abs()
+    return _odd(xf, log1p(a * 2.0 / (1.0 - a)) * 0.5).cast(x.dtype)
+
+
+def softplus(x: Tensor) -> Tensor:
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``: no overflow, and ``exp(x)``
+    itself far below 0 (where ``log(1 + tiny)`` rounds to 0)."""
+    return x.maximum(0.0) + log1p((-x.abs()).exp())
+
+
+_unary("Asinh", _asinh)
+_unary("Acosh", _acosh)
+_unary("Atanh", _atanh)
 _unary(
     "BitwiseNot",
     lambda x: x ^ Tensor.const(np.invert(np.zeros((), x.dtype.np))) if x.dtype.is_int else x.logical_not(),
@@ -370,7 +430,7 @@ def _hard_swish(n: NodeCtx, ins: list[Value | None]) -> Value:
 @op("Mish")
 def _mish(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    return x * (x.maximum(0.0) + ((-x.abs()).exp() + 1.0).log()).tanh()
+    return x * softplus(x).tanh()
 
 
 @op("Gelu", since=20)

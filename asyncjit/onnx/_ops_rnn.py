@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..symbolic import Dim, bounds, upper
 from ..tensor import Tensor
+from ._ops_elementwise import softplus
 from ._ops_reduce import _gather_elements
 from ._ops_shape import reverse_axis
 from ._registry import NodeCtx, op
@@ -55,7 +56,7 @@ def _activation(n: NodeCtx, name: str, alpha: float | None, beta: float | None) 
     if key == "softsign":
         return lambda x: x / (x.abs() + 1.0)
     if key == "softplus":
-        return lambda x: (x.exp() + 1.0).log()
+        return softplus  # log(1 + exp(x)) without exp's overflow
     raise n.fail(f"activation {name!r} is not supported")
 
 
