@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.stamp-demo
 TEST_STAMP := $(VENV)/.stamp-test
 PIP := $(BIN)/python -m pip install --progress-bar on
 
-.PHONY: demo test lint venv clean bench fuzz
+.PHONY: demo test lint venv clean bench fuzz fuzz-onnx
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,10 @@ MINUTES ?= 10
 SEED ?= 1
 fuzz: $(TEST_STAMP)
 	$(BIN)/python tests/fuzz.py --minutes $(MINUTES) --seed $(SEED)
+
+# Mutated ONNX models (attributes, initializers, inputs, opsets, bytes): typed errors or a run
+fuzz-onnx: $(TEST_STAMP)
+	$(BIN)/python tests/fuzz.py --onnx --minutes $(MINUTES) --seed $(SEED)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done

@@ -35,6 +35,7 @@ __all__ = [
     "ModelFormatError",
     "MuxClosedError",
     "NotPreparedError",
+    "OutOfMemoryError",
     "ObjectCodeError",
     "RemoteDeviceError",
     "RemoteTimeoutError",
@@ -143,6 +144,11 @@ class BufferDeletedError(DeviceError):
 
 class DonatedBufferError(BufferDeletedError):
     """A buffer was used after being donated: its memory now belongs to the execution's output."""
+
+
+class OutOfMemoryError(DeviceError, MemoryError):
+    """A device could not allocate what a plan or a buffer needs (its arena sized for the largest
+    var values, an output, a transfer). Nothing ran; smaller var bounds shrink a plan's arena."""
 
 
 class DonationError(DeviceError, ValueError):

@@ -2,6 +2,7 @@
 
     python tests/fuzz.py --minutes 30 --seed 1      # what ``make fuzz MINUTES=30 SEED=1`` runs
     python tests/fuzz.py --seed 1 --case 417        # replay one graph, print it and its findings
+    python tests/fuzz.py --onnx --minutes 10        # mutated ONNX models (tests/fuzzing_onnx.py)
 
 Graph ``i`` of seed ``S`` is drawn by ``tests/strategies.graph_cases`` from a random source
 seeded with ``"S:i"``, so ``--seed S --case i`` rebuilds exactly that graph in any process.
@@ -9,7 +10,9 @@ Graphs run in a worker subprocess that reports each graph before running it: a w
 dies (a segfault, an abort) or hangs is reported as a crash with the graph's repro, and a new
 worker resumes at the next graph. The summary counts graphs, bindings, runs (bindings times
 paths), mismatches, crashes and build errors (the Tensor API raising on a program the generator
-believes valid); the exit status is 1 when any was found.
+believes valid); the exit status is 1 when any was found. With ``--onnx`` each "graph" is a
+mutated ONNX model that must run or raise a typed ``JitError`` (``tests/fuzzing_onnx.py``): an
+untyped exception counts as a mismatch, and the summary adds how the models ended.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 HANG_SECONDS = 300.0
 PROGRESS_SECONDS = 120.0
+WORKER_MEMORY_BYTES = 8 << 30
+"""A worker's address space (about 0.5 GiB in use): a graph or model asking for more gets a
+``MemoryError`` (asyncjit's ``OutOfMemoryError`` where it allocates) instead of the machine's
+OOM killer ending the worker, or another process."""
 
 
 def dtype_sets() -> list[tuple[Any, ...]]:
@@ -90,6 +97,10 @@ def describe(case: Any) -> str:
 
 def run_one(seed: int, index: int) -> dict[str, Any]:
     """Build and check graph ``index``; a JSON-able report."""
+    if os.environ.get("ASYNCJIT_FUZZ_ONNX") == "1":
+        from fuzzing_onnx import run_one as run_onnx
+
+        return run_onnx(seed, index)
     from fuzzing import case_bindings, check_case
 
     try:
@@ -123,6 +134,12 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
 def worker(seed: int, start: int, stop: int, out_fd: int, crash_at: int | None) -> None:
     """Run graphs ``start..stop-1``, announcing each before it runs (so a crash names it)."""
     os.environ.setdefault("ASYNCJIT_CACHE_DIR", "off")
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    except (ImportError, ValueError, OSError):  # not Linux, or a lower hard limit already
+        pass
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
@@ -135,7 +152,8 @@ def worker(seed: int, start: int, stop: int, out_fd: int, crash_at: int | None) 
 
 
 def _repro(seed: int, index: int) -> str:
-    return f"python tests/fuzz.py --seed {seed} --case {index}"
+    mode = " --onnx" if os.environ.get("ASYNCJIT_FUZZ_ONNX") == "1" else ""
+    return f"python tests/fuzz.py{mode} --seed {seed} --case {index}"
 
 
 class Totals:
@@ -143,13 +161,16 @@ class Totals:
         self.graphs = self.bindings = self.runs = self.mismatches = self.crashes = 0
         self.build_errors = self.bad_graphs = self.skipped = 0
         self.elements = self.ill_conditioned = 0
+        self.outcomes: dict[str, int] = {}  # --onnx: "ran" or the typed error's class, per model
         self.shown = time.monotonic()
 
     def line(self) -> str:
+        ended = " ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items()))
         return (
             f"graphs={self.graphs} bindings={self.bindings} runs={self.runs} mismatches={self.mismatches} "
             f"(in {self.bad_graphs} graphs) crashes={self.crashes} build_errors={self.build_errors} "
             f"skipped_draws={self.skipped} elements={self.elements} ill_conditioned={self.ill_conditioned}"
+            + (f" outcomes: {ended}" if ended else "")
         )
 
 
@@ -168,6 +189,8 @@ def _record(report: dict[str, Any], seed: int, totals: Totals) -> None:
     totals.bindings += report["bindings"]
     totals.runs += report["runs"]
     totals.elements += report.get("elements", 0)
+    if "outcome" in report:
+        totals.outcomes[report["outcome"]] = totals.outcomes.get(report["outcome"], 0) + 1
     totals.ill_conditioned += report.get("ill_conditioned", 0)
     if report["mismatches"]:
         totals.mismatches += len(report["mismatches"])
@@ -233,7 +256,10 @@ def supervise(seed: int, deadline: float, max_cases: int | None, crash_at: int |
                 if time.monotonic() - totals.shown > PROGRESS_SECONDS:
                     totals.shown = time.monotonic()
                     print(f"progress: {totals.line()}", flush=True)
-            if current is None and time.monotonic() > deadline:
+            if time.monotonic() > deadline:
+                # the run is over: a graph in flight now is abandoned, not a crash (fast graphs
+                # keep the pipe busy, so a read rarely ends between a report and the next start)
+                current = None
                 break
         sel.close()
         os.close(read_fd)
@@ -267,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dynamic", action="store_true", help="graphs with data-dependent sizes and unbounded vars"
     )
+    parser.add_argument(
+        "--onnx", action="store_true", help="mutated ONNX models: each must run or raise a typed error"
+    )
     parser.add_argument("--crash-at", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
@@ -275,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dynamic:  # workers inherit it
         os.environ["ASYNCJIT_FUZZ_DYNAMIC"] = "1"
+    if args.onnx:
+        os.environ["ASYNCJIT_FUZZ_ONNX"] = "1"
     sys.path[:0] = [str(HERE.parent), str(HERE)]
     if args.worker:
         worker(args.seed, args.start, args.stop, args.out_fd, args.crash_at)
@@ -283,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("ASYNCJIT_CACHE_DIR", "off")
         report = run_one(args.seed, args.case)
         print(report.get("graph", ""))
+        if "outcome" in report:
+            print(f"outcome: {report['outcome']}")
         for key in ("build_error", "skipped"):
             if key in report:
                 print(f"{key}: {report[key]}")

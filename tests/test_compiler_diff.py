@@ -31,6 +31,7 @@ from strategies_case import VALUE_PROFILES, GraphCase
 
 from asyncjit import Tensor, reference
 from asyncjit import dtypes as dt
+from asyncjit.compiler import compile as aj_compile
 from asyncjit.graph import toposort
 from asyncjit.symbolic import Mod, Prod, Sum
 
@@ -167,6 +168,24 @@ def test_trig_of_a_rounded_huge_argument_is_unknown_of_an_exact_one_checked() ->
     assert not bad.any() and excused.all()
     bad, _ = compare(off, want[1], [p[1] for p in perturbed], tol)
     assert bad.all()  # the same wrong value for an exact argument is caught
+
+
+def test_a_chain_of_thousands_of_fused_ops_compiles_and_matches() -> None:
+    """4,000 elementwise ops in a chain (an ONNX ``LRN`` of size 1000 sums 1000 shifted terms):
+    codegen emits a fused expression by recursion, so fusion puts a buffer every
+    ``MAX_FUSED_DEPTH`` levels (this once raised ``RecursionError``)."""
+    from asyncjit.passes._fusion import MAX_FUSED_DEPTH
+
+    x = Tensor.placeholder((5,), dt.float32, name="x")
+    y = x
+    for _ in range(2000):
+        y = y * 0.999 + 0.001
+    exe = aj_compile([y], [x])
+    assert len(exe.kernel_names) >= 4000 // (MAX_FUSED_DEPTH + 1)
+    xv = np.arange(5, dtype=np.float32)
+    want = reference.evaluate([y], {x: xv}, {})[0]
+    # 2,000 roundings (FMA-contracted here, separate in the reference): up to ~1e-4 apart
+    np.testing.assert_allclose(exe.run([xv])[0], want, rtol=5e-4)
 
 
 def _has_mod_product(d: object) -> bool:

@@ -242,22 +242,28 @@ def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
     lane_ids = ir.Constant(ir.VectorType(I32, _LANES), list(range(_LANES)))
 
     def count_lanes(cols: ir.Value) -> ir.Value:
-        """Per lane (output column), the last axis's taps counted in the avg divisor."""
-        total: ir.Value = splat(b, ir.Constant(I32, 0), _LANES)
-        for t in range(ks[last]):
-            off = b.sub(i64(t * dils[last]), los[last])
+        """Per lane (output column), the last axis's taps counted in the avg divisor (unrolled
+        up to ``UNROLL_TAPS`` taps, else a loop: a window of 2^30 would unroll forever)."""
+        ity = ir.VectorType(I32, _LANES)
+        total = ctx.alloca(ity)
+        b.store(splat(b, ir.Constant(I32, 0), _LANES), total)
+        hi = b.add(sizes[last], his[last]) if include else sizes[last]
+        lo = b.sub(i64(0), los[last]) if include else i64(0)
+
+        def one(t: ir.Value) -> None:
+            off = b.sub(b.mul(t, i64(dils[last])), los[last])
             pos = b.add(
                 b.mul(cols, splat(b, ir.Constant(I32, strides[last]), _LANES)),
                 splat(b, b.trunc(off, I32), _LANES),
             )
-            hi = b.add(sizes[last], his[last]) if include else sizes[last]
-            lo = b.sub(i64(0), los[last]) if include else i64(0)
             ok = b.and_(
                 b.icmp_signed(">=", pos, splat(b, b.trunc(lo, I32), _LANES)),
                 b.icmp_signed("<", pos, splat(b, b.trunc(hi, I32), _LANES)),
             )
-            total = b.add(total, b.zext(ok, ir.VectorType(I32, _LANES)))
-        return total
+            b.store(b.add(b.load(total, typ=ity), b.zext(ok, ity)), total)
+
+        _taps(b, ks[last], one, "cl")
+        return b.load(total, typ=ity)
 
     # the output columns whose every last-axis tap reads inside the input: from the first tap's
     # lower bound to the last tap's upper one (whose odd neighbour a stride-2 load reads too)

@@ -31,7 +31,7 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
-from ..graph._node import CONST_ALIGN, aligned_copy
+from ..graph._node import CONST_ALIGN, aligned_copy, allocate_array, allocate_bytes
 from ..profiler import _state as _trace
 from ..symbolic import Dim, compile_dims
 from ._cost import KernelInfo
@@ -96,7 +96,7 @@ class CpuLauncher:
         layout = exe.layout
         self._args = (ctypes.c_int64 * max(layout.n_slots, 1))()
         self._args_addr = ctypes.addressof(self._args)
-        self._arena = np.zeros(exe.arena_bytes + 64, dtype=np.uint8)
+        self._arena = allocate_bytes(exe.arena_bytes + 64, f"the arena of {exe.name}", zeroed=True)
         self._consts = exe.consts  # keep the weights alive while code can read them
         arena_addr = (self._arena.ctypes.data + 63) // 64 * 64
         for i, c in enumerate(exe.consts):
@@ -119,7 +119,7 @@ class CpuLauncher:
         need = int(self._dyn(values)[0]) + 64
         if need > self._dyn_arena.size:
             grown = max(need, self._dyn_arena.size + self._dyn_arena.size // 4)
-            self._dyn_arena = np.empty(grown, dtype=np.uint8)
+            self._dyn_arena = allocate_bytes(grown, f"the data-dependent arena of {self.exe.name}")
             self._args[self.exe.layout.dyn_slot] = (self._dyn_arena.ctypes.data + 63) // 64 * 64
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:
@@ -346,7 +346,7 @@ class CpuExecutable(Executable):
             arrays.append(arr)
         self.signature.validate([a.shape for a in arrays], [s.dtype for s in self.signature.inputs], values)
         outs = [
-            np.empty(shape, dtype=spec.dtype.np)
+            allocate_array(shape, spec.dtype.np, f"output {spec.name!r} of {self.name!r}")
             for spec, shape in zip(self.signature.outputs, self.signature.output_shapes(values), strict=True)
         ]
         return values, arrays, outs

@@ -34,7 +34,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import TensorError
-from ..symbolic import Dim, as_dim, bounds, evaluate, prod, smax, smin
+from ..symbolic import Dim, as_dim, bounds, evaluate, prod, smax, smin, upper
 from ._node import Node, shape_str
 from ._ops import _ev, _nonneg, _out, _register, conv_out_len, reduce_identity
 
@@ -84,6 +84,10 @@ def _infer_conv(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DTy
     if not all(isinstance(d, int) for d in w.shape):
         raise _fail(f"conv weight shape must be static, got {shape_str(w.shape)}")
     cout, cin_g = int(w.shape[0]), int(w.shape[1])
+    if min(int(d) for d in w.shape) < 1:
+        raise _fail(
+            f"conv weight dims (out channels, in channels, kernel) must be >= 1, got {shape_str(w.shape)}"
+        )
     if x.shape[1] != cin_g * groups or cout % groups:
         raise _fail(
             f"conv: x {shape_str(x.shape)} and w {shape_str(w.shape)} with groups={groups}: "
@@ -163,6 +167,22 @@ def pool_out_len(length: Dim, k: int, stride: int, pad: tuple[Dim, Dim], dilatio
     return out - over
 
 
+INDEX_LIMIT = 2**31
+"""The pool kernel indexes positions of its last axis in int32 vectors (8 lanes): a padded
+extent or window span from 2^31 would wrap, so such a pool is refused when it is built."""
+
+
+def _index_room(op: str, x: Node, kernel: Sequence[int], dilations: Sequence[int], pads: Any) -> None:
+    for ax, (k, d, (lo, hi)) in enumerate(zip(kernel, dilations, pads, strict=True)):
+        padded = upper(x.shape[2 + ax] + lo + hi)
+        span = d * (k - 1) + 1
+        if padded >= INDEX_LIMIT or span >= INDEX_LIMIT:
+            raise _fail(
+                f"{op}: spatial axis {ax} padded to {padded} positions with a window spanning {span}: "
+                f"both must stay under 2^31"
+            )
+
+
 def _infer_pool(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
     (x,) = ins
     r = x.ndim - 2
@@ -177,6 +197,7 @@ def _infer_pool(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DTy
     strides = _ints("strides", "pool", a["strides"], r, 1)
     dilations = _ints("dilations", "pool", a["dilations"], r, 1)
     pads = _pads("pool", a["pads"], r)
+    _index_room("pool", x, kernel, dilations, pads)
     out: list[Dim] = [x.shape[0], x.shape[1]]
     for ax in range(r):
         o = pool_out_len(

@@ -20,13 +20,15 @@ import numpy as np
 from attrs import define, field
 
 from ..dtypes import DType
-from ..errors import ArgumentTypeError, TensorError, VarBoundsError
+from ..errors import ArgumentTypeError, OutOfMemoryError, TensorError, VarBoundsError
 from ..symbolic import Dim, Var, free_vars
 
 __all__ = [
     "Node",
     "as_node",
     "aligned_copy",
+    "allocate_array",
+    "allocate_bytes",
     "broadcast_core",
     "content_digest",
     "derived_const",
@@ -124,6 +126,25 @@ def broadcast_core(value: np.ndarray) -> np.ndarray | None:
 
 
 CONST_ALIGN = 64
+
+
+def allocate_bytes(nbytes: int, what: str, *, zeroed: bool = False) -> np.ndarray:
+    """``nbytes`` of host memory (uint8), or ``OutOfMemoryError`` naming ``what``: numpy's own
+    ``MemoryError`` says only the size, and a plan's arena is sized for its largest var values."""
+    try:
+        return (np.zeros if zeroed else np.empty)(nbytes, np.uint8)
+    except (MemoryError, ValueError) as exc:  # ValueError: a size numpy cannot even express
+        raise OutOfMemoryError(f"cannot allocate {nbytes:,} bytes for {what}: {exc}") from None
+
+
+def allocate_array(shape: Any, dtype: Any, what: str) -> np.ndarray:
+    """``np.empty(shape, dtype)``, or ``OutOfMemoryError`` naming ``what`` (an output sized by
+    the var values or a model, a host copy)."""
+    try:
+        return np.empty(shape, dtype)
+    except (MemoryError, ValueError) as exc:
+        kind = f"{np.dtype(dtype).name}{tuple(shape)}"
+        raise OutOfMemoryError(f"cannot allocate {what} {kind}: {exc}") from None
 
 
 def aligned_copy(value: Any) -> np.ndarray:

@@ -675,6 +675,10 @@ def _infer_conv1d(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, D
     if not all(isinstance(d, int) for d in (cout, cin_g, k)):
         raise _fail(f"conv1d weight shape must be static, got {shape_str(w.shape)}")
     assert isinstance(cout, int) and isinstance(cin_g, int) and isinstance(k, int)
+    if min(cout, cin_g, k) < 1:
+        raise _fail(
+            f"conv1d weight dims (out channels, in channels, kernel) must be >= 1, got {shape_str(w.shape)}"
+        )
     if x.shape[1] != cin_g * groups or cout % groups:
         raise _fail(
             f"conv1d: x {shape_str(x.shape)} and w {shape_str(w.shape)} with groups={groups}: "

@@ -76,7 +76,9 @@ def read_model(source: str | Path | bytes | Any) -> tuple[Any, str, bytes]:
             "importing ONNX models needs the 'onnx' package: pip install 'asyncjit[onnx]'"
         ) from exc
     if isinstance(source, onnx.ModelProto):
-        return source, source.graph.name or "<ModelProto>", source.SerializeToString()
+        label = source.graph.name or "<ModelProto>"
+        _check_text(source, label)
+        return source, label, source.SerializeToString()
     if isinstance(source, bytes | bytearray | memoryview):
         data, label = bytes(source), "<bytes>"
         base: Path | None = None
@@ -95,6 +97,7 @@ def read_model(source: str | Path | bytes | Any) -> tuple[Any, str, bytes]:
         ) from exc
     if not model.HasField("graph") or model.ir_version == 0 or not (model.graph.node or model.graph.output):
         raise OnnxImportError(f"{label!r} is not an ONNX model (no graph or IR version; truncated?)")
+    _check_text(model, label)
     if base is not None and any(
         t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer
     ):
@@ -105,6 +108,31 @@ def read_model(source: str | Path | bytes | Any) -> tuple[Any, str, bytes]:
         except Exception as exc:
             raise OnnxImportError(f"{label!r}: its external weight data could not be read: {exc}") from exc
     return model, label, data
+
+
+def _check_text(message: Any, label: str, path: str = "model") -> None:
+    """Every string field of ``message`` (names, op types, domains, dim params, at any depth)
+    is text: protobuf hands a field that is not valid UTF-8 to Python as ``bytes``, which the
+    import would trip over far from the cause.
+
+    Raises:
+        OnnxImportError: naming the first such field.
+    """
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in message.ListFields():
+        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue
+        repeated = getattr(field, "is_repeated", None)
+        if repeated is None:  # protobuf before 6
+            repeated = field.label == FieldDescriptor.LABEL_REPEATED
+        items = list(value) if repeated else [value]
+        for i, item in enumerate(items):
+            where = f"{path}.{field.name}[{i}]" if repeated else f"{path}.{field.name}"
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                _check_text(item, label, where)
+            elif not isinstance(item, str):
+                raise OnnxImportError(f"{label!r}: {where} is not UTF-8 text: {bytes(item)[:40]!r}")
 
 
 def _attribute(a: Any) -> Any:
@@ -173,7 +201,12 @@ class Tracer:
         from onnx import numpy_helper
 
         for init in graph.initializer:
-            env[init.name] = numpy_helper.to_array(init)
+            try:
+                env[init.name] = numpy_helper.to_array(init)
+            except (TypeError, ValueError, IndexError, KeyError) as exc:  # data and dims disagree
+                raise OnnxImportError(
+                    f"{self.label}: initializer {init.name!r} is unreadable: {type(exc).__name__}: {exc}"
+                ) from exc
         for sparse in getattr(graph, "sparse_initializer", []):
             raise OnnxImportError(f"{self.label}: sparse initializer {sparse.values.name!r} is not supported")
         for node in graph.node:
@@ -193,7 +226,19 @@ class Tracer:
         domain = "" if domain == "ai.onnx" else domain
         opset = self.opsets.get(domain, 1)
         definition = lookup(domain, node.op_type, opset)
-        ctx = NodeCtx(node, {a.name: _attribute(a) for a in node.attribute}, opset, self)
+        try:
+            attrs = {a.name: _attribute(a) for a in node.attribute}
+        except (
+            TypeError,
+            ValueError,
+            IndexError,
+            KeyError,
+        ) as exc:  # a tensor attribute's data and dims disagree
+            raise OnnxImportError(
+                f"{self.label}: node {node.name or node.op_type!r} ({node.op_type}) has an unreadable "
+                f"attribute: {type(exc).__name__}: {exc}"
+            ) from exc
+        ctx = NodeCtx(node, attrs, opset, self)
         if definition is None:
             raise UnsupportedOpError(
                 f"{self.label}: node {ctx.name!r} uses op {node.op_type!r}, which asyncjit cannot import",
@@ -220,7 +265,20 @@ class Tracer:
             if self.label in str(exc):
                 raise
             raise type(exc)(f"{self.label}: {exc}", *exc.args[1:]) from exc
-        except (JitError, TypeError, ValueError, IndexError, KeyError, AssertionError) as exc:
+        except (
+            JitError,
+            TypeError,
+            ValueError,
+            IndexError,
+            KeyError,
+            AssertionError,
+            AttributeError,
+            ArithmeticError,
+            MemoryError,
+        ) as exc:
+            # an op's lowering meeting attributes or constants it cannot take (a zero stride, a
+            # head dim of 0, an index past the end, a count of 2^40, a required attribute that
+            # is absent or of another type): the node's typed import error
             raise OnnxImportError(
                 f"{self.label}: node {ctx.name!r} ({node.op_type}) cannot be imported: "
                 f"{type(exc).__name__}: {exc}"

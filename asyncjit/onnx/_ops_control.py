@@ -166,6 +166,8 @@ def _scan_8(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
 @op("Scan", since=9)
 def _scan(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     m = n.attr("num_scan_inputs")
+    if not isinstance(m, int) or not 1 <= m <= len(ins):
+        raise n.fail(f"num_scan_inputs must be 1..{len(ins)} (its inputs), got {m!r}")
     state = list(ins[: len(ins) - m])
     xs = [n.t(v) for v in ins[len(ins) - m :]]
     in_axes = list(n.attr("scan_input_axes") or [0] * m)

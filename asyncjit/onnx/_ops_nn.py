@@ -61,6 +61,12 @@ def window_geometry(
     strides = _attr_list(n, "strides", k, 1)
     dil = _attr_list(n, "dilations", k, 1)
     pads_attr = _attr_list(n, "pads", 2 * k, 0)
+    for label, values, count, least in (
+        ("kernel_shape", kernel, k, 1), ("strides", strides, k, 1), ("dilations", dil, k, 1),
+        ("pads", pads_attr, 2 * k, 0),
+    ):  # fmt: skip
+        if len(values) != count or min(values, default=least) < least:
+            raise n.fail(f"{label} must be {count} ints >= {least}, got {list(values)}")
     auto = n.attr("auto_pad", "NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     pads: list[tuple[Dim, Dim]] = []

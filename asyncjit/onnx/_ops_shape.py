@@ -334,6 +334,8 @@ def _split(n: NodeCtx, ins: list[Value | None]) -> list[Value]:
     else:
         d = x.shape[axis]
         count = n.attr("num_outputs", outs)
+        if count != outs:  # 2^31 would build as many tensors before anything checked it
+            raise n.fail(f"num_outputs must equal the node's {outs} outputs, got {count!r}")
         if isinstance(d, Expr):
             if count == 1:
                 return [x]

@@ -32,6 +32,7 @@ from ..errors import (
     VarBoundsError,
 )
 from ..graph import shape_str
+from ..graph._node import allocate_array
 from ..runtime import Buffer, Client, Device, default_client
 from ..symbolic import Expr, Var
 from ..symbolic import evaluate as eval_dim
@@ -392,7 +393,7 @@ class InferenceSession:
             ins = [np.empty(a.shape, a.dtype) for a in arrays]
             shapes = exe.signature.output_shapes(exe.check_vars(values))
             outs = [
-                np.empty(shape, spec.dtype.np)
+                allocate_array(shape, spec.dtype.np, f"output {spec.name!r}")
                 for spec, shape in zip(exe.signature.outputs, shapes, strict=True)
             ]
             if len(self._bound) >= 8:

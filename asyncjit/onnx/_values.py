@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 
 from .. import dtypes as dt
+from ..errors import OnnxImportError
 from ..graph import aligned_copy, broadcast_core, make_node
 from ..symbolic import Dim, Expr
 from ..tensor import Tensor
@@ -47,7 +48,10 @@ def np_dtype(elem_type: int) -> np.dtype[Any]:
     """The numpy dtype of an ONNX ``TensorProto`` element type."""
     from onnx import helper
 
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):  # 0 (UNDEFINED), or a number no version defines
+        raise OnnxImportError(f"element type {elem_type} is not an ONNX tensor type") from None
 
 
 def make_int_array(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray | Sym:

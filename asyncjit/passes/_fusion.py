@@ -24,6 +24,7 @@ from ..symbolic import is_bounded, upper
 from ._graph import Graph
 
 __all__ = [
+    "MAX_FUSED_DEPTH",
     "Claimed",
     "FusionPlan",
     "Kernel",
@@ -47,6 +48,11 @@ OWN_LOOP_OPS = frozenset(
     {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero", "prefix"}
 )
 _DENSE_OPERANDS = frozenset({"matmul", "conv1d", "conv", "pool", "topk"})
+MAX_FUSED_DEPTH = 64
+"""Most levels of fused ops between a kernel's root and its buffers: codegen emits a fused
+expression by recursion over it, so a chain of 1,000 adds (an ONNX ``LRN`` of size 1000 sums
+that many shifted terms) would exhaust Python's stack; every 64th level gets a buffer instead
+(one more pass over memory per 64 ops)."""
 
 
 @attrs.frozen
@@ -419,6 +425,16 @@ def _materialize(
         if (shared or grows) and _computes(n, mat, memo):
             mat.add(n.id)
             memo.clear()
+    depth: dict[int, int] = {}  # fused levels below each node, buffers at 0
+    for n in nodes:
+        if n.id in mat:
+            depth[n.id] = 0
+            continue
+        d = 1 + max((depth.get(i.id, 0) for i in n.inputs), default=0)
+        if d > MAX_FUSED_DEPTH:
+            mat.add(n.id)
+            d = 0
+        depth[n.id] = d
     return mat
 
 

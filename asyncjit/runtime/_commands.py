@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
 from ..errors import JitError, KernelRuntimeError
+from ..graph._node import allocate_array
 from ._events import Event
 from ._uses import release_command_uses
 
@@ -294,7 +294,7 @@ class ToHostCommand(Command):
                 block.array[: src.nbytes].view(src.dtype.np), src.shape
             ).copy()
             return None
-        out = np.empty(src.shape, src.dtype.np)
+        out = allocate_array(src.shape, src.dtype.np, "a host copy")
         ctypes.memmove(out.ctypes.data, block.addr, src.nbytes)
         self.result = out
         return None

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArgumentTypeError, DeviceMismatchError, InvalidArgumentError, ShardingError
+from ..graph._node import allocate_array
 from ._buffer import Buffer
 from ._commands import Command
 from ._events import Event
@@ -240,7 +241,7 @@ class ShardedBuffer:
             b._event.raise_if_failed()
         if self.sharding.axis is None:
             return self.shards[0]._copy_out()
-        out = np.empty(self.shape, self.dtype.np)
+        out = allocate_array(self.shape, self.dtype.np, "a gathered host copy")
         acquire_uses(self.shards)  # BufferDeletedError for a deleted shard
         try:
             copies = [

@@ -1,0 +1,264 @@
+"""Mutated ONNX models through the importer and the session: ``python tests/fuzz.py --onnx``.
+
+Model ``i`` of seed ``S`` is one runnable case of ONNX's conformance suite (the node cases and
+the ``simple``/``pytorch-*`` model suites, as ``asyncjit.onnx.conformance`` collects them) picked
+by ``Random("S:i")`` and changed by one to three mutators from ``MUTATORS`` (attribute values,
+initializer and input values at their edges, input shapes and dtypes, the opset, the declared
+input dims, flipped or cut bytes). Each must either run or raise a ``JitError`` (an
+``OnnxImportError``, ``ShapeMismatchError``, ...): any other exception is reported as a finding
+(a bad model must get a typed error), and a worker that dies or hangs as a crash by the fuzzer's
+supervisor. Values are not compared: a mutated model has no reference output.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from random import Random
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MUTATORS", "corpus", "run_one"]
+
+EDGE_INTS = (-(2**62), -(2**31), -1000, -3, -2, -1, 0, 1, 2, 3, 7, 1000, 2**31 - 1, 2**40)
+EDGE_FLOATS = (math.nan, math.inf, -math.inf, 0.0, -1.0, 1e30, -1e30, 1e-30)
+KINDS = ("node", "simple", "pytorch-operator", "pytorch-converted")
+
+
+@functools.cache
+def corpus(kinds: tuple[str, ...] = KINDS) -> list[Any]:
+    """The runnable conformance cases (not the excluded families), in a stable order."""
+    from asyncjit.onnx.conformance import collect, excluded_reason
+
+    return sorted((c for c in collect(kinds) if excluded_reason(c) is None), key=lambda c: (c.kind, c.name))
+
+
+Mutator = Callable[[Any, list[np.ndarray], Random], "str | None"]
+"""``(model, feeds, rng) -> what it changed``, in place; None when it does not apply."""
+
+
+def _int_attrs(model: Any) -> list[tuple[Any, Any]]:
+    from onnx import AttributeProto
+
+    return [
+        (n, a)
+        for n in model.graph.node
+        for a in n.attribute
+        if a.type in (AttributeProto.INT, AttributeProto.INTS)
+    ]
+
+
+def attr_int(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """An INT attribute set to an edge value, or an INTS one with an element changed, dropped
+    or added (axes, pads, strides, perm, kernel shapes, group, ...)."""
+    from onnx import AttributeProto
+
+    found = _int_attrs(model)
+    if not found:
+        return None
+    node, attr = rng.choice(found)
+    if attr.type == AttributeProto.INT:
+        attr.i = rng.choice(EDGE_INTS)
+        return f"{node.op_type}.{attr.name} = {attr.i}"
+    how = rng.choice(["set", "drop", "add"]) if attr.ints else "add"
+    if how == "set":
+        attr.ints[rng.randrange(len(attr.ints))] = rng.choice(EDGE_INTS)
+    elif how == "drop":
+        del attr.ints[rng.randrange(len(attr.ints))]
+    else:
+        attr.ints.append(rng.choice(EDGE_INTS))
+    return f"{node.op_type}.{attr.name} = {list(attr.ints)}"
+
+
+def attr_float(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """A FLOAT attribute (epsilon, alpha, scales, ...) set to NaN, inf, 0 or a huge value."""
+    from onnx import AttributeProto
+
+    found = [(n, a) for n in model.graph.node for a in n.attribute if a.type == AttributeProto.FLOAT]
+    if not found:
+        return None
+    node, attr = rng.choice(found)
+    attr.f = rng.choice(EDGE_FLOATS)
+    return f"{node.op_type}.{attr.name} = {attr.f}"
+
+
+def _edge_value(arr: np.ndarray, rng: Random) -> Any:
+    if arr.dtype.kind == "f":
+        return rng.choice(EDGE_FLOATS)
+    if arr.dtype.kind == "b":
+        return not bool(arr.flat[0])
+    info = np.iinfo(arr.dtype)
+    return max(info.min, min(info.max, rng.choice(EDGE_INTS)))
+
+
+def init_value(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """One element of an initializer (a shape, indices, pads, a weight) at an edge value."""
+    from onnx import numpy_helper
+
+    inits = [t for t in model.graph.initializer if t.dims and 0 < int(np.prod(t.dims)) <= 1 << 16]
+    if not inits:
+        return None
+    t = rng.choice(inits)
+    arr = numpy_helper.to_array(t).copy()
+    if arr.dtype.kind not in "fiub":
+        return None
+    i = rng.randrange(arr.size)
+    arr.flat[i] = _edge_value(arr, rng)
+    t.CopyFrom(numpy_helper.from_array(arr, t.name))
+    return f"initializer {t.name}[{i}] = {arr.flat[i]}"
+
+
+def feed_value(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """One element of an input at an edge value (an index past the end, a negative shape, NaN)."""
+    usable = [k for k, f in enumerate(feeds) if f.size and f.dtype.kind in "fiub"]
+    if not usable:
+        return None
+    k = rng.choice(usable)
+    arr = feeds[k] = feeds[k].copy()
+    i = rng.randrange(arr.size)
+    arr.flat[i] = _edge_value(arr, rng)
+    return f"input {k}[{i}] = {arr.flat[i]}"
+
+
+def feed_shape(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """An input fed with one dim changed (0, one less, one more) or one axis more or less."""
+    if not feeds:
+        return None
+    k = rng.randrange(len(feeds))
+    arr = feeds[k]
+    shape = list(arr.shape)
+    how = rng.choice(["dim", "rank"]) if shape else "rank"
+    if how == "dim":
+        d = rng.randrange(len(shape))
+        shape[d] = rng.choice([0, max(shape[d] - 1, 0), shape[d] + 1])
+    elif shape and rng.random() < 0.5:
+        shape.pop()
+    else:
+        shape.append(rng.choice([1, 2]))
+    n = int(np.prod(shape))
+    flat = np.resize(arr.reshape(-1), n) if arr.size else np.zeros(n, arr.dtype)
+    feeds[k] = flat.reshape(shape).astype(arr.dtype)
+    return f"input {k} fed as {tuple(shape)} (declared {arr.shape})"
+
+
+def feed_dtype(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """An input fed in another dtype."""
+    if not feeds:
+        return None
+    k = rng.randrange(len(feeds))
+    to = rng.choice([np.float64, np.float32, np.int64, np.int32, np.bool_, np.float16, np.uint8])
+    with np.errstate(all="ignore"):
+        feeds[k] = feeds[k].astype(to)
+    return f"input {k} fed as {np.dtype(to).name}"
+
+
+def input_dim(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """A graph input's declared dim changed (and fed so): shape inference meets new sizes."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if not inputs or len(inputs) != len(feeds):
+        return None
+    k = rng.randrange(len(inputs))
+    dims = inputs[k].type.tensor_type.shape.dim
+    fixed = [d for d in dims if d.HasField("dim_value")]
+    if not fixed:
+        return None
+    j = rng.randrange(len(fixed))
+    fixed[j].dim_value = rng.choice([0, 1, fixed[j].dim_value + 1, 2 * fixed[j].dim_value + 3])
+    shape = [
+        d.dim_value if d.HasField("dim_value") else s for d, s in zip(dims, feeds[k].shape, strict=False)
+    ]
+    if len(shape) == feeds[k].ndim:
+        n = int(np.prod(shape))
+        arr = feeds[k]
+        feeds[k] = (np.resize(arr.reshape(-1), n) if arr.size else np.zeros(n, arr.dtype)).reshape(shape)
+    return f"input {inputs[k].name} declared and fed as {tuple(shape)}"
+
+
+def opset(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """The default domain's opset changed (ops are versioned by it)."""
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = rng.choice([1, 6, 7, 9, 11, 13, 17, 19, 21, 23, 99])
+            return f"opset {o.version}"
+    return None
+
+
+MUTATORS: dict[str, Mutator] = {
+    "attr_int": attr_int,
+    "attr_float": attr_float,
+    "init_value": init_value,
+    "feed_value": feed_value,
+    "feed_shape": feed_shape,
+    "feed_dtype": feed_dtype,
+    "input_dim": input_dim,
+    "opset": opset,
+}
+BYTE_MUTATIONS = ("flip", "cut")
+
+
+def _bytes_mutation(data: bytes, rng: Random) -> tuple[bytes, str]:
+    if rng.choice(BYTE_MUTATIONS) == "cut":
+        n = rng.randrange(len(data))
+        return data[:n], f"cut to {n} of {len(data)} bytes"
+    buf = bytearray(data)
+    at = sorted(rng.randrange(len(buf)) for _ in range(rng.randint(1, 8)))
+    for i in at:
+        buf[i] ^= 1 << rng.randrange(8)
+    return bytes(buf), f"bits flipped at {at}"
+
+
+def mutate(case: Any, rng: Random) -> tuple[bytes, list[np.ndarray], list[str]]:
+    """The serialized mutated model, its feeds and what was changed."""
+    from onnx import ModelProto
+
+    model = ModelProto()
+    model.CopyFrom(case.model)
+    feeds = [np.array(x) for x in case.inputs]
+    done: list[str] = []
+    names = sorted(MUTATORS)
+    for _ in range(rng.randint(1, 3)):
+        what = MUTATORS[rng.choice(names)](model, feeds, rng)
+        if what is not None:
+            done.append(what)
+    data = model.SerializeToString()
+    if not done or rng.random() < 0.1:
+        data, what = _bytes_mutation(data, rng)
+        done.append(what)
+    return data, feeds, done
+
+
+def run_one(seed: int, index: int) -> dict[str, Any]:
+    """Mutate and run model ``index`` of ``seed``; a report in ``tests/fuzz.py``'s format
+    (``mismatches``: untyped exceptions; ``outcome``: ran, or the typed error's class)."""
+    from asyncjit.errors import JitError
+
+    cases = corpus(tuple(os.environ.get("ASYNCJIT_FUZZ_ONNX_KINDS", ",".join(KINDS)).split(",")))
+    rng = Random(f"{seed}:{index}")
+    case = cases[rng.randrange(len(cases))]
+    data, feeds, done = mutate(case, rng)
+    report: dict[str, Any] = {
+        "case": index,
+        "graph": f"model {case.kind}/{case.name}; " + "; ".join(done),
+        "runs": 1,
+        "bindings": 1,
+        "mismatches": [],
+    }
+    try:
+        import asyncjit.onnx as ao
+
+        with np.errstate(all="ignore"):
+            sess = ao.InferenceSession(data)
+            names = [i.name for i in sess.get_inputs()]
+            sess.run(None, dict(zip(names, feeds, strict=False)))
+        report["outcome"] = "ran"
+    except JitError as exc:
+        report["outcome"] = type(exc).__name__
+    except Exception as exc:  # what a bad model must never give
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        report["outcome"] = "untyped"
+        report["mismatches"] = [f"untyped {type(exc).__name__}: {first}"]
+    return report

@@ -1,0 +1,192 @@
+"""Malformed and hostile ONNX models get a typed error (``OnnxImportError``, ``TensorError``,
+``OutOfMemoryError``, ...), never another exception: the classes ``python tests/fuzz.py --onnx``
+found, each by a hand-made model, and a fixed slice of that fuzzer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+import onnx
+from onnx import TensorProto, helper
+
+import asyncjit.onnx as ao
+from asyncjit import Tensor, Var
+from asyncjit import dtypes as dt
+from asyncjit.compiler import compile as compile_graph
+from asyncjit.errors import JitError, OnnxImportError, OutOfMemoryError, TensorError
+from asyncjit.graph._node import allocate_bytes
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None, opset: int = 18) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits or [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+def _io(name: str, shape: list[int], elem: int = F) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _relu() -> bytes:
+    return _model([helper.make_node("Relu", ["x"], ["y"])], [_io("x", [2])], [_io("y", [2])])
+
+
+def _not_utf8() -> bytes:
+    data = _relu()
+    assert data.count(b"Relu") == 1
+    return data.replace(b"Relu", b"R\xffl\xfe")  # the same length: still a valid protobuf
+
+
+def _undefined_elem_type() -> bytes:
+    return _model([helper.make_node("Relu", ["x"], ["y"])], [_io("x", [2], 0)], [_io("y", [2])])
+
+
+def _zero_stride_pool() -> bytes:
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 1])
+    return _model([node], [_io("x", [1, 1, 4, 4])], [_io("y", None)])
+
+
+def _bad_tensor_attribute() -> bytes:
+    value = helper.make_tensor("v", F, [3], [1.0, 2.0, 3.0])
+    del value.float_data[:]  # dims say 3 elements, the data holds none
+    node = helper.make_node("Constant", [], ["c"], value=value)
+    add = helper.make_node("Add", ["x", "c"], ["y"])
+    return _model([node, add], [_io("x", [3])], [_io("y", [3])])
+
+
+def _bad_initializer() -> bytes:
+    w = helper.make_tensor("w", F, [2], [1.0, 2.0])
+    w.dims[0] = 4  # 2 values for 4 elements
+    return _model([helper.make_node("Add", ["x", "w"], ["y"])], [_io("x", [4])], [_io("y", [4])], [w])
+
+
+def _huge_scan_count() -> bytes:
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "e"], ["s2"]), helper.make_node("Identity", ["s2"], ["o"])],
+        "body",
+        [_io("s", []), _io("e", [])],
+        [_io("s2", []), _io("o", [])],
+    )
+    scan = helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=body, num_scan_inputs=2**40)
+    return _model([scan], [_io("s0", []), _io("xs", [3])], [_io("s", []), _io("ys", [3])])
+
+
+def _zero_kernel_conv() -> bytes:
+    w = helper.make_tensor("w", F, [1, 1, 0], [])
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    return _model([node], [_io("x", [1, 1, 5])], [_io("y", None)], [w])
+
+
+def _einsum_without_equation() -> bytes:
+    node = helper.make_node("Einsum", ["x"], ["y"])  # "equation" is required
+    return _model([node], [_io("x", [2, 3])], [_io("y", None)], opset=12)
+
+
+def _split_into_2_31() -> bytes:
+    node = helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2**31 - 1)
+    return _model([node], [_io("x", [4])], [_io("a", None), _io("b", None)])
+
+
+def _pool_window_2_40() -> bytes:
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2**40], auto_pad="SAME_LOWER")
+    return _model([node], [_io("x", [1, 3, 32, 32])], [_io("y", None)])
+
+
+BAD_MODELS = {
+    "an op type that is not UTF-8": (_not_utf8, "not UTF-8 text"),
+    "an input of element type 0 (UNDEFINED)": (_undefined_elem_type, "element type 0"),
+    "a pool stride of 0": (_zero_stride_pool, "strides must be 2 ints >= 1"),
+    "a tensor attribute whose data and dims disagree": (_bad_tensor_attribute, "unreadable attribute"),
+    "an initializer whose data and dims disagree": (_bad_initializer, "initializer 'w' is unreadable"),
+    "a Scan over 2^40 inputs": (_huge_scan_count, "num_scan_inputs"),
+    "a conv kernel of width 0": (_zero_kernel_conv, "kernel_shape must be 1 ints >= 1"),
+    "an Einsum without its equation": (_einsum_without_equation, "Einsum"),
+    "a Split into 2^31 - 1 parts": (_split_into_2_31, "num_outputs must equal the node's 2 outputs"),
+    "a pool window of 2^40": (_pool_window_2_40, "must stay under 2\\^31"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MODELS))
+def test_malformed_models_raise_onnx_import_errors(case: str) -> None:
+    make, words = BAD_MODELS[case]
+    with pytest.raises(OnnxImportError, match=words):
+        ao.InferenceSession(make())
+
+
+@pytest.mark.parametrize("op", ["conv", "conv1d"])
+def test_conv_weights_with_an_empty_dim_are_refused_when_the_graph_is_built(op: str) -> None:
+    """Out channels, in channels or kernel of 0: refused by the graph with a ``TensorError``
+    (the kernels need each >= 1; it once passed the graph and failed in codegen)."""
+    x = Tensor.placeholder((1, 3, 8), dt.float32)
+    for shape in [(0, 3, 3), (2, 3, 0)]:
+        w = Tensor.const(np.ones(shape, np.float32))
+        with pytest.raises(TensorError, match="must be >= 1"):
+            x.conv(w) if op == "conv" else x.conv1d(w)
+
+
+def test_avg_pools_with_long_windows_count_their_taps_in_a_loop() -> None:
+    """The divisor of an average pool's last axis was unrolled tap by tap at compile time (a
+    window of 2^30 never finished compiling); beyond 8 taps it is a loop now, same results."""
+    from asyncjit import reference
+
+    rng = np.random.default_rng(0)
+    x = Tensor.placeholder((1, 2, 5, 40), dt.float32)
+    xv = rng.standard_normal((1, 2, 5, 40)).astype(np.float32)
+    for k, stride, dil, pads, include in [
+        (9, 1, 1, (4, 4), True),
+        (12, 3, 2, (5, 7), False),
+        (40, 1, 1, (39, 39), True),
+    ]:
+        y = x.avg_pool(
+            (2, k), strides=(1, stride), dilations=(1, dil), pads=((1, 0), pads), count_include_pad=include
+        )
+        want = reference.evaluate([y], {x: xv}, {})[0]
+        np.testing.assert_allclose(compile_graph([y], [x]).run([xv])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_memory_a_plan_cannot_get_is_an_out_of_memory_error() -> None:
+    """A plan whose arena (sized for its vars' largest values) cannot be allocated: a typed
+    ``OutOfMemoryError`` (a ``MemoryError``) naming the plan, when it is loaded."""
+    with pytest.raises(OutOfMemoryError, match="for the test"):
+        allocate_bytes(1 << 62, "the test")
+    n = Var("n", 1, 1 << 50)  # 4 PiB: beyond any address space, whatever the overcommit policy
+    x = Tensor.placeholder((n,), dt.float32)
+    exe = compile_graph([x.cumsum(0) * 2.0], [x], name="huge")  # the cumsum is kept in the arena
+    assert exe.arena_bytes >= 4 << 50
+    with pytest.raises(OutOfMemoryError, match="huge") as info:
+        exe.run([np.ones(4, np.float32)], {"n": 4})
+    assert isinstance(info.value, MemoryError)
+
+
+def test_an_output_too_large_to_allocate_is_an_out_of_memory_error() -> None:
+    """An ``Expand`` to 2^52 elements (16 PiB): its output cannot be allocated when it runs."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [2**24, 2**24, 16])
+    node = helper.make_node("Expand", ["x", "shape"], ["y"])
+    sess = ao.InferenceSession(_model([node], [_io("x", [1])], [_io("y", None)], [shape]))
+    with pytest.raises(OutOfMemoryError, match="output"):
+        sess.run(None, {"x": np.ones(1, np.float32)})
+
+
+def test_fuzz_onnx_slice_fixed_seed() -> None:
+    """The first mutated models of ``python tests/fuzz.py --onnx --seed 1``: every one runs or
+    raises a typed error; no worker dies."""
+    env = {**os.environ, "ASYNCJIT_CACHE_DIR": "off"}
+    cmd = [sys.executable, str(Path(__file__).with_name("fuzz.py")), "--onnx", "--seed", "1", "--cases", "80"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "graphs=80 " in done.stdout and "mismatches=0 " in done.stdout and "crashes=0 " in done.stdout
+    assert "outcomes: " in done.stdout and "ran=" in done.stdout
+
+
+def test_every_error_the_fuzzer_accepts_is_a_jit_error() -> None:
+    """The fuzzer's notion of typed: a ``JitError`` (``OutOfMemoryError`` is one)."""
+    assert issubclass(OutOfMemoryError, JitError) and issubclass(OnnxImportError, JitError)
