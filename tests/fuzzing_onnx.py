@@ -7,7 +7,11 @@ initializer and input values at their edges, input shapes and dtypes, the opset,
 input dims, flipped or cut bytes). Each must either run or raise a ``JitError`` (an
 ``OnnxImportError``, ``ShapeMismatchError``, ...): any other exception is reported as a finding
 (a bad model must get a typed error), and a worker that dies or hangs as a crash by the fuzzer's
-supervisor. Values are not compared: a mutated model has no reference output.
+supervisor. A model that runs is also run by ONNX Runtime (when installed) on the same feeds:
+where both run, the outputs must agree (shape, dtype, values within ``RTOL``/``ATOL``), except
+where a mutation put NaN or inf in play (NaN's order in min/max and its absorption by an
+ignored element are where the two runtimes legitimately differ) or an output is a low-precision
+float (ONNX Runtime hands those out as raw bits).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = ["MUTATORS", "corpus", "run_one"]
 EDGE_INTS = (-(2**62), -(2**31), -1000, -3, -2, -1, 0, 1, 2, 3, 7, 1000, 2**31 - 1, 2**40)
 EDGE_FLOATS = (math.nan, math.inf, -math.inf, 0.0, -1.0, 1e30, -1e30, 1e-30)
 KINDS = ("node", "simple", "pytorch-operator", "pytorch-converted")
+RTOL, ATOL = 1e-3, 1e-4
 
 
 @functools.cache
@@ -120,7 +125,8 @@ def feed_value(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
     arr = feeds[k] = feeds[k].copy()
     i = rng.randrange(arr.size)
     arr.flat[i] = _edge_value(arr, rng)
-    return f"input {k}[{i}] = {arr.flat[i]}"
+    kind = " (an int input)" if arr.dtype.kind in "iu" else ""
+    return f"input {k}[{i}] = {arr.flat[i]}{kind}"
 
 
 def feed_shape(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
@@ -231,6 +237,66 @@ def mutate(case: Any, rng: Random) -> tuple[bytes, list[np.ndarray], list[str]]:
     return data, feeds, done
 
 
+def _peer(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:
+    """ONNX Runtime's outputs (one thread) for the same model and feeds; None where it refuses
+    them or is not installed."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        named = {i.name: f for i, f in zip(sess.get_inputs(), feeds, strict=False)}
+        return [np.asarray(v) for v in sess.run(None, named)]
+    except Exception:  # ONNX Runtime refusing a mutated model is its own business
+        return None
+
+
+def _differs(ours: list[np.ndarray], theirs: list[np.ndarray]) -> str | None:
+    """How our outputs differ from ONNX Runtime's, or None."""
+    if len(ours) != len(theirs):
+        return f"{len(ours)} outputs, ONNX Runtime {len(theirs)}"
+    for k, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        a = np.asarray(a)
+        if (
+            a.dtype.kind == "V"
+            or b.dtype.kind == "V"
+            or a.dtype.name.startswith(("float8", "float4", "bfloat"))
+        ):
+            continue  # a low-precision float: ONNX Runtime returns its bits
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {k}: {a.dtype}{a.shape}, ONNX Runtime {b.dtype}{b.shape}"
+        if a.dtype.kind in "fc":
+            with np.errstate(all="ignore"):
+                b64 = b.astype(np.float64)
+                finite = np.abs(b64[np.isfinite(b64)])
+                # an exact 0 among sums of larger terms (a DFT) carries their rounding
+                scale = max(1.0, float(finite.max())) if finite.size else 1.0
+                same = np.isclose(a.astype(np.float64), b64, RTOL, ATOL * scale, equal_nan=True)
+        else:
+            same = a == b
+        if not np.all(same):
+            at = np.argwhere(~np.asarray(same))[0].tolist() if a.ndim else []
+            return f"output {k} at {at}: {a[tuple(at)]!r}, ONNX Runtime {b[tuple(at)]!r}"
+    return None
+
+
+def _special(feeds: list[np.ndarray], done: list[str]) -> bool:
+    """Whether the two runtimes may legitimately differ: NaN, inf or magnitudes from 1e15 in a
+    feed, an attribute or an initializer (NaN's order in min/max, overflow inside a
+    normalization, absolute errors of 1e30-sized sums), or an int input changed (an index or a
+    label out of range: ONNX Runtime refuses some, leaves others undefined; we clamp)."""
+    text = " ".join(done)
+    # ignore_index: labels it used to skip become out of range, which ONNX leaves undefined
+    if any(w in text for w in ("nan", "inf", "e+", "an int input", "ignore_index")):
+        return True
+    with np.errstate(all="ignore"):
+        return any(f.dtype.kind in "fc" and not (np.abs(f) < 1e15).all() for f in feeds)
+
+
 def run_one(seed: int, index: int) -> dict[str, Any]:
     """Mutate and run model ``index`` of ``seed``; a report in ``tests/fuzz.py``'s format
     (``mismatches``: untyped exceptions; ``outcome``: ran, or the typed error's class)."""
@@ -253,8 +319,12 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
         with np.errstate(all="ignore"):
             sess = ao.InferenceSession(data)
             names = [i.name for i in sess.get_inputs()]
-            sess.run(None, dict(zip(names, feeds, strict=False)))
-        report["outcome"] = "ran"
+            ours = sess.run(None, dict(zip(names, feeds, strict=False)))
+        theirs = None if _special(feeds, done) else _peer(data, feeds)
+        report["outcome"] = "ran" if theirs is None else "ran, as ONNX Runtime"
+        if theirs is not None and (why := _differs(ours, theirs)) is not None:
+            report["outcome"] = "ran, unlike ONNX Runtime"
+            report["mismatches"] = [f"differs from ONNX Runtime: {why}"]
     except JitError as exc:
         report["outcome"] = type(exc).__name__
     except Exception as exc:  # what a bad model must never give

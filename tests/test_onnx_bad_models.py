@@ -101,6 +101,11 @@ def _pool_window_2_40() -> bytes:
     return _model([node], [_io("x", [1, 3, 32, 32])], [_io("y", None)])
 
 
+def _keepdims_2() -> bytes:
+    node = helper.make_node("ArgMax", ["x"], ["y"], axis=0, keepdims=2)
+    return _model([node], [_io("x", [3, 4])], [_io("y", None, TensorProto.INT64)])
+
+
 BAD_MODELS = {
     "an op type that is not UTF-8": (_not_utf8, "not UTF-8 text"),
     "an input of element type 0 (UNDEFINED)": (_undefined_elem_type, "element type 0"),
@@ -112,6 +117,7 @@ BAD_MODELS = {
     "an Einsum without its equation": (_einsum_without_equation, "Einsum"),
     "a Split into 2^31 - 1 parts": (_split_into_2_31, "num_outputs must equal the node's 2 outputs"),
     "a pool window of 2^40": (_pool_window_2_40, "must stay under 2\\^31"),
+    "keepdims = 2 (a 0/1 attribute)": (_keepdims_2, "'keepdims' must be 0 or 1, got 2"),
 }
 
 

@@ -169,13 +169,13 @@ def _rotary_embedding(n: NodeCtx, ins: list[Value | None]) -> Value:
         raise n.fail(f"the cos/sin caches' last dim must be rotary_embedding_dim / 2 = {half}")
     cos, sin = cos.cast(x.dtype).unsqueeze(2), sin.cast(x.dtype).unsqueeze(2)
     rotate, keep = x[:, :, :, :rot], x[:, :, :, rot:]
-    if n.attr("interleaved", 0):
+    if n.flag("interleaved", 0):
         pairs = rotate.reshape(b, s, x.shape[2], half, 2)
         x1, x2 = pairs[:, :, :, :, 0], pairs[:, :, :, :, 1]
     else:
         x1, x2 = rotate[:, :, :, :half], rotate[:, :, :, half:]
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
-    if n.attr("interleaved", 0):
+    if n.flag("interleaved", 0):
         rotated = Tensor.stack([real, imag], -1).reshape(*rotate.shape)
     else:
         rotated = Tensor.cat([real, imag], -1)

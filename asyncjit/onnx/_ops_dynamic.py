@@ -64,7 +64,7 @@ def _non_max_suppression(n: NodeCtx, ins: list[Value | None]) -> Value:
     ):
         raise n.fail(f"boxes {boxes.shape} and scores {scores.shape} must be static [B, N, 4] and [B, C, N]")
     # pairwise suppression between boxes of a batch: IoU above the threshold (ONNX's strict tests)
-    x0, x1, y0, y1 = _extent(boxes, bool(n.attr("center_point_box", 0)))
+    x0, x1, y0, y1 = _extent(boxes, n.flag("center_point_box", 0))
     area = (x1 - x0) * (y1 - y0)
     iw = x1.unsqueeze(2).minimum(x1.unsqueeze(1)) - x0.unsqueeze(2).maximum(x0.unsqueeze(1))
     ih = y1.unsqueeze(2).minimum(y1.unsqueeze(1)) - y0.unsqueeze(2).maximum(y0.unsqueeze(1))
@@ -118,7 +118,7 @@ def _unique(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     before = (a.take_along_axis(first_diff, 2) < b.take_along_axis(first_diff, 2)).reshape(count, count)
     first = same.cast(dt.int32).argmax(1)  # each entry's first occurrence
     is_first = first == Tensor.arange(count, dt.int64)
-    if n.attr("sorted", 1):  # slot = how many distinct entries sort before it
+    if n.flag("sorted", 1):  # slot = how many distinct entries sort before it
         slot = (is_first.unsqueeze(1) & before & ~same).cast(dt.int64).sum(0)
     else:  # slot = order of first occurrence
         slot = (is_first.cast(dt.int64).cumsum(0) - 1).gather(0, first)

@@ -326,7 +326,7 @@ def round_half_even(x: Tensor) -> Tensor:
 @op("IsInf")
 def _isinf(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
+    pos, neg = n.flag("detect_positive", 1), n.flag("detect_negative", 1)
     out = Tensor.zeros(x.shape, dt.bool_)
     if pos:
         out = out | (x == float("inf"))

@@ -84,7 +84,7 @@ def convert(
 @op("Cast")
 def _cast(n: NodeCtx, ins: list[Value | None]) -> Value:
     to = np_dtype(n.attr("to"))
-    out = convert(n, ins[0], to, saturate=bool(n.attr("saturate", 1)), round_mode=n.attr("round_mode", "up"))
+    out = convert(n, ins[0], to, saturate=n.flag("saturate", 1), round_mode=n.attr("round_mode", "up"))
     return out  # type: ignore[return-value]
 
 
@@ -94,7 +94,7 @@ def _cast_like(n: NodeCtx, ins: list[Value | None]) -> Value:
         raise n.fail("target_type is missing")
     to = dtype_of(ins[1])
     out = _folded(
-        convert(n, ins[0], to, saturate=bool(n.attr("saturate", 1)), round_mode=n.attr("round_mode", "up")),
+        convert(n, ins[0], to, saturate=n.flag("saturate", 1), round_mode=n.attr("round_mode", "up")),
         ins[0],
     )
     return out  # type: ignore[return-value]
@@ -195,7 +195,7 @@ def _quantize(n: NodeCtx, ins: list[Value | None]) -> Value:
         qi = qi.clip(lo, hi)
         return encode(qi, target) if is_lowp_dtype(target) else qi.cast(dt.from_numpy(target))  # type: ignore[return-value]
     if target.name in FLOAT8_SATURATING:  # the zero point is ignored (it must be 0)
-        return encode(q, target, saturate=bool(n.attr("saturate", 1)))  # type: ignore[return-value]
+        return encode(q, target, saturate=n.flag("saturate", 1))  # type: ignore[return-value]
     if target.name == "float4_e2m1fn":
         if zp is not None:
             q = q.cast(dt.float32) + _param(n, _decoded(n, zp), shape, block)

@@ -34,9 +34,9 @@ def _matmul(n: NodeCtx, ins: list[Value | None]) -> Value:
 @op("Gemm")
 def _gemm(n: NodeCtx, ins: list[Value | None]) -> Value:
     a, b = n.t(ins[0]), n.t(ins[1])
-    if n.attr("transA", 0):
+    if n.flag("transA", 0):
         a = a.T
-    if n.attr("transB", 0):
+    if n.flag("transB", 0):
         b = b.T  # a constant weight is stored transposed once by constant folding (passes._fold)
     out = a @ b
     alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
@@ -153,7 +153,7 @@ def _conv_transpose(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
     kernel = [int(v) for v in n.attr("kernel_shape")]
-    ceil = bool(n.attr("ceil_mode", 0))
+    ceil = n.flag("ceil_mode", 0)
     strides, dil, pads, _ = window_geometry(n, x.shape[2:], kernel, ceil)
     if kind == "max":
         return x.max_pool(kernel, strides, pads, dil, ceil)
@@ -162,7 +162,7 @@ def _pool(n: NodeCtx, x: Tensor, kind: str) -> Tensor:
         count = float(prod(kernel))
         pooled = x.abs().pow(p).avg_pool(kernel, strides, pads, dil, ceil, True)
         return (pooled * count).pow(1.0 / p).cast(x.dtype)
-    return x.avg_pool(kernel, strides, pads, dil, ceil, bool(n.attr("count_include_pad", 0))).cast(x.dtype)
+    return x.avg_pool(kernel, strides, pads, dil, ceil, n.flag("count_include_pad", 0)).cast(x.dtype)
 
 
 @op("MaxPool")
@@ -180,7 +180,7 @@ def _max_pool_with_indices(n: NodeCtx, x: Tensor) -> list[Value | None]:
     if not all(isinstance(d, int) for d in spatial):
         raise n.fail("MaxPool's Indices output needs static spatial dims")
     dims = [int(d) for d in spatial]
-    strides, dil, pads, outs = window_geometry(n, dims, kernel, bool(n.attr("ceil_mode", 0)))
+    strides, dil, pads, outs = window_geometry(n, dims, kernel, n.flag("ceil_mode", 0))
     out = [int(o) for o in outs]
     taps = np.array(list(np.ndindex(*kernel)))  # [K, r]
     cells = np.array(list(np.ndindex(*out)))  # [Q, r]
@@ -530,7 +530,7 @@ def _dynamic_quantize(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]
 
 def _window(n: NodeCtx, ins: list[Value | None], coeffs: tuple[float, ...]) -> Value:
     size = int(n.const(ins[0], "size").reshape(-1)[0])
-    periodic = bool(n.attr("periodic", 1))
+    periodic = n.flag("periodic", 1)
     denom = size if periodic else size - 1
     k = np.arange(size, dtype=np.float64)
     w = np.zeros(size)

@@ -27,7 +27,7 @@ def _reduce_axes(
         else:
             axes = []
         if not axes:
-            return None if n.attr("noop_with_empty_axes", 0) else tuple(range(ndim))
+            return None if n.flag("noop_with_empty_axes", 0) else tuple(range(ndim))
     else:
         given = n.attr("axes")
         axes = list(given) if given is not None else list(range(ndim))
@@ -40,7 +40,7 @@ def _reduction(name: str, fn: Callable[[Tensor, tuple[int, ...], bool], Tensor],
         axes = _reduce_axes(n, ins, x.ndim, since)
         if axes is None:
             return x
-        keep = bool(n.attr("keepdims", 1))
+        keep = n.flag("keepdims", 1)
         if not axes:
             return x
         return fn(x, axes, keep)
@@ -86,7 +86,7 @@ _reduction("ReduceLogSumExp", _logsumexp)
 def _arg(n: NodeCtx, ins: list[Value | None], largest: bool) -> Value:
     x = n.t(ins[0])
     axis = axis_of(n.attr("axis", 0), x.ndim, n)
-    keep, last = bool(n.attr("keepdims", 1)), bool(n.attr("select_last_index", 0))
+    keep, last = n.flag("keepdims", 1), n.flag("select_last_index", 0)
     return x.argmax(axis, keep, last) if largest else x.argmin(axis, keep, last)
 
 
@@ -99,7 +99,7 @@ def _topk(n: NodeCtx, ins: list[Value | None]) -> list[Value]:
     x = n.t(ins[0])
     k = int(n.const(ins[1], "K").reshape(-1)[0]) if n.opset >= 10 else int(n.attr("k"))
     axis = axis_of(n.attr("axis", -1), x.ndim, n)
-    values, indices = x.topk(k, axis, bool(n.attr("largest", 1)))
+    values, indices = x.topk(k, axis, n.flag("largest", 1))
     return [values, indices]
 
 
@@ -218,7 +218,7 @@ def _scatter_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
 def _cumsum(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     axis = axis_of(int(n.const(ins[1], "axis").reshape(-1)[0]), x.ndim, n)
-    return x.cumsum(axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
+    return x.cumsum(axis, n.flag("exclusive", 0), n.flag("reverse", 0))
 
 
 @op("OneHot")
@@ -260,7 +260,7 @@ def _cumprod(n: NodeCtx, ins: list[Value | None]) -> Value:
     d = x.shape[axis]
     if not isinstance(d, int):
         raise n.fail("CumProd needs a static axis length")
-    exclusive, rev = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
+    exclusive, rev = n.flag("exclusive", 0), n.flag("reverse", 0)
     x = reverse_axis(x, axis) if rev else x
     parts: list[Tensor] = []
     acc: Tensor | None = None

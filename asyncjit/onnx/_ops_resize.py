@@ -106,8 +106,8 @@ def _axis_weights(
         "coordinate_transformation_mode",
         "half_pixel" if n.op_type == "Resize" and n.opset >= 11 else "asymmetric",
     )
-    antialias = bool(n.attr("antialias", 0))
-    exclude = bool(n.attr("exclude_outside", 0))
+    antialias = n.flag("antialias", 0)
+    exclude = n.flag("exclude_outside", 0)
     w = np.zeros((n_out, n_in))
     outside = np.zeros(n_out, bool)
     for x in range(n_out):
@@ -264,7 +264,7 @@ def _attention(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
                 else m.cast(dt.float32).pad(pad, "constant", float("-inf"))
             )
         bias = Tensor.select(m, 0.0, float("-inf")) if m.dtype.is_bool else m.cast(dt.float32)
-    if n.attr("is_causal", 0):
+    if n.flag("is_causal", 0):
         causal = Tensor.select(cols <= rows + shift, 0.0, float("-inf"))
         bias = causal if bias is None else bias + causal
     left, right = n.attr("left_window_size", -1), n.attr("right_window_size", -1)
@@ -287,6 +287,8 @@ def _attention(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     if bias is not None:
         scores = scores + bias
     mode = n.attr("qk_matmul_output_mode", 0)
+    if mode not in (0, 1, 2, 3):
+        raise n.fail(f"qk_matmul_output_mode must be 0, 1, 2 or 3, got {mode!r}")
     if mode == 2:
         qk_out = scores
     precision = n.attr("softmax_precision")

@@ -84,7 +84,7 @@ def _prepare(
 ) -> tuple[Tensor, int, Dim, Dim, int, Tensor | None, Dim]:
     """X as [T, B, I] (padded to the bound of a symbolic T), its T, B, hidden size, lengths."""
     x = n.t(ins[0])
-    if n.attr("layout", 0):
+    if n.flag("layout", 0):
         x = x.transpose(0, 1)
     T, B = x.shape[0], x.shape[1]
     H = n.attr("hidden_size") or int(n.t(ins[2]).shape[-1])
@@ -171,12 +171,12 @@ def _run(
     Y = Tensor.stack(ys, 1)  # [T, D, B, H]
     if not isinstance(T, int):
         Y = Y.shrink([(0, T), None, None, None])
-    if n.attr("layout", 0):
+    if n.flag("layout", 0):
         Y = Y.permute(2, 0, 1, 3)
     results: list[Value | None] = [Y]
     for s in range(states):
         fin = Tensor.stack([f[s] for f in finals], 0)
-        results.append(fin.transpose(0, 1) if n.attr("layout", 0) else fin)
+        results.append(fin.transpose(0, 1) if n.flag("layout", 0) else fin)
     return results
 
 
@@ -204,7 +204,7 @@ def _lstm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     bias = _biases(n, ins, 4, H, n.t(ins[0]).dtype)
     P = n.t(ins[7]) if len(ins) > 7 and ins[7] is not None else None
     clip = _clip(n)
-    couple = bool(n.attr("input_forget", 0))
+    couple = n.flag("input_forget", 0)
 
     def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
         h, c = carry
@@ -237,7 +237,7 @@ def _gru(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     dtype = n.t(ins[0]).dtype
     B_all = n.t(ins[3]).cast(dtype) if len(ins) > 3 and ins[3] is not None else None
     clip = _clip(n)
-    lbr = bool(n.attr("linear_before_reset", 0))
+    lbr = n.flag("linear_before_reset", 0)
 
     def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
         (h,) = carry

@@ -93,7 +93,7 @@ def _grid_sample(n: NodeCtx, ins: list[Value | None]) -> Value:
     mode = _text(n, "mode", "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)  # the opset-16 names
     padding = _text(n, "padding_mode", "zeros")
-    align = bool(n.attr("align_corners", 0))
+    align = n.flag("align_corners", 0)
     if mode not in ("nearest", "linear", "cubic") or padding not in ("zeros", "border", "reflection"):
         raise n.fail(f"mode {mode!r} / padding_mode {padding!r} is not supported")
     r = x.ndim - 2
@@ -154,7 +154,7 @@ def _affine_grid(n: NodeCtx, ins: list[Value | None]) -> Value:
     spatial = size[2:]
     if len(spatial) not in (2, 3) or theta.ndim != 3 or theta.shape[1:] != (len(spatial), len(spatial) + 1):
         raise n.fail(f"theta {theta.shape} does not fit size {size} (N x 2 x 3 for 2-D, N x 3 x 4 for 3-D)")
-    base = Tensor.const(_base_grid(spatial, bool(n.attr("align_corners", 0))))  # [P, r + 1]
+    base = Tensor.const(_base_grid(spatial, n.flag("align_corners", 0)))  # [P, r + 1]
     grid = theta.cast(dt.float32) @ base.T  # [N, r, P]
     return grid.permute(0, 2, 1).reshape(theta.shape[0], *spatial, len(spatial)).cast(theta.dtype)
 

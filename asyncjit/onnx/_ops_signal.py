@@ -82,7 +82,7 @@ def dft_last(
 
 
 def _dft(n: NodeCtx, x: Tensor, length_in: Value | None, axis: int) -> Value:
-    inverse, onesided = bool(n.attr("inverse", 0)), bool(n.attr("onesided", 0))
+    inverse, onesided = n.flag("inverse", 0), n.flag("onesided", 0)
     axis = axis % x.ndim
     if axis == x.ndim - 1:
         raise n.fail("axis must be a signal axis, not the last (real/imaginary) one")
@@ -149,7 +149,7 @@ def _stft(n: NodeCtx, ins: list[Value | None]) -> Value:
 
     re = framed(xf[:, :, 0])
     im = framed(xf[:, :, 1]) if int(x.shape[2]) == 2 else None
-    real, imag = dft_last(re, im, length, False, bool(n.attr("onesided", 1)))
+    real, imag = dft_last(re, im, length, False, n.flag("onesided", 1))
     assert imag is not None
     return Tensor.stack([real, imag], -1).cast(x.dtype)
 

@@ -83,6 +83,18 @@ class NodeCtx:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
+    def flag(self, name: str, default: int) -> bool:
+        """A 0/1 attribute (``keepdims``, ``transA``, ``interleaved``, ...) as a bool.
+
+        Raises:
+            OnnxImportError: any other value (ONNX Runtime reads ``== 1``, ONNX's reference
+                implementation ``!= 0``: a model with 2 or -1 means different things to them).
+        """
+        value = self.attrs.get(name, default)
+        if value not in (0, 1) or isinstance(value, float):
+            raise self.fail(f"attribute {name!r} must be 0 or 1, got {value!r}")
+        return bool(value)
+
     def fail(self, why: str) -> OnnxImportError:
         """An import error naming this node."""
         return OnnxImportError(f"node {self.name!r} ({self.op_type}): {why}")
