@@ -184,6 +184,20 @@ class TestNonzeroMasks:
         np.testing.assert_array_equal(b, np.compress(cv, xv))
         np.testing.assert_array_equal(c, np.compress(sv, xv, 0))
 
+    def test_compress_ignores_condition_entries_past_the_axis(self) -> None:
+        """ONNX ``Compress``: a condition longer than the axis (or the flattened tensor) has its
+        extra entries ignored; they once selected the last slice again, or an empty axis's
+        padding (found comparing mutated ONNX models with ONNX Runtime)."""
+        cond = Tensor.placeholder((4,), asyncjit.bool_, name="c")
+        cv = np.array([False, True, True, True])
+        for shape in [(2, 3), (0, 2), (3,)]:
+            x = Tensor.placeholder(shape, name="x")
+            xv = RNG.standard_normal(shape).astype(np.float32)
+            axis = 0 if len(shape) == 2 and shape[0] else None
+            (got,) = _both([x.compress(cond, axis)], [x, cond], [[xv, cv]])[0]
+            n = xv.shape[0] if axis == 0 else xv.size
+            np.testing.assert_array_equal(got, np.compress(cv[:n], xv, axis))
+
     @pytest.mark.parametrize("dtype", [np.int32, np.float32])
     def test_unique(self, dtype: Any) -> None:
         """Sorted distinct values; NaNs count once, sorted last."""

@@ -106,6 +106,12 @@ def _keepdims_2() -> bytes:
     return _model([node], [_io("x", [3, 4])], [_io("y", None, TensorProto.INT64)])
 
 
+def _empty_axes_attribute() -> bytes:
+    node = helper.make_node("ReduceSum", ["x"], ["y"], axes=[1])
+    del node.attribute[0].ints[:]  # an INTS attribute with no ints (helper cannot type an empty list)
+    return _model([node], [_io("x", [2, 3])], [_io("y", None)], opset=11)
+
+
 BAD_MODELS = {
     "an op type that is not UTF-8": (_not_utf8, "not UTF-8 text"),
     "an input of element type 0 (UNDEFINED)": (_undefined_elem_type, "element type 0"),
@@ -118,6 +124,7 @@ BAD_MODELS = {
     "a Split into 2^31 - 1 parts": (_split_into_2_31, "num_outputs must equal the node's 2 outputs"),
     "a pool window of 2^40": (_pool_window_2_40, "must stay under 2\\^31"),
     "keepdims = 2 (a 0/1 attribute)": (_keepdims_2, "'keepdims' must be 0 or 1, got 2"),
+    "an empty axes attribute (opset 11)": (_empty_axes_attribute, "empty axes attribute"),
 }
 
 

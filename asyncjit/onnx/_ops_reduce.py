@@ -30,6 +30,9 @@ def _reduce_axes(
             return None if n.flag("noop_with_empty_axes", 0) else tuple(range(ndim))
     else:
         given = n.attr("axes")
+        if given is not None and not list(given):
+            raise n.fail("an empty axes attribute reduces every axis in ONNX Runtime and none in ONNX's "
+                         "reference implementation; leave it out to reduce every axis")  # fmt: skip
         axes = list(given) if given is not None else list(range(ndim))
     return tuple(sorted({axis_of(a, ndim, n) for a in axes}))
 

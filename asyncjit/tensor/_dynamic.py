@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import dtypes as dt
 from ..errors import TensorError
 from ..graph import Node, make_node, new_data_var
-from ..symbolic import DataVar, Dim, bounds, free_vars, is_bounded, prod, upper
+from ..symbolic import DataVar, Dim, bounds, free_vars, is_bounded, prod, smin, upper
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -133,7 +133,9 @@ def masked(x: Tensor, mask: Tensor, bound: int | None = None) -> Tensor:
 def compress(x: Tensor, condition: Tensor, axis: int | None = None, bound: int | None = None) -> Tensor:
     """numpy's ``compress``: the slices of ``x`` along ``axis`` where the 1-D ``condition`` is
     true (``axis=None`` works on the flattened tensor). A condition shorter than the axis
-    selects among the first entries only, as numpy does."""
+    selects among the first entries only, as numpy does; the entries of a longer one past the
+    axis are ignored, as ONNX's ``Compress`` says (numpy raises; they once selected the last
+    entry again, or the padding of an empty axis)."""
     from ._tensor import _axis
 
     if condition.ndim != 1:
@@ -142,6 +144,9 @@ def compress(x: Tensor, condition: Tensor, axis: int | None = None, bound: int |
         x, ax = x.reshape(prod(x.shape)), 0
     else:
         ax = _axis(axis, x.ndim)
+    n_cond, n_axis = condition.shape[0], x.shape[ax]
+    if bounds(n_cond - n_axis)[1] > 0:  # can be longer than the axis
+        condition = condition[: smin(n_cond, n_axis)]
     return _take_rows(x, ax, nonzero(condition, bound))
 
 
