@@ -22,7 +22,7 @@ from asyncjit import Tensor, Var
 from asyncjit import dtypes as dt
 from asyncjit.compiler import compile as compile_graph
 from asyncjit.errors import JitError, OnnxImportError, OutOfMemoryError, TensorError
-from asyncjit.graph._node import allocate_bytes
+from asyncjit.graph._node import allocate_array
 
 F = TensorProto.FLOAT
 
@@ -34,6 +34,11 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None, 
 
 def _io(name: str, shape: list[int], elem: int = F) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _single(node: onnx.NodeProto, x_shape: list[int], y_elem: int = F, opset: int = 18) -> bytes:
+    """A model of one node from input ``x`` (float32, ``x_shape``) to output ``y``."""
+    return _model([node], [_io("x", x_shape)], [_io("y", None, y_elem)], opset=opset)
 
 
 def _relu() -> bytes:
@@ -52,7 +57,7 @@ def _undefined_elem_type() -> bytes:
 
 def _zero_stride_pool() -> bytes:
     node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 1])
-    return _model([node], [_io("x", [1, 1, 4, 4])], [_io("y", None)])
+    return _single(node, [1, 1, 4, 4])
 
 
 def _bad_tensor_attribute() -> bytes:
@@ -88,7 +93,7 @@ def _zero_kernel_conv() -> bytes:
 
 def _einsum_without_equation() -> bytes:
     node = helper.make_node("Einsum", ["x"], ["y"])  # "equation" is required
-    return _model([node], [_io("x", [2, 3])], [_io("y", None)], opset=12)
+    return _single(node, [2, 3], opset=12)
 
 
 def _split_into_2_31() -> bytes:
@@ -98,18 +103,18 @@ def _split_into_2_31() -> bytes:
 
 def _pool_window_2_40() -> bytes:
     node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2**40], auto_pad="SAME_LOWER")
-    return _model([node], [_io("x", [1, 3, 32, 32])], [_io("y", None)])
+    return _single(node, [1, 3, 32, 32])
 
 
 def _keepdims_2() -> bytes:
     node = helper.make_node("ArgMax", ["x"], ["y"], axis=0, keepdims=2)
-    return _model([node], [_io("x", [3, 4])], [_io("y", None, TensorProto.INT64)])
+    return _single(node, [3, 4], TensorProto.INT64)
 
 
 def _empty_axes_attribute() -> bytes:
     node = helper.make_node("ReduceSum", ["x"], ["y"], axes=[1])
     del node.attribute[0].ints[:]  # an INTS attribute with no ints (helper cannot type an empty list)
-    return _model([node], [_io("x", [2, 3])], [_io("y", None)], opset=11)
+    return _single(node, [2, 3], opset=11)
 
 
 BAD_MODELS = {
@@ -170,7 +175,7 @@ def test_memory_a_plan_cannot_get_is_an_out_of_memory_error() -> None:
     """A plan whose arena (sized for its vars' largest values) cannot be allocated: a typed
     ``OutOfMemoryError`` (a ``MemoryError``) naming the plan, when it is loaded."""
     with pytest.raises(OutOfMemoryError, match="for the test"):
-        allocate_bytes(1 << 62, "the test")
+        allocate_array(1 << 62, np.uint8, "the test")
     n = Var("n", 1, 1 << 50)  # 4 PiB: beyond any address space, whatever the overcommit policy
     x = Tensor.placeholder((n,), dt.float32)
     exe = compile_graph([x.cumsum(0) * 2.0], [x], name="huge")  # the cumsum is kept in the arena

@@ -31,7 +31,7 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
-from ..graph._node import CONST_ALIGN, aligned_copy, allocate_array, allocate_bytes
+from ..graph._node import CONST_ALIGN, aligned_copy, allocate_array
 from ..profiler import _state as _trace
 from ..symbolic import Dim, compile_dims
 from ._cost import KernelInfo
@@ -96,7 +96,7 @@ class CpuLauncher:
         layout = exe.layout
         self._args = (ctypes.c_int64 * max(layout.n_slots, 1))()
         self._args_addr = ctypes.addressof(self._args)
-        self._arena = allocate_bytes(exe.arena_bytes + 64, f"the arena of {exe.name}", zeroed=True)
+        self._arena = allocate_array(exe.arena_bytes + 64, np.uint8, f"the arena of {exe.name}", zeroed=True)
         self._consts = exe.consts  # keep the weights alive while code can read them
         arena_addr = (self._arena.ctypes.data + 63) // 64 * 64
         for i, c in enumerate(exe.consts):
@@ -119,7 +119,7 @@ class CpuLauncher:
         need = int(self._dyn(values)[0]) + 64
         if need > self._dyn_arena.size:
             grown = max(need, self._dyn_arena.size + self._dyn_arena.size // 4)
-            self._dyn_arena = allocate_bytes(grown, f"the data-dependent arena of {self.exe.name}")
+            self._dyn_arena = allocate_array(grown, np.uint8, f"the data-dependent arena of {self.exe.name}")
             self._args[self.exe.layout.dyn_slot] = (self._dyn_arena.ctypes.data + 63) // 64 * 64
 
     def __call__(self, addrs: Sequence[int], values: Sequence[int]) -> None:

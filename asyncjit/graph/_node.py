@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import math
 import threading
 import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -28,7 +29,6 @@ __all__ = [
     "as_node",
     "aligned_copy",
     "allocate_array",
-    "allocate_bytes",
     "broadcast_core",
     "content_digest",
     "derived_const",
@@ -128,23 +128,18 @@ def broadcast_core(value: np.ndarray) -> np.ndarray | None:
 CONST_ALIGN = 64
 
 
-def allocate_bytes(nbytes: int, what: str, *, zeroed: bool = False) -> np.ndarray:
-    """``nbytes`` of host memory (uint8), or ``OutOfMemoryError`` naming ``what``: numpy's own
-    ``MemoryError`` says only the size, and a plan's arena is sized for its largest var values."""
+def allocate_array(shape: Any, dtype: Any, what: str, *, zeroed: bool = False) -> np.ndarray:
+    """``np.empty`` (``np.zeros`` when ``zeroed``) of ``shape``, or ``OutOfMemoryError`` naming
+    ``what``: numpy's own ``MemoryError`` says only the size, and what is asked for may be a
+    plan's arena sized for its largest var values, or an output a model sized."""
     try:
-        return (np.zeros if zeroed else np.empty)(nbytes, np.uint8)
+        return (np.zeros if zeroed else np.empty)(shape, dtype)
     except (MemoryError, ValueError) as exc:  # ValueError: a size numpy cannot even express
-        raise OutOfMemoryError(f"cannot allocate {nbytes:,} bytes for {what}: {exc}") from None
-
-
-def allocate_array(shape: Any, dtype: Any, what: str) -> np.ndarray:
-    """``np.empty(shape, dtype)``, or ``OutOfMemoryError`` naming ``what`` (an output sized by
-    the var values or a model, a host copy)."""
-    try:
-        return np.empty(shape, dtype)
-    except (MemoryError, ValueError) as exc:
-        kind = f"{np.dtype(dtype).name}{tuple(shape)}"
-        raise OutOfMemoryError(f"cannot allocate {what} {kind}: {exc}") from None
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = math.prod(dims) * np.dtype(dtype).itemsize
+        raise OutOfMemoryError(
+            f"cannot allocate {nbytes:,} bytes ({np.dtype(dtype).name}{list(dims)}) for {what}: {exc}"
+        ) from None
 
 
 def aligned_copy(value: Any) -> np.ndarray:

@@ -110,6 +110,15 @@ def read_model(source: str | Path | bytes | Any) -> tuple[Any, str, bytes]:
     return model, label, data
 
 
+_TENSOR_FAULTS = (TypeError, ValueError, IndexError, KeyError)
+"""What ``numpy_helper.to_array`` raises for a tensor whose data and dims disagree, or whose
+element type no version defines."""
+_LOWERING_FAULTS = (JitError, *_TENSOR_FAULTS, AssertionError, AttributeError, ArithmeticError, MemoryError)
+"""What an op's lowering raises on attributes or constants it cannot take (a zero stride, a head
+dim of 0, an index past the end, a count of 2^40, a required attribute that is absent or of
+another type): the node's typed import error instead."""
+
+
 def _check_text(message: Any, label: str, path: str = "model") -> None:
     """Every string field of ``message`` (names, op types, domains, dim params, at any depth)
     is text: protobuf hands a field that is not valid UTF-8 to Python as ``bytes``, which the
@@ -203,7 +212,7 @@ class Tracer:
         for init in graph.initializer:
             try:
                 env[init.name] = numpy_helper.to_array(init)
-            except (TypeError, ValueError, IndexError, KeyError) as exc:  # data and dims disagree
+            except _TENSOR_FAULTS as exc:
                 raise OnnxImportError(
                     f"{self.label}: initializer {init.name!r} is unreadable: {type(exc).__name__}: {exc}"
                 ) from exc
@@ -228,12 +237,7 @@ class Tracer:
         definition = lookup(domain, node.op_type, opset)
         try:
             attrs = {a.name: _attribute(a) for a in node.attribute}
-        except (
-            TypeError,
-            ValueError,
-            IndexError,
-            KeyError,
-        ) as exc:  # a tensor attribute's data and dims disagree
+        except _TENSOR_FAULTS as exc:
             raise OnnxImportError(
                 f"{self.label}: node {node.name or node.op_type!r} ({node.op_type}) has an unreadable "
                 f"attribute: {type(exc).__name__}: {exc}"
@@ -265,20 +269,7 @@ class Tracer:
             if self.label in str(exc):
                 raise
             raise type(exc)(f"{self.label}: {exc}", *exc.args[1:]) from exc
-        except (
-            JitError,
-            TypeError,
-            ValueError,
-            IndexError,
-            KeyError,
-            AssertionError,
-            AttributeError,
-            ArithmeticError,
-            MemoryError,
-        ) as exc:
-            # an op's lowering meeting attributes or constants it cannot take (a zero stride, a
-            # head dim of 0, an index past the end, a count of 2^40, a required attribute that
-            # is absent or of another type): the node's typed import error
+        except _LOWERING_FAULTS as exc:
             raise OnnxImportError(
                 f"{self.label}: node {ctx.name!r} ({node.op_type}) cannot be imported: "
                 f"{type(exc).__name__}: {exc}"

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
-from ..graph._node import allocate_bytes
+from ..graph._node import allocate_array
 
 if TYPE_CHECKING:
     from ._device import Device
@@ -115,7 +115,7 @@ def host_array(shape: tuple[int, ...] | int, dtype: npt.DTypeLike) -> npt.NDArra
     dt = np.dtype(dtype)
     shp = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
-    raw = allocate_bytes(nbytes + ALIGNMENT, f"a host array {dt.name}{list(shp)}", zeroed=True)
+    raw = allocate_array(nbytes + ALIGNMENT, np.uint8, f"a host array {dt.name}{list(shp)}", zeroed=True)
     off = (-raw.ctypes.data) % ALIGNMENT
     return raw[off : off + nbytes].view(dt).reshape(shp)
 
@@ -198,7 +198,7 @@ class MemorySpace:
                 with self._lock:
                     self._pinned += cls
             return block
-        raw = allocate_bytes(cls + ALIGNMENT, f"a buffer in {self!r}")
+        raw = allocate_array(cls + ALIGNMENT, np.uint8, f"a buffer in {self!r}")
         off = (-raw.ctypes.data) % ALIGNMENT
         return Block(raw.ctypes.data + off, cls, raw[off : off + cls], self, external=False)
 
