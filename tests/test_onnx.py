@@ -384,3 +384,58 @@ def test_a_filled_weight_stays_a_broadcast_constant(op: str) -> None:
     else:
         want = x @ w
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_one_step_from_a_given_state_is_one_matmul(op: str, direction: str) -> None:
+    """An ``LSTM``/``RNN`` of one step whose state is an input (a streaming model feeding its
+    state back) with initializer weights runs ``[x | h] @ [W^T; R^T]``, one matmul per
+    direction; equal to ONNX Runtime, and a sequence length of 0 keeps the state."""
+    from asyncjit.graph import toposort
+
+    ort = pytest.importorskip("onnxruntime", reason="the peer this recurrence is checked against")
+    f, dirs, gates, hid, inp = (
+        TensorProto.FLOAT,
+        1 + (direction == "bidirectional"),
+        4 if op == "LSTM" else 1,
+        16,
+        12,
+    )
+    rng = np.random.default_rng(dirs * gates)
+    w = rng.standard_normal((dirs, gates * hid, inp)).astype(np.float32) * 0.3
+    r = rng.standard_normal((dirs, gates * hid, hid)).astype(np.float32) * 0.3
+    b = rng.standard_normal((dirs, 2 * gates * hid)).astype(np.float32) * 0.1
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    outs = ["y", "hn", "cn"] if op == "LSTM" else ["y", "hn"]
+    node = helper.make_node(
+        op, ["x", "w", "r", "b", "lens", *states], outs, hidden_size=hid, direction=direction
+    )
+    model = _model(
+        [node],
+        [
+            helper.make_tensor_value_info("x", f, [1, "batch", inp]),
+            helper.make_tensor_value_info("lens", TensorProto.INT32, ["batch"]),
+            *(helper.make_tensor_value_info(s, f, [dirs, "batch", hid]) for s in states),
+        ],
+        [helper.make_tensor_value_info(o, f, None) for o in outs],
+        [onnx.numpy_helper.from_array(a, n) for a, n in ((w, "w"), (r, "r"), (b, "b"))],
+    )
+    m = ao.load(model, {"batch": (1, 8)})
+    matmuls = [n for n in toposort([t.node for t in m.outputs_traced.values()]) if n.op == "matmul"]
+    assert len(matmuls) == dirs
+    sess = ao.InferenceSession(model, {"batch": (1, 8)})
+    peer = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        feed = {
+            "x": rng.standard_normal((1, batch, inp)).astype(np.float32),
+            "lens": np.array([1, 0, 1][:batch], np.int32),
+            **{s: rng.standard_normal((dirs, batch, hid)).astype(np.float32) for s in states},
+        }
+        got, want = sess.run(None, feed), peer.run(None, feed)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)  # Y: zeros past a length
+        for i, s in enumerate(states, 1):
+            live = feed["lens"] > 0
+            np.testing.assert_allclose(got[i][:, live], want[i][:, live], rtol=1e-5, atol=1e-5)
+            # a length of 0 keeps the initial state (ONNX Runtime writes zeros; the spec is silent)
+            np.testing.assert_array_equal(got[i][:, ~live], feed[s][:, ~live])

@@ -24,6 +24,9 @@ from ._values import Value, const_tensor
 __all__: list[str] = []
 
 Act = Callable[[Tensor], Tensor]
+Cell = Callable[[Tensor, tuple[Tensor, ...], int, list[Act], bool], tuple[Tensor, ...]]
+"""One step: the projection (with ``h @ R`` in it when the flag says so), the carry, the
+direction, its activations."""
 
 
 def _activation(n: NodeCtx, name: str, alpha: float | None, beta: float | None) -> Act:
@@ -128,8 +131,9 @@ def _run(
     ins: list[Value | None],
     gates: int,
     defaults: list[str],
-    cell: Callable[[Tensor, tuple[Tensor, ...], int, list[Act]], tuple[Tensor, ...]],
+    cell: Cell,
     states: int,
+    joinable: bool = False,
 ) -> list[Value | None]:
     x, t_max, T, B, H, lens, _ = _prepare(n, ins, gates)
     direction = n.attr("direction", "forward")
@@ -140,22 +144,27 @@ def _run(
     inits = [ins[5] if len(ins) > 5 else None, ins[6] if len(ins) > 6 else None][:states]
     ys, finals = [], []
     masks = _masks(t_max, T, B, lens)
+    joint = _joint_weights(ins, x.dtype) if joinable and T == 1 and inits[0] is not None else None
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
         xd = _direction_input(x, lens, T, reverse)
-        # [T, B, gates*H] for every step at once, as one 2-D matmul (a 3-D one would broadcast
-        # the weight over T, copying it every run)
-        proj = (xd.reshape(t_max * B, xd.shape[2]) @ w_t[d]).reshape(t_max, B, -1)
         state = tuple(
             n.t(v)[d].cast(x.dtype) if v is not None else Tensor.zeros([B, H], x.dtype) for v in inits
         )
         if len(state) < states:
             state = state + tuple(Tensor.zeros([B, H], x.dtype) for _ in range(states - len(state)))
+        if joint is not None:
+            # one step from a given state: [x | h] @ [W^T; R^T], one matmul instead of two
+            proj = (Tensor.cat([xd[0], state[0]], 1) @ joint[d]).reshape(1, B, -1)
+        else:
+            # [T, B, gates*H] for every step at once, as one 2-D matmul (a 3-D one would
+            # broadcast the weight over T, copying it every run)
+            proj = (xd.reshape(t_max * B, xd.shape[2]) @ w_t[d]).reshape(t_max, B, -1)
 
         carry = state
         outs = []
         for t in range(t_max):  # unrolled as lax.scan records it; the step index picks the mask
-            new = cell(proj[t], carry, d, acts[d])
+            new = cell(proj[t], carry, d, acts[d], joint is not None and t == 0)
             m = masks[t]
             if m is not None:
                 new = tuple(Tensor.select(m, a, b) for a, b in zip(new, carry, strict=True))
@@ -178,6 +187,19 @@ def _run(
         fin = Tensor.stack([f[s] for f in finals], 0)
         results.append(fin.transpose(0, 1) if n.flag("layout", 0) else fin)
     return results
+
+
+def _joint_weights(ins: list[Value | None], dtype: dt.DType) -> list[Tensor] | None:
+    """``[W[d]^T; R[d]^T]`` per direction, ``[input + hidden, gates*H]``, when both weights
+    are known: a single step from a given state is then one matmul over ``[x | h]`` (about half
+    the kernel time of two at batch 1, where the weights' reads dominate). None otherwise."""
+    w, r = ins[1], ins[2]
+    if not isinstance(w, np.ndarray) or not isinstance(r, np.ndarray) or w.shape[0] != r.shape[0]:
+        return None
+    return [
+        const_tensor(np.ascontiguousarray(np.concatenate([w[d].T, r[d].T], 0)).astype(dtype.np))
+        for d in range(w.shape[0])
+    ]
 
 
 def transposed(v: Value | None, n: NodeCtx, dtype: dt.DType) -> list[Tensor]:
@@ -206,9 +228,11 @@ def _lstm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     clip = _clip(n)
     couple = n.flag("input_forget", 0)
 
-    def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
+    def cell(
+        p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act], joined: bool
+    ) -> tuple[Tensor, ...]:
         h, c = carry
-        g = p_t + h @ r_t[d]
+        g = p_t if joined else p_t + h @ r_t[d]
         if bias is not None:
             g = g + bias[d]
         f_act, g_act, h_act = acts
@@ -226,7 +250,7 @@ def _lstm(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
         h_new = o * h_act(c_new)
         return h_new, c_new
 
-    outs = _run(n, ins, 4, ["Sigmoid", "Tanh", "Tanh"], cell, 2)
+    outs = _run(n, ins, 4, ["Sigmoid", "Tanh", "Tanh"], cell, 2, joinable=True)
     return outs
 
 
@@ -239,7 +263,9 @@ def _gru(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     clip = _clip(n)
     lbr = n.flag("linear_before_reset", 0)
 
-    def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
+    def cell(
+        p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act], joined: bool
+    ) -> tuple[Tensor, ...]:
         (h,) = carry
         f_act, g_act = acts
         Rd = R[d].cast(h.dtype)
@@ -278,11 +304,13 @@ def _rnn(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     bias = _biases(n, ins, 1, H, n.t(ins[0]).dtype)
     clip = _clip(n)
 
-    def cell(p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act]) -> tuple[Tensor, ...]:
+    def cell(
+        p_t: Tensor, carry: tuple[Tensor, ...], d: int, acts: list[Act], joined: bool
+    ) -> tuple[Tensor, ...]:
         (h,) = carry
-        g = p_t + h @ r_t[d]
+        g = p_t if joined else p_t + h @ r_t[d]
         if bias is not None:
             g = g + bias[d]
         return (acts[0](clip(g)),)
 
-    return _run(n, ins, 1, ["Tanh"], cell, 1)
+    return _run(n, ins, 1, ["Tanh"], cell, 1, joinable=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ArgumentTypeError, TensorError
-from ..graph import Node, make_node
+from ..graph import Node, aligned_copy, make_node
 from ..symbolic import Dim, as_dim
 
 if TYPE_CHECKING:
@@ -130,12 +130,199 @@ def conv1d(
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
     pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
-    out = type(x)(
-        make_node("conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups)
-    )
+    out = None
+    if len(pad) == 2:  # else the op's own check names the padding
+        pair = (pad[0], pad[1])
+        live = _live_weight(x, w, (stride,), (dilation,), (pair,))
+        if live is not None:
+            w, (pair,) = live
+        pad = pair
+        out = _single_position(x, w, (pair,), groups)
+        if out is None:
+            out = _folded_dft(x, w, stride, pair, dilation, groups)
+    if out is None:
+        out = type(x)(
+            make_node(
+                "conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups
+            )
+        )
     if bias is not None:
         out = out + bias.reshape(bias.shape[0], 1)
     return out
+
+
+def _live_taps(
+    size: Dim, k: int, stride: int, dilation: int, lo: Dim, hi: Dim
+) -> tuple[int, int, int, int] | None:
+    """The first and last tap of one window axis that read the input at some output, with the
+    pads that keep the output size once the taps outside them are gone: ``(first, last, lo,
+    hi)``. None: the size or pads are symbolic, or there is nothing to drop."""
+    if (
+        not (isinstance(size, int) and isinstance(lo, int) and isinstance(hi, int))
+        or min(stride, dilation, k) < 1
+    ):
+        return None
+    n_out = (size + lo + hi - dilation * (k - 1) - 1) // stride + 1
+    if size < 1 or lo < 0 or hi < 0 or n_out < 1:
+        return None
+    live = []
+    for j in range(k):
+        first_t = max(0, -(-(lo - j * dilation) // stride))  # the first output whose tap j is >= 0
+        if first_t < n_out and first_t * stride + j * dilation - lo < size:
+            live.append(j)
+    if not live or (live[0] == 0 and live[-1] == k - 1):
+        return None
+    first, last = live[0], live[-1]
+    new_lo = lo - first * dilation
+    new_hi = (n_out - 1) * stride + dilation * (last - first) + 1 - size - new_lo
+    if new_lo < 0 or new_hi < 0:
+        return None
+    return first, last, new_lo, new_hi
+
+
+def _live_weight(
+    x: Tensor,
+    w: Tensor,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[Dim, Dim]],
+) -> tuple[Tensor, tuple[tuple[Dim, Dim], ...]] | None:
+    """A constant weight cut to the taps that read the input, and the pads that keep the output
+    size, where the input's spatial sizes are static and small enough that some taps read
+    nothing but padding at every output (a 3-tap conv over a length-1 input: one tap). Those
+    taps only multiply zeros; skipping them leaves the same sums (a 1x1 conv then reads ``x``
+    in place). Kept when a dropped tap holds an inf or NaN, whose product with a padded zero
+    is NaN. None: nothing to drop, or the arguments are for the op's own checks to refuse."""
+    r = len(strides)
+    if w.node.op != "const" or x.ndim != r + 2 or w.ndim != r + 2 or len(dilations) != r or len(pads) != r:
+        return None
+    if not all(isinstance(v, int) for v in (*strides, *dilations)):
+        return None
+    cut: list[slice] = [slice(None), slice(None)]
+    new_pads: list[tuple[Dim, Dim]] = []
+    for ax in range(r):
+        k = w.shape[2 + ax]
+        live = None
+        if isinstance(k, int) and len(pads[ax]) == 2:
+            live = _live_taps(x.shape[2 + ax], k, strides[ax], dilations[ax], *pads[ax])
+        if live is None:
+            cut.append(slice(None))
+            new_pads.append(pads[ax])
+        else:
+            cut.append(slice(live[0], live[1] + 1))
+            new_pads.append((live[2], live[3]))
+    if all(c == slice(None) for c in cut):
+        return None
+    value = np.asarray(w.node.attrs["value"])
+    kept = value[tuple(cut)]
+    finite = np.isfinite(value.astype(np.float64))
+    if int(finite.sum()) - int(finite[tuple(cut)].sum()) != value.size - kept.size:
+        return None
+    return type(x)(make_node("const", (), value=aligned_copy(kept))), tuple(new_pads)
+
+
+def _single_position(x: Tensor, w: Tensor, pads: Sequence[tuple[Dim, Dim]], groups: int) -> Tensor | None:
+    """A float32 conv of one output position from one input position (a 1x1 kernel over spatial
+    sizes of 1, as a head over pooled features or a 3-tap conv over one frame once its
+    padding-only taps are gone) as the matmul ``x[N, cin] @ w[cout, cin]^T``: the conv kernels
+    would read one column. None: any other conv."""
+    r = x.ndim - 2
+    if (
+        groups != 1
+        or x.dtype != dt.float32
+        or w.ndim != x.ndim
+        or len(pads) != r
+        or any(tuple(p) != (0, 0) for p in pads)
+        or any(d != 1 for d in (*x.shape[2:], *w.shape[2:]))
+        or x.shape[1] != w.shape[1]
+    ):
+        return None
+    cout = w.shape[0]
+    flat = x.reshape(x.shape[0], x.shape[1]) @ w.reshape(cout, w.shape[1]).T
+    return flat.reshape(x.shape[0], cout, *([1] * r))
+
+
+def _dft_halves(value: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of a ``[M, K]`` filter bank split into those even about ``K/2`` (``w[n] ==
+    w[K-n]``) and those odd (``w[n] == -w[K-n]``, zero at 0 and ``K/2``), as row indices; None
+    when some row is neither (or K is odd)."""
+    m, k = value.shape
+    half = k // 2
+    if k % 2 or k < 8 or m < 8:
+        return None
+    n = np.arange(1, half)
+    even = (value[:, n] == value[:, k - n]).all(1)
+    odd = (value[:, n] == -value[:, k - n]).all(1) & (value[:, 0] == 0) & (value[:, half] == 0) & ~even
+    if not (even | odd).all():
+        return None
+    return np.flatnonzero(even), np.flatnonzero(odd)
+
+
+def _folded_dft(
+    x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: int, groups: int
+) -> Tensor | None:
+    """A one-channel float32 conv1d whose constant filters are each even or odd about the
+    window's middle (a DFT basis: cos and sin rows, how models export an STFT) computed on
+    frames folded in half: ``w[n] * (x[n] + x[K-n])`` for the even rows, ``w[n] * (x[n] -
+    x[K-n])`` for the odd, two ``[frames, K/2 + 1]`` matmuls with half the multiply-adds and
+    half the weight reads of the convolution. Static length and pads. None: any other conv."""
+    if (
+        w.node.op != "const"
+        or groups != 1
+        or dilation != 1
+        or x.dtype != dt.float32
+        or x.ndim != 3
+        or w.ndim != 3
+        or x.shape[1] != 1
+        or w.shape[1] != 1
+        or not isinstance(stride, int)
+        or stride < 1
+    ):
+        return None
+    size, (lo, hi) = x.shape[2], pad
+    if not (isinstance(size, int) and isinstance(lo, int) and isinstance(hi, int)) or min(lo, hi) < 0:
+        return None
+    value = np.asarray(w.node.attrs["value"])[:, 0, :]
+    k, length = value.shape[1], size + lo + hi
+    n_out = (length - k) // stride + 1
+    rows = _dft_halves(value)
+    if rows is None or n_out < 1:
+        return None
+    even, odd = rows
+    half = k // 2
+    n = x.shape[0]
+    if k == 2 * stride:
+        # frames of two hops ``[p | q]``: ``near = [p, 0]``, ``far = [0, rev(q)]`` (``rev(q)[n-1]
+        # == x[K-n]``), from views of the padded input (as ``pad`` and ``reshape`` fuse)
+        hops = x.pad([None, None, (lo, hi)]).reshape(n, length)
+        hops = hops.shrink([None, (0, (n_out + 1) * stride)]).reshape(n, n_out + 1, stride)
+        near = hops.shrink([None, (0, n_out), None]).pad([None, None, (0, 1)])
+        rev = type(x).const(np.arange(stride - 1, -1, -1, dtype=np.int64))
+        far = hops.shrink([None, (1, n_out + 1), None]).gather(2, rev).pad([None, None, (1, 0)])
+        a, b = near.reshape(n * n_out, half + 1), far.reshape(n * n_out, half + 1)
+    else:
+        # the padded input with one zero past its end (index ``length``), gathered per frame
+        xz = x.pad([None, None, (lo, hi + 1)])
+        starts = np.arange(n_out)[:, None] * stride
+        i = np.arange(half + 1)[None, :]
+        near_at = starts + i  # x[n], n <= K/2
+        far_at = np.where((i > 0) & (i < half), starts + k - i, length)  # x[K-n], 0 < n < K/2; else 0
+
+        def frames(index: np.ndarray) -> Tensor:
+            idx = type(x).const(index.reshape(-1).astype(np.int64))
+            return xz.gather(2, idx).reshape(n * n_out, half + 1)
+
+        a, b = frames(near_at), frames(far_at)
+    parts = []
+    for sel, folded in ((even, a + b), (odd, a - b)):
+        if len(sel):
+            basis = np.ascontiguousarray(value[sel, : half + 1].T)  # [K/2 + 1, rows]: [K, N]
+            parts.append(folded @ type(x).const(basis))
+    y = parts[0] if len(parts) == 1 else type(x).cat(parts, 1)
+    order = np.concatenate([even, odd])
+    if not np.array_equal(order, np.arange(len(order))):
+        y = y.gather(1, type(x).const(np.argsort(order).astype(np.int64)))
+    return y.reshape(n, n_out, len(order)).permute(0, 2, 1)
 
 
 def conv(
@@ -155,6 +342,12 @@ def conv(
     if r < 1:
         raise TensorError(f"conv needs x[N, C, *spatial] with a spatial axis, got rank {x.ndim}")
     st, dil, pp = _per_axis(strides, r, "strides"), _per_axis(dilations, r, "dilations"), _pad_pairs(pads, r)
+    live = _live_weight(x, w, st, dil, pp)
+    if live is not None:
+        w, pp = live
+    single = _single_position(x, w, pp, groups)
+    if single is not None:
+        return single if bias is None else single + bias._float().cast(x.dtype).reshape(-1, *([1] * r))
     ins: tuple[Node, ...] = (x.node, w.node)
     if bias is not None:
         ins = (*ins, bias._float().cast(x.dtype).reshape(-1).node)
