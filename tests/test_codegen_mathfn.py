@@ -404,3 +404,35 @@ def test_lut_table_is_what_its_procedure_fits_and_every_path_gives_the_same_bits
         np.testing.assert_array_equal(k(op, width, x), want)
     for n in (1, 7, 16, 17, 63, 64, 65, 100):  # remainders of the widened loop
         np.testing.assert_array_equal(k(op, 1, x[:n]), want[:n])
+
+
+def test_a_plan_with_the_tables_compiles_for_cpus_without_avx512() -> None:
+    """An AOT bundle of a plan using ``tanh``/``erf`` compiled here for older CPUs: the tables'
+    AVX-512 permute (which LLVM cannot select for them: it aborted the process) becomes plain
+    IR, and every payload computes the same functions (within an ulp: FMA contraction differs
+    without FMA). A CPU named otherwise than a psABI level gets the plain IR too."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import compile
+    from asyncjit.compiler._bundle import build_bundle, bundle_info, host_cpu, load_bundle, without_cpu
+
+    x = Tensor.placeholder((300,), np.float32, "x")
+    exe = compile(x.tanh() * 3.0 + x.erf(), [x], cache_dir="off")
+    cpus = ["x86-64-v2", "x86-64", "x86-64-v4"]
+    data = build_bundle(exe, ["native", *cpus, "haswell"])  # haswell runs on no host but its own
+    assert bundle_info(data).cpus == (host_cpu(), *cpus, "haswell")
+    xv = np.concatenate([np.linspace(-13, 13, 280), [0.0, -0.0, 1e-30, 6.0, np.inf, -np.inf]]).astype(
+        np.float32
+    )
+    xv = np.concatenate([xv, np.zeros(300 - xv.size, np.float32)])
+    ref = 3.0 * reference("tanh", xv) + reference("erf", xv)
+    host = exe.run([xv])[0]
+    dropped: list[str] = [host_cpu()]
+    for cpu in cpus:
+        if cpu == "x86-64-v4" and not lut_chosen():
+            continue  # this host cannot run an AVX-512 payload
+        loaded = load_bundle(without_cpu(data, dropped))
+        assert loaded.chosen_payload == cpu
+        got = loaded.run([xv])[0]
+        np.testing.assert_allclose(got, ref, rtol=3e-7, atol=3e-7)
+        np.testing.assert_allclose(got, host, rtol=2.5e-7, atol=2.5e-7)
+        dropped.append(cpu)

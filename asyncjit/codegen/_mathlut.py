@@ -36,13 +36,27 @@ from llvmlite import ir
 
 from ._target import F32, I32, I64, PTR, VECTOR_VARIANTS, intrinsic, vector_width
 
-__all__ = ["LUT_BASE", "LUT_FUNCTIONS", "emit_lut", "fit_table", "lut_chosen", "lut_table"]
+__all__ = [
+    "LUT_BASE",
+    "LUT_FUNCTIONS",
+    "PERMUTE",
+    "emit_lut",
+    "fit_table",
+    "lut_chosen",
+    "lut_table",
+    "portable_permute",
+]
 
 LUT_BASE = 230
 """``bits(a) >> 22`` of the first interval's lower end, ``2^-12`` (exponent 115, even half)."""
 
 _DEGREE = 6
 _LANES = 16
+
+PERMUTE = "llvm.x86.avx512.vpermi2var.ps.512"
+"""The one target-specific instruction of the tables' vector variant (AVX-512F's ``vpermt2ps``).
+A plan compiled here for another CPU without AVX-512 (an AOT bundle's ``x86-64-v2`` payload)
+gets ``portable_permute`` in its place: LLVM cannot select it there and aborts the process."""
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 LUT_FUNCTIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[float, ...], float]] = {
@@ -239,7 +253,7 @@ def _define(module: ir.Module, name: str, ty: ir.Type, table: np.ndarray) -> ir.
     idx = b.sub(b.lshr(m.bits(a), m.i(22)), m.i(LUT_BASE))
     idx = m.call("smin", m.call("smax", idx, m.i(0)), m.i(31))
     if vec:
-        perm = intrinsic(module, "llvm.x86.avx512.vpermi2var.ps.512", ty, [ty, ity, ty])
+        perm = intrinsic(module, PERMUTE, ty, [ty, ity, ty])
 
         def row(k: int) -> ir.Value:
             lo, hi = ([ir.Constant(F32, float(v)) for v in half] for half in (table[k][:16], table[k][16:]))
@@ -270,3 +284,30 @@ def _rows(module: ir.Module, name: str, table: np.ndarray) -> ir.GlobalVariable:
         g.value_type, [ir.Constant(row_t, [ir.Constant(F32, float(v)) for v in r]) for r in table]
     )
     return g
+
+
+def portable_permute(name: str) -> str:
+    """LLVM IR defining ``name`` as ``PERMUTE`` does (lane ``i``: entry ``idx[i] & 31`` of ``a``
+    then ``b``), in plain IR any CPU compiles: the 32 entries stored to the stack, one load per
+    lane. Not inlined (LLVM took 5-14 s over a plan's inlined copies). Slower than the
+    instruction, the same bits."""
+    vec, ivec = ir.VectorType(F32, _LANES), ir.VectorType(I32, _LANES)
+    module = ir.Module()
+    fn = ir.Function(module, ir.FunctionType(vec, [vec, ivec, vec]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    b = ir.IRBuilder(fn.append_basic_block())
+    a, idx, hi = fn.args
+    slots = b.alloca(ir.ArrayType(F32, 2 * _LANES))
+    for half, v in enumerate((a, hi)):
+        at = b.gep(slots, [ir.Constant(I32, 0), ir.Constant(I32, half * _LANES)], inbounds=True)
+        b.store(v, b.bitcast(at, vec.as_pointer()), align=4)
+    out: ir.Value = ir.Constant(vec, ir.Undefined)
+    for lane in range(_LANES):
+        at = ir.Constant(I32, lane)
+        entry = b.and_(b.extract_element(idx, at), ir.Constant(I32, 2 * _LANES - 1))
+        value = b.load(b.gep(slots, [ir.Constant(I32, 0), entry], inbounds=True), typ=F32)
+        out = b.insert_element(out, value, at)
+    b.ret(out)
+    return str(fn)

@@ -102,9 +102,47 @@ def object_for_cpu(ir_text: str, cpu: str) -> tuple[bytes, str]:
     target = llvm.Target.from_triple(llvm.get_process_triple())
     # the large code model, as host_target_machine explains: sections may load far apart
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="large")
-    mod = optimized_module(ir_text, 3)
+    mod = optimized_module(_for_target(ir_text, cpu), 3)
     obj = bytes(tm.emit_object(mod))
     return obj, features
+
+
+_X86_INTRINSIC_FEATURES = (
+    ("llvm.x86.avx512.", "avx512f"),
+    ("llvm.x86.avx2.", "avx2"),
+    ("llvm.x86.fma.", "fma"),
+    ("llvm.x86.avx.", "avx"),
+)
+"""Target-specific intrinsic families and the feature each needs: one a target lacks makes LLVM
+abort the process (``Do not know how to split ...``), so it is replaced or refused first."""
+
+
+def _target_features(cpu: str) -> set[str]:
+    """The features a payload for ``cpu`` may assume: a psABI level's list; for a CPU named
+    otherwise the x86-64 baseline (llvmlite tells a named CPU's features only for the host)."""
+    return set(PSABI.get(cpu, ())) | {"sse", "sse2"}
+
+
+def _for_target(ir_text: str, cpu: str) -> str:
+    """``ir_text`` (generated for this host) made compilable for ``cpu``: the AVX-512 table
+    permute of ``tanh``/``erf`` becomes plain IR unless the CPU is known to have AVX-512F; any
+    other target-specific intrinsic it is not known to have is a ``BundleError`` (LLVM would
+    abort the process)."""
+    from ..codegen._mathlut import PERMUTE, portable_permute
+
+    have = _target_features(cpu)
+    if PERMUTE in ir_text and "avx512f" not in have:
+        portable = "asyncjit.portable.vpermi2var.ps.512"
+        lines = [ln for ln in ir_text.splitlines() if not (ln.startswith("declare") and f"@{PERMUTE}(" in ln)]
+        ir_text = (
+            "\n".join(lines).replace(f"@{PERMUTE}(", f"@{portable}(") + "\n" + portable_permute(portable)
+        )
+    for prefix, feature in _X86_INTRINSIC_FEATURES:
+        if f"@{prefix}" in ir_text and feature not in have:
+            at = ir_text.index(f"@{prefix}")
+            name = ir_text[at + 1 : ir_text.index("(", at)]
+            raise BundleError(f"cannot compile for CPU {cpu!r}: the plan uses {name}, which needs {feature}")
+    return ir_text
 
 
 def _runs_here(entry: dict[str, Any], host: str, have: set[str]) -> str | None:
