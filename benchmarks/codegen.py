@@ -11,6 +11,7 @@ import os
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy loads OpenBLAS
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import argparse
 import json
 import subprocess
 import sys
@@ -201,6 +202,9 @@ def bench_compile() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no options: --help prints the docstring
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _machine import machine_line
 

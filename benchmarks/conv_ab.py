@@ -29,6 +29,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import argparse
 import math
 import sys
 import time
@@ -215,18 +216,24 @@ def compare(files: list[str], layers: list[int] | None = None, calls: int = 0) -
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--dump"]:
-        dump(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="*", metavar="BUILD.ll", help="the builds' kernel modules to compare")
+    ap.add_argument("--dump", metavar="FILE", help="write this tree's kernel module (IR text) to FILE")
+    ap.add_argument("--layers", metavar="I,J,...", help="only these layers (indices into LAYERS)")
+    ap.add_argument(
+        "--calls", type=int, default=0, metavar="N", help="each call's minimum over N calls in turn"
+    )
+    args = ap.parse_intermixed_args()  # the files and the options in any order
+    if args.dump:
+        dump(args.dump)
         return
-    files = [a for a in sys.argv[1:] if a.endswith(".ll")]
-    if not files:
+    for f in args.files:
+        if not f.endswith(".ll"):
+            ap.error(f"not a .ll file: {f}")
+    if not args.files:
         raise SystemExit(__doc__)
-    layers = [int(v) for v in _opt("--layers").split(",")] if _opt("--layers") else None
-    compare(files, layers, int(_opt("--calls") or 0))
-
-
-def _opt(name: str) -> str | None:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+    layers = [int(v) for v in args.layers.split(",")] if args.layers else None
+    compare(args.files, layers, args.calls)
 
 
 if __name__ == "__main__":

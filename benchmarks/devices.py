@@ -31,6 +31,7 @@ ratio of the medians is printed beside it.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import statistics
@@ -134,7 +135,9 @@ def pipeline_section(client: Client, rounds: int) -> None:
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    quick = ap.parse_args().quick
     rounds = 7 if quick else 21
     print(machine_line())
     rng = np.random.default_rng(0)

@@ -26,6 +26,7 @@ times, are the result.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import os
@@ -87,7 +88,9 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    quick = ap.parse_args().quick
     rounds = 5 if quick else 15
     print(machine_line())
     gated, padded = build()

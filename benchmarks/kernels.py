@@ -25,6 +25,7 @@ import os
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import argparse
 import contextlib
 import ctypes
 import functools
@@ -55,7 +56,7 @@ from asyncjit.codegen._target import (
     new_function,
 )
 
-QUICK = "--quick" in sys.argv
+QUICK = False  # --quick: main() sets it from the command line (importing this module parses none)
 
 
 def best_time(fn: Callable[[], object], min_total: float = 0.2, repeats: int = 5) -> float:
@@ -330,10 +331,6 @@ def bench_math_size(obj: LoadedObject, ops: list[str], size: int) -> None:
             continue
         t_np = best_time(functools.partial(ref_fn, x, out2), 0.5, 3)
         print(f"{op:>10} {size / t_ours / 1e9:13.2f} {size / t_np / 1e9:14.2f} {t_np / t_ours:6.2f}")
-
-
-def _arg(name: str, default: int) -> int:
-    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 
 def pair_time(fns: list[Callable[[], object]], calls: int) -> float:
@@ -615,6 +612,27 @@ def bench_math_plans(rounds: int) -> None:
 
 
 def main() -> None:
+    global QUICK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes, batch sizes and sizes in the tables")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--goals", action="store_true", help="only the closing goals section")
+    only.add_argument("--matmul", action="store_true", help="only the matmul table")
+    only.add_argument("--conv", action="store_true", help="only the conv1d table")
+    only.add_argument(
+        "--math-tables",
+        action="store_true",
+        help="the table-driven tanh and erf against the exp-based code, then whole plans",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
+        help="interleaved rounds of the goals and of --math-tables (default 3)",
+    )
+    args = ap.parse_args()
+    QUICK = args.quick
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _machine import machine_line
 
@@ -623,21 +641,21 @@ def main() -> None:
     _parallel.set_intra_op_threads(1)  # the tables are single-threaded, as OpenBLAS is here
     print(machine_line())
     print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
-    if "--matmul" in sys.argv:
+    if args.matmul:
         bench_matmul()
         return
-    if "--conv" in sys.argv:
+    if args.conv:
         bench_conv()
         return
-    if "--math-tables" in sys.argv:
-        bench_math_tables(_arg("--repeat", 3))
-        bench_math_plans(_arg("--repeat", 3))
+    if args.math_tables:
+        bench_math_tables(args.repeat)
+        bench_math_plans(args.repeat)
         return
-    if "--goals" not in sys.argv:
+    if not args.goals:
         bench_matmul()
         bench_conv()
         bench_math()
-    bench_goals(_arg("--repeat", 3))
+    bench_goals(args.repeat)
 
 
 if __name__ == "__main__":

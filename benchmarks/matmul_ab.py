@@ -19,6 +19,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import argparse
 import math
 import sys
 from functools import partial
@@ -70,15 +71,36 @@ def compare(files: list[str], shapes: list[tuple[int, int, int]]) -> None:
         print(f"{m:>5} x {n:>4} x {k:>4} " + " ".join(f"{gf / t:10.1f}" for t in best))
 
 
+def _shape(text: str) -> tuple[int, int, int]:
+    m, n, k = (int(v) for v in text.split("x"))
+    return m, n, k
+
+
 def main() -> None:
-    if sys.argv[1:2] == ["--dump"]:
-        dump(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "args",
+        nargs="*",
+        metavar="BUILD.ll | MxNxK",
+        help="the builds' kernel modules to compare, and shapes as MxNxK (default: the Silero "
+        "step's and CNN layers' shapes)",
+    )
+    ap.add_argument("--dump", metavar="FILE", help="write this tree's kernel module (IR text) to FILE")
+    args = ap.parse_intermixed_args()
+    if args.dump:
+        dump(args.dump)
         return
-    files = [a for a in sys.argv[1:] if a.endswith(".ll")]
-    shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:] if not a.endswith(".ll")]
+    files = [a for a in args.args if a.endswith(".ll")]
+    shapes: list[tuple[int, int, int]] = []
+    for a in args.args:
+        if not a.endswith(".ll"):
+            try:
+                shapes.append(_shape(a))
+            except ValueError:
+                ap.error(f"neither a .ll file nor a shape MxNxK: {a}")
     if not files:
         raise SystemExit(__doc__)
-    compare(files, [(s[0], s[1], s[2]) for s in shapes] or SHAPES)
+    compare(files, shapes or SHAPES)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """CNN kernels (conv2d, depthwise, pools) against ONNX Runtime on one thread, in one run.
 
-    .venv/bin/python benchmarks/nn_kernels.py [--quick]
+    .venv/bin/python benchmarks/nn_kernels.py [--quick] [--pools]
 
 Each row runs one single-op graph: asyncjit's compiled plan (``compile(...).run``, host checks
 included) and ONNX Runtime's ``InferenceSession`` on the same single-node ONNX model (1 intra-op
@@ -17,8 +17,8 @@ import os
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import argparse
 import math
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +30,7 @@ from onnx import helper
 from asyncjit import Tensor
 from asyncjit.compiler import compile
 
-QUICK = "--quick" in sys.argv
+QUICK = False  # --quick: main() sets it from the command line (importing this module parses none)
 
 
 def best_time(fn: Callable[[], object], min_total: float = 0.3, repeats: int = 5) -> float:
@@ -110,9 +110,15 @@ POOLS = [  # label, x shape, op, kernel, strides, pads
 
 
 def main() -> None:
+    global QUICK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer layers and rounds")
+    ap.add_argument("--pools", action="store_true", help="only the pooling rows")
+    args = ap.parse_args()
+    QUICK = args.quick
     rng = np.random.default_rng(0)
     print(f"{'single op, batch 1, float32':>44} {'ours ms':>9} {'ORT ms':>9} {'ratio':>6} {'max err':>9}")
-    for label, xs, ws, s, p, g in [] if "--pools" in sys.argv else CONVS[:4] if QUICK else CONVS:
+    for label, xs, ws, s, p, g in [] if args.pools else CONVS[:4] if QUICK else CONVS:
         x = rng.standard_normal(xs).astype(np.float32)
         w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
         bias = rng.standard_normal(ws[0]).astype(np.float32)

@@ -13,6 +13,7 @@ faster.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -26,13 +27,9 @@ from onnx import TensorProto, helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_line
 
-
-def _arg(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-N = int(_arg("--n", str(1 << 20)))
-REPEAT = int(_arg("--repeat", "20"))
+# --n and --repeat: main() sets these from the command line (importing this module parses none)
+N = 1 << 20
+REPEAT = 20
 
 
 def median_time(fn: Callable[[], object]) -> float:
@@ -53,6 +50,12 @@ def model(node: Any, x_type: int, y_type: int, inits: list[Any], opset: int = 21
 
 
 def main() -> None:
+    global N, REPEAT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=N, help=f"elements per case (default {N})")
+    ap.add_argument("--repeat", type=int, default=REPEAT, help=f"runs per median (default {REPEAT})")
+    args = ap.parse_args()
+    N, REPEAT = args.n, args.repeat
     import onnxruntime as ort
 
     from asyncjit.onnx import InferenceSession

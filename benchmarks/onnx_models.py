@@ -21,6 +21,7 @@ shapes (``layer_rows``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -33,16 +34,10 @@ from typing import Any
 
 import numpy as np
 
-QUICK = "--quick" in sys.argv
+QUICK = False  # --quick: main() sets it from the command line (importing this module parses none)
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks/silero_vad.py would shadow the silero-vad package whose .onnx files we read
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-
-def _arg(name: str, default: str) -> str:
-    if name in sys.argv:
-        return sys.argv[sys.argv.index(name) + 1]
-    return default
 
 
 def median_time(fn: Callable[[], object], calls: int) -> float:
@@ -275,13 +270,14 @@ def _minima(
     return ours, theirs, args, flops
 
 
-def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
+def kernel_minima_rows(names: list[str], calls: int, groups: bool = False) -> list[str]:
     """Per model, the sum over its kernels of each kernel's fastest call: ours from
     ``asyncjit.profiler.trace`` spans, ONNX Runtime's (1 thread) from its node profile.
 
     A diagnostic for a loaded machine: a whole-model median there mostly measures when the
     process held a core, while the fastest of many calls of each kernel is close to its
     quiet-machine time, for both sides alike. The scored figures are the latency table's.
+    ``groups``: each model's minima summed by kernel kind and by ORT op too.
     """
     from asyncjit.codegen import _parallel
 
@@ -297,7 +293,7 @@ def kernel_minima_rows(names: list[str], calls: int) -> list[str]:
                 f"{top} {ours[top] / 1e3:.2f} ms |"
             )
             print(rows[-1], flush=True)
-            if "--groups" in sys.argv:
+            if groups:
                 ops = {k: str(v.get("op_name", k)) for k, v in args.items()}
                 mine = _by_kind(ours, lambda k: re.sub(r"^k[0-9]+_", "", k))
                 peer = _by_kind(theirs, lambda k, o=ops: o.get(k, k))
@@ -364,29 +360,56 @@ def layer_rows(name: str, calls: int) -> None:
     print(f"| paired | {total[0]:.2f} | {total[1]:.2f} | {total[0] / max(total[1], 1e-9):.2f}x | | | |")
 
 
+LIGHT = [
+    "light_squeezenet",
+    "light_shufflenet",
+    "light_resnet50",
+    "light_inception_v1",
+    "light_densenet121",
+    "light_inception_v2",
+    "light_bvlc_alexnet",
+    "light_zfnet512",
+    "light_vgg19",
+]
+
+
 def main() -> None:
+    global QUICK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer calls per model")
+    ap.add_argument(
+        "--models",
+        default="silero," + ",".join(LIGHT),
+        metavar="A,B,...",
+        help="silero and/or light_* models (default: silero and every light model)",
+    )
+    ap.add_argument(
+        "--kernels",
+        action="store_true",
+        help="instead of the latency table, each side's sum of per-kernel minima (light models)",
+    )
+    ap.add_argument(
+        "--groups", action="store_true", help="with --kernels: summed by kernel kind and by ORT op too"
+    )
+    ap.add_argument(
+        "--layers",
+        metavar="MODEL",
+        help="each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its shapes",
+    )
+    args = ap.parse_args()
+    QUICK = args.quick
+
     import logging
 
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     calls = 20 if QUICK else 200
-    if "--layers" in sys.argv:
+    if args.layers is not None:
         print(f"load: {os.getloadavg()}")
-        layer_rows(_arg("--layers", "light_resnet50"), 10 if QUICK else 30)
+        layer_rows(args.layers, 10 if QUICK else 30)
         return
-    light = [
-        "light_squeezenet",
-        "light_shufflenet",
-        "light_resnet50",
-        "light_inception_v1",
-        "light_densenet121",
-        "light_inception_v2",
-        "light_bvlc_alexnet",
-        "light_zfnet512",
-        "light_vgg19",
-    ]
-    chosen = _arg("--models", "silero," + ",".join(light)).split(",")
+    chosen = args.models.split(",")
     print(f"load: {os.getloadavg()}")
     print(
         "| model | asyncjit b1 ms (light: 1t / default) | ORT 1t ms | ORT default ms | "
@@ -397,12 +420,12 @@ def main() -> None:
     if "silero" in chosen:
         for row in silero_rows(calls * 10):  # 50-150 us calls: many, for stable medians
             print(row, flush=True)
-    if "--kernels" in sys.argv:
+    if args.kernels:
         calls = 10 if QUICK else 30
         print(f"\nsum of per-kernel minima over {calls} calls, 1 thread (load: {os.getloadavg()})")
         print("| model | asyncjit ms | ORT 1t ms | ratio | slowest kernel (its minimum) |")
         print("|---|---|---|---|---|")
-        kernel_minima_rows([m for m in chosen if m.startswith("light_")], calls)
+        kernel_minima_rows([m for m in chosen if m.startswith("light_")], calls, args.groups)
         return
     light_rows([m for m in chosen if m.startswith("light_")], max(9, calls // 10))
 

@@ -12,6 +12,7 @@ Run: ``.venv/bin/python benchmarks/plugins.py``. Prints figures and ratios measu
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -122,6 +123,9 @@ def bundle_vs_cold() -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no options: --help prints the docstring
     print(f"load: {os.getloadavg()}")
     dispatch_overhead(Copy(), "numpy")
     dispatch_overhead(get_plugin("onnxruntime", {"claim_all": True}), "onnxruntime")

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 import time
@@ -28,7 +29,7 @@ from _machine import machine_line
 # put this script's directory on their path): drop it here, point the workers at the model file.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-QUICK = "--quick" in sys.argv
+QUICK = False  # --quick: main() sets it from the command line (importing this module parses none)
 
 
 class Bare:
@@ -145,6 +146,11 @@ def streams(n_streams: int, n_chunks: int) -> None:
 
 
 def main() -> None:
+    global QUICK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer round trips and chunks")
+    QUICK = ap.parse_args().quick
+
     import logging
 
     import ray

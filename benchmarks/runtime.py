@@ -26,6 +26,7 @@ the same add. JAX (when installed) runs ``jax.jit(lambda a, b: a + b)`` on (16, 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ctypes
 import logging
@@ -345,7 +346,9 @@ def report(name: str, res: dict[str, Any], jax_us: tuple[float, float] | None) -
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="about 4 s, fewer rounds")
+    quick = ap.parse_args().quick
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _machine import machine_line
