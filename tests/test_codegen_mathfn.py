@@ -436,3 +436,35 @@ def test_a_plan_with_the_tables_compiles_for_cpus_without_avx512() -> None:
         np.testing.assert_allclose(got, ref, rtol=3e-7, atol=3e-7)
         np.testing.assert_allclose(got, host, rtol=2.5e-7, atol=2.5e-7)
         dropped.append(cpu)
+
+
+def test_a_bundle_compiled_on_a_device_without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle whose payloads do not run on this host is compiled on it from the building
+    host's IR: on a host without AVX-512 (simulated: its features as x86-64-v3's) the tables'
+    permute is made plain IR first, as for a payload of such a CPU."""
+    from asyncjit import Tensor
+    from asyncjit.compiler import _bundle, _cache, compile
+    from asyncjit.compiler._bundle import PSABI, build_bundle, load_bundle
+
+    x = Tensor.placeholder((64,), np.float32, "x")
+    exe = compile(x.tanh(), [x], cache_dir="off")
+    data = build_bundle(exe, ["native"])
+    compiled: list[str] = []
+    real = _cache.get_code
+
+    def spy(ir_text: str, name: str) -> object:
+        compiled.append(ir_text)
+        return real(ir_text, name)
+
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "off")
+    monkeypatch.setattr(_bundle, "host_cpu", lambda: "an-older-cpu")
+    monkeypatch.setattr(_bundle, "_host_features", lambda: set(PSABI["x86-64-v3"]) | {"sse", "sse2"})
+    monkeypatch.setattr(_cache, "get_code", spy)
+    loaded = load_bundle(data)
+    assert loaded.chosen_payload == "on-device"
+    (ir_text,) = compiled
+    from asyncjit.codegen._mathlut import PERMUTE
+
+    assert PERMUTE not in ir_text or not lut_chosen()
+    xv = np.linspace(-9, 9, 64).astype(np.float32)
+    np.testing.assert_allclose(loaded.run([xv])[0], np.tanh(xv), rtol=3e-7, atol=3e-7)

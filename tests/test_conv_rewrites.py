@@ -212,3 +212,25 @@ def test_other_filters_keep_the_conv() -> None:
     assert "conv1d" in _ops(x2.conv1d(Tensor.const(np.repeat(w, 2, axis=1)), stride=32))
     xs = Tensor.placeholder((1, 1, Var("n", 64, 512)), np.float32, "xs")
     assert "conv1d" in _ops(xs.conv1d(Tensor.const(w), stride=32))
+
+
+def test_arguments_are_checked_before_any_rewrite() -> None:
+    """A conv the rewrites would turn into a matmul still gets the op's checks, naming the
+    caller's weight: bad strides, dilations, bias, groups."""
+    from asyncjit.errors import JitError
+
+    x = Tensor.placeholder((1, 8, 1, 1), np.float32, "x")
+    w = Tensor.const(np.ones((5, 8, 1, 1), np.float32))
+    for kwargs in (
+        {"bias": Tensor.const(np.ones(1, np.float32))},
+        {"strides": 0},
+        {"dilations": -1},
+        {"groups": 3},
+    ):
+        with pytest.raises(JitError):
+            x.conv(w, **kwargs)  # type: ignore[arg-type]
+    x1 = Tensor.placeholder((1, 8, 1), np.float32, "x1")
+    with pytest.raises(JitError, match="stride"):
+        x1.conv1d(Tensor.const(np.ones((5, 8, 1), np.float32)), stride=0)
+    with pytest.raises(JitError, match=r"\(4, 6, 3\)|4, 6, 3"):
+        x1.conv1d(Tensor.const(np.ones((4, 6, 3), np.float32)), padding=1)  # channels: the given weight

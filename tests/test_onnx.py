@@ -439,3 +439,49 @@ def test_one_step_from_a_given_state_is_one_matmul(op: str, direction: str) -> N
             np.testing.assert_allclose(got[i][:, live], want[i][:, live], rtol=1e-5, atol=1e-5)
             # a length of 0 keeps the initial state (ONNX Runtime writes zeros; the spec is silent)
             np.testing.assert_array_equal(got[i][:, ~live], feed[s][:, ~live])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("steps", [1, 2])
+def test_batch_first_layout_reads_its_initial_states_batch_first(op: str, steps: int) -> None:
+    """``layout=1`` gives ``X``, the initial states and the outputs batch first: equal to ONNX
+    Runtime on the same model in ``layout=0`` (which ONNX Runtime runs) with the feeds and
+    outputs transposed, for 3 rows in both directions (3 != 2 directions: a swap cannot hide)."""
+    ort = pytest.importorskip("onnxruntime", reason="the peer this recurrence is checked against")
+    f, hid, inp, batch, dirs = TensorProto.FLOAT, 5, 4, 3, 2
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    rng = np.random.default_rng(gates + steps)
+    w = rng.standard_normal((dirs, gates * hid, inp)).astype(np.float32) * 0.4
+    r = rng.standard_normal((dirs, gates * hid, hid)).astype(np.float32) * 0.4
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    outs = ["y", "hn", "cn"] if op == "LSTM" else ["y", "hn"]
+
+    def model(layout: int) -> bytes:
+        lead = (batch, steps) if layout else (steps, batch)
+        node = helper.make_node(
+            op,
+            ["x", "w", "r", "", "", *states],
+            outs,
+            hidden_size=hid,
+            direction="bidirectional",
+            layout=layout,
+        )
+        shape = [batch, dirs, hid] if layout else [dirs, batch, hid]
+        return _model(
+            [node],
+            [
+                helper.make_tensor_value_info("x", f, [*lead, inp]),
+                *(helper.make_tensor_value_info(s, f, shape) for s in states),
+            ],
+            [helper.make_tensor_value_info(o, f, None) for o in outs],
+            [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(r, "r")],
+        )
+
+    x = rng.standard_normal((batch, steps, inp)).astype(np.float32)
+    init = {s: rng.standard_normal((batch, dirs, hid)).astype(np.float32) for s in states}
+    got = ao.InferenceSession(model(1)).run(None, {"x": x, **init})
+    peer = ort.InferenceSession(model(0), providers=["CPUExecutionProvider"])
+    want = peer.run(None, {"x": x.transpose(1, 0, 2), **{s: v.transpose(1, 0, 2) for s, v in init.items()}})
+    np.testing.assert_allclose(got[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-5)  # [B, T, D, H]
+    for g, wv in zip(got[1:], want[1:], strict=True):
+        np.testing.assert_allclose(g, wv.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)

@@ -102,7 +102,7 @@ def object_for_cpu(ir_text: str, cpu: str) -> tuple[bytes, str]:
     target = llvm.Target.from_triple(llvm.get_process_triple())
     # the large code model, as host_target_machine explains: sections may load far apart
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="large")
-    mod = optimized_module(_for_target(ir_text, cpu), 3)
+    mod = optimized_module(_for_target(ir_text, cpu, _target_features(cpu)), 3)
     obj = bytes(tm.emit_object(mod))
     return obj, features
 
@@ -123,14 +123,13 @@ def _target_features(cpu: str) -> set[str]:
     return set(PSABI.get(cpu, ())) | {"sse", "sse2"}
 
 
-def _for_target(ir_text: str, cpu: str) -> str:
-    """``ir_text`` (generated for this host) made compilable for ``cpu``: the AVX-512 table
-    permute of ``tanh``/``erf`` becomes plain IR unless the CPU is known to have AVX-512F; any
-    other target-specific intrinsic it is not known to have is a ``BundleError`` (LLVM would
-    abort the process)."""
+def _for_target(ir_text: str, cpu: str, have: set[str]) -> str:
+    """``ir_text`` (generated on the host that built the bundle) made compilable for ``cpu``
+    with the features ``have``: the AVX-512 table permute of ``tanh``/``erf`` becomes plain IR
+    unless the CPU has AVX-512F; any other target-specific intrinsic it lacks is a
+    ``BundleError`` (LLVM would abort the process)."""
     from ..codegen._mathlut import PERMUTE, portable_permute
 
-    have = _target_features(cpu)
     if PERMUTE in ir_text and "avx512f" not in have:
         portable = "asyncjit.portable.vpermi2var.ps.512"
         lines = [ln for ln in ir_text.splitlines() if not (ln.startswith("declare") and f"@{PERMUTE}(" in ln)]
@@ -285,7 +284,9 @@ def load_bundle(source: bytes | str | Path, plugins: Sequence[CompilerPlugin] = 
     log.warning("bundle_compile_on_device", plan=meta["name"], reason=reason)
     from ._cache import get_code
 
-    code_key, obj, loaded = get_code(str(meta["ir_text"]), str(meta["name"]))
+    # the IR of the host that built the bundle: this one may lack its instructions
+    ir_text = _for_target(str(meta["ir_text"]), host, have)
+    code_key, obj, loaded = get_code(ir_text, str(meta["name"]))
     meta = {**meta, "code_key": code_key, "target": list(host_target_key())}
     exe = build_executable(meta, obj, consts, plugins, loaded)
     exe.chosen_payload = "on-device"

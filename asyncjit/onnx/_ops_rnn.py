@@ -149,7 +149,7 @@ def _run(
         reverse = direction == "reverse" or d == 1
         xd = _direction_input(x, lens, T, reverse)
         state = tuple(
-            n.t(v)[d].cast(x.dtype) if v is not None else Tensor.zeros([B, H], x.dtype) for v in inits
+            _initial(n, v)[d].cast(x.dtype) if v is not None else Tensor.zeros([B, H], x.dtype) for v in inits
         )
         if len(state) < states:
             state = state + tuple(Tensor.zeros([B, H], x.dtype) for _ in range(states - len(state)))
@@ -187,6 +187,12 @@ def _run(
         fin = Tensor.stack([f[s] for f in finals], 0)
         results.append(fin.transpose(0, 1) if n.flag("layout", 0) else fin)
     return results
+
+
+def _initial(n: NodeCtx, v: Value) -> Tensor:
+    """An initial state as ``[directions, batch, hidden]`` (``layout=1`` gives it batch first)."""
+    t = n.t(v)
+    return t.transpose(0, 1) if n.flag("layout", 0) else t
 
 
 def _joint_weights(ins: list[Value | None], dtype: dt.DType) -> list[Tensor] | None:

@@ -130,24 +130,34 @@ def conv1d(
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
     pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
-    out = None
-    if len(pad) == 2:  # else the op's own check names the padding
-        pair = (pad[0], pad[1])
-        live = _live_weight(x, w, (stride,), (dilation,), (pair,))
-        if live is not None:
-            w, (pair,) = live
-        pad = pair
-        out = _single_position(x, w, (pair,), groups)
-        if out is None:
-            out = _folded_dft(x, w, stride, pair, dilation, groups)
+    # the op checks the arguments (and names the caller's weight) before any rewrite
+    node = make_node("conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups)
+    out = _rewritten_conv1d(x, w, stride, (pad[0], pad[1]), dilation, groups)
     if out is None:
+        out = type(x)(node)
+    if bias is not None:
+        out = out + bias.reshape(bias.shape[0], 1)
+    return out
+
+
+def _rewritten_conv1d(
+    x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: int, groups: int
+) -> Tensor | None:
+    """The conv1d (its arguments checked) by a cheaper route: taps that read only padding
+    dropped, then as a matmul of one position or on folded DFT frames; the conv1d node of the
+    cut weight where only the cut applies. None: the conv1d as given."""
+    live = _live_weight(x, w, (stride,), (dilation,), (pad,))
+    if live is not None:
+        w, (pad,) = live
+    out = _single_position(x, w, (pad,), groups)
+    if out is None:
+        out = _folded_dft(x, w, stride, pad, dilation, groups)
+    if out is None and live is not None:
         out = type(x)(
             make_node(
                 "conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups
             )
         )
-    if bias is not None:
-        out = out + bias.reshape(bias.shape[0], 1)
     return out
 
 
@@ -342,15 +352,19 @@ def conv(
     if r < 1:
         raise TensorError(f"conv needs x[N, C, *spatial] with a spatial axis, got rank {x.ndim}")
     st, dil, pp = _per_axis(strides, r, "strides"), _per_axis(dilations, r, "dilations"), _pad_pairs(pads, r)
+    b = None if bias is None else bias._float().cast(x.dtype).reshape(-1)
+    ins: tuple[Node, ...] = (x.node, w.node) if b is None else (x.node, w.node, b.node)
+    # the op checks the arguments (and names the caller's weight) before any rewrite
+    node = make_node("conv", ins, strides=st, pads=pp, dilations=dil, groups=groups)
     live = _live_weight(x, w, st, dil, pp)
     if live is not None:
         w, pp = live
     single = _single_position(x, w, pp, groups)
     if single is not None:
-        return single if bias is None else single + bias._float().cast(x.dtype).reshape(-1, *([1] * r))
-    ins: tuple[Node, ...] = (x.node, w.node)
-    if bias is not None:
-        ins = (*ins, bias._float().cast(x.dtype).reshape(-1).node)
+        return single if b is None else single + b.reshape(-1, *([1] * r))
+    if live is None:
+        return type(x)(node)
+    ins = (x.node, w.node) if b is None else (x.node, w.node, b.node)
     return type(x)(make_node("conv", ins, strides=st, pads=pp, dilations=dil, groups=groups))
 
 
