@@ -1,17 +1,22 @@
 """Mutated ONNX models through the importer and the session: ``python tests/fuzz.py --onnx``.
 
 Model ``i`` of seed ``S`` is one runnable case of ONNX's conformance suite (the node cases and
-the ``simple``/``pytorch-*`` model suites, as ``asyncjit.onnx.conformance`` collects them) picked
-by ``Random("S:i")`` and changed by one to three mutators from ``MUTATORS`` (attribute values,
-initializer and input values at their edges, input shapes and dtypes, the opset, the declared
-input dims, flipped or cut bytes). Each must either run or raise a ``JitError`` (an
-``OnnxImportError``, ``ShapeMismatchError``, ...): any other exception is reported as a finding
-(a bad model must get a typed error), and a worker that dies or hangs as a crash by the fuzzer's
-supervisor. A model that runs is also run by ONNX Runtime (when installed) on the same feeds:
-where both run, the outputs must agree (shape, dtype, values within ``RTOL``/``ATOL``), except
-where a mutation put NaN or inf in play (NaN's order in min/max and its absorption by an
-ignored element are where the two runtimes legitimately differ) or an output is a low-precision
-float (ONNX Runtime hands those out as raw bits).
+the ``simple``/``pytorch-*`` model suites, as ``asyncjit.onnx.conformance`` collects them)
+picked by ``Random("S:i")`` and changed by one to three mutators from ``MUTATORS`` (attribute
+values, initializer and input values at their edges, input shapes and dtypes, the opset, the
+declared input dims, flipped or cut bytes). Half of the models that pick a one-node
+``LSTM``/``GRU``/``RNN`` case run instead as a metamorphic variant (``metamorphic``): batch
+first (``layout=1``, which ONNX Runtime does not run), given random initial states half the
+time, and compared with ONNX Runtime on the model before the change, our outputs transposed
+back. Each must either run or raise a ``JitError`` (an ``OnnxImportError``,
+``ShapeMismatchError``, ...): any other exception is reported as a finding (a bad model must get
+a typed error), and a worker that dies or hangs as a crash by the fuzzer's supervisor. A model
+that runs is also run by ONNX Runtime (when installed) on the same feeds: where both run, the
+outputs must agree (shape, dtype, values within ``RTOL``/``ATOL``; where they do not, ONNX's
+reference implementation arbitrates: agreeing with it is no finding), except where a mutation put
+NaN or inf in play (NaN's order in min/max and its absorption by an ignored element are where
+the two runtimes legitimately differ) or an output is a low-precision float (ONNX Runtime hands
+those out as raw bits).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MUTATORS", "corpus", "run_one"]
+__all__ = ["MUTATORS", "corpus", "metamorphic", "run_one"]
 
 EDGE_INTS = (-(2**62), -(2**31), -1000, -3, -2, -1, 0, 1, 2, 3, 7, 1000, 2**31 - 1, 2**40)
 EDGE_FLOATS = (math.nan, math.inf, -math.inf, 0.0, -1.0, 1e30, -1e30, 1e-30)
@@ -237,6 +242,143 @@ def mutate(case: Any, rng: Random) -> tuple[bytes, list[np.ndarray], list[str]]:
     return data, feeds, done
 
 
+RNN_OPS = ("LSTM", "GRU", "RNN")
+METAMORPHIC_SHARE = 0.5
+"""Of the models that pick a one-node recurrent case, the share run as a metamorphic variant."""
+
+Back = Callable[[list[np.ndarray]], list[np.ndarray]]
+"""Our outputs of a metamorphic variant mapped to the outputs of the model it came from."""
+
+
+def _rnn_node(model: Any) -> Any | None:
+    """The node of a one-node LSTM/GRU/RNN graph whose inputs are all graph inputs, or None."""
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    if len(graph.node) != 1 or graph.node[0].op_type not in RNN_OPS:
+        return None
+    node = graph.node[0]
+    return None if any(name in inits for name in node.input) else node
+
+
+def _attr(node: Any, name: str, default: Any) -> Any:
+    from onnx import helper
+
+    found = [helper.get_attribute_value(a) for a in node.attribute if a.name == name]
+    return found[0] if found else default
+
+
+def _inputs(model: Any) -> list[str]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
+def rnn_state(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
+    """A recurrent node given the initial states it lacks, as inputs fed random values (the
+    corpus has them in one case only: the state paths then meet every direction, layout and
+    length)."""
+    from onnx import helper
+
+    node = _rnn_node(model)
+    names = _inputs(model)
+    if node is None or len(names) != len(feeds) or node.input[0] not in names:
+        return None
+    slots = list(node.input) + [""] * (8 - len(node.input))
+    missing = [s for s in ((5, 6) if node.op_type == "LSTM" else (5,)) if not slots[s]]
+    if not missing:
+        return None
+    x = feeds[names.index(node.input[0])]
+    layout = _attr(node, "layout", 0)
+    dirs = 2 if _attr(node, "direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    batch, hidden = x.shape[0 if layout else 1], int(_attr(node, "hidden_size", 0))
+    if x.ndim != 3 or hidden < 1:
+        return None
+    shape = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    values = np.random.default_rng(rng.randrange(1 << 32))
+    for s in missing:
+        name = f"fuzz_initial_{s}"
+        slots[s] = name
+        elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+        model.graph.input.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        feeds.append(values.standard_normal(shape).astype(x.dtype))
+    while slots and not slots[-1]:
+        slots.pop()
+    del node.input[:]
+    node.input.extend(slots)
+    return f"{node.op_type} given initial states {[slots[s] for s in missing]} of shape {shape}"
+
+
+def batch_first(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, Back] | None:
+    """A recurrent node's ``layout`` 0 turned to 1, ``X`` and the initial states fed batch
+    first: ONNX Runtime, which runs only layout 0, runs the model before the change, and our
+    outputs are transposed back to be compared with it."""
+    node = _rnn_node(model)
+    names = _inputs(model)
+    if node is None or _attr(node, "layout", 0) != 0 or len(names) != len(feeds):
+        return None
+    graph_inputs = {i.name: i for i in model.graph.input}
+    for slot in (0, 5, 6):
+        if slot < len(node.input) and node.input[slot]:
+            k = names.index(node.input[slot])
+            feeds[k] = np.ascontiguousarray(np.swapaxes(feeds[k], 0, 1))
+            dims = graph_inputs[node.input[slot]].type.tensor_type.shape.dim
+            if len(dims) == 3:
+                first, second = type(dims[0])(), type(dims[0])()
+                first.CopyFrom(dims[0])
+                second.CopyFrom(dims[1])
+                dims[0].CopyFrom(second)
+                dims[1].CopyFrom(first)
+    from onnx import helper
+
+    kept = [a for a in node.attribute if a.name != "layout"]
+    del node.attribute[:]
+    node.attribute.extend([*kept, helper.make_attribute("layout", 1)])
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    slot_of = {name: j for j, name in enumerate(node.output) if name}
+    order = [slot_of.get(o.name, -1) for o in model.graph.output]
+
+    def back(outs: list[np.ndarray]) -> list[np.ndarray]:
+        # Y [B, T, D, H] -> [T, D, B, H]; Y_h, Y_c [B, D, H] -> [D, B, H]
+        return [
+            o.transpose(1, 2, 0, 3)
+            if j == 0 and o.ndim == 4
+            else np.swapaxes(o, 0, 1)
+            if j > 0 and o.ndim == 3
+            else o
+            for o, j in zip(outs, order, strict=False)
+        ]
+
+    return f"{node.op_type} batch first (layout 1), compared with layout 0", back
+
+
+def metamorphic(
+    case: Any, rng: Random, states: bool | None = None
+) -> tuple[bytes, list[np.ndarray], list[str], bytes, list[np.ndarray], Back] | None:
+    """A one-node recurrent case (given initial states half the time, or as ``states`` says)
+    and its batch-first variant: ``(variant, its feeds, what, model, its feeds, back)``; None
+    for other cases."""
+    from onnx import ModelProto
+
+    if _rnn_node(case.model) is None:
+        return None
+    model = ModelProto()
+    model.CopyFrom(case.model)
+    feeds = [np.array(x) for x in case.inputs]
+    done = []
+    if (rng.random() < 0.5 if states is None else states) and (
+        what := rnn_state(model, feeds, rng)
+    ) is not None:
+        done.append(what)
+    variant = ModelProto()
+    variant.CopyFrom(model)
+    variant_feeds = list(feeds)
+    made = batch_first(variant, variant_feeds, rng)
+    if made is None:
+        return None
+    done.append(made[0])
+    return variant.SerializeToString(), variant_feeds, done, model.SerializeToString(), feeds, made[1]
+
+
 def _peer(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:
     """ONNX Runtime's outputs (one thread) for the same model and feeds; None where it refuses
     them or is not installed."""
@@ -252,6 +394,29 @@ def _peer(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:
         named = {i.name: f for i, f in zip(sess.get_inputs(), feeds, strict=False)}
         return [np.asarray(v) for v in sess.run(None, named)]
     except Exception:  # ONNX Runtime refusing a mutated model is its own business
+        return None
+
+
+REFERENCE_MAX_ELEMENTS = 1 << 20
+"""Feeds up to this size are re-run by ONNX's reference on a difference (it is numpy, slow)."""
+
+
+def _reference(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:
+    """ONNX's reference implementation's outputs, the arbiter where ONNX Runtime and asyncjit
+    differ (ONNX Runtime's own liberties: a window larger than its input still gives one
+    output); None where it fails or the feeds are too big for it."""
+    if sum(f.size for f in feeds) > REFERENCE_MAX_ELEMENTS:
+        return None
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(data)
+        with np.errstate(all="ignore"):
+            return [
+                np.asarray(v)
+                for v in evaluator.run(None, dict(zip(evaluator.input_names, feeds, strict=False)))
+            ]
+    except Exception:  # the reference has its own gaps
         return None
 
 
@@ -311,7 +476,14 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
     cases = corpus(tuple(os.environ.get("ASYNCJIT_FUZZ_ONNX_KINDS", ",".join(KINDS)).split(",")))
     rng = Random(f"{seed}:{index}")
     case = cases[rng.randrange(len(cases))]
-    data, feeds, done = mutate(case, rng)
+    # a separate stream: the other cases of a seed stay what they were before metamorphic runs
+    meta_rng = Random(f"{seed}:{index}:metamorphic")
+    plan = metamorphic(case, meta_rng) if meta_rng.random() < METAMORPHIC_SHARE else None
+    if plan is not None:
+        data, feeds, done, peer_data, peer_feeds, back = plan
+    else:
+        data, feeds, done = mutate(case, rng)
+        peer_data, peer_feeds, back = data, feeds, None
     report: dict[str, Any] = {
         "case": index,
         "graph": f"model {case.kind}/{case.name}; " + "; ".join(done),
@@ -326,11 +498,17 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
             sess = ao.InferenceSession(data)
             names = [i.name for i in sess.get_inputs()]
             ours = sess.run(None, dict(zip(names, feeds, strict=False)))
-        theirs = None if _special(feeds, done) else _peer(data, feeds)
+        theirs = None if _special(feeds, done) else _peer(peer_data, peer_feeds)
+        if theirs is not None and back is not None:
+            ours = back(ours)
         report["outcome"] = "ran" if theirs is None else "ran, as ONNX Runtime"
         if theirs is not None and (why := _differs(ours, theirs)) is not None:
-            report["outcome"] = "ran, unlike ONNX Runtime"
-            report["mismatches"] = [f"differs from ONNX Runtime: {why}"]
+            ref = _reference(peer_data, peer_feeds)
+            if ref is not None and _differs(ours, ref) is None:
+                report["outcome"] = "ran, as ONNX's reference (ONNX Runtime differs)"
+            else:
+                report["outcome"] = "ran, unlike ONNX Runtime"
+                report["mismatches"] = [f"differs from ONNX Runtime: {why}"]
     except JitError as exc:
         report["outcome"] = type(exc).__name__
     except Exception as exc:  # what a bad model must never give

@@ -485,3 +485,46 @@ def test_batch_first_layout_reads_its_initial_states_batch_first(op: str, steps:
     np.testing.assert_allclose(got[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-5)  # [B, T, D, H]
     for g, wv in zip(got[1:], want[1:], strict=True):
         np.testing.assert_allclose(g, wv.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_quantize_of_a_range_of_zero_is_scale_one() -> None:
+    """All zeros (silence) have no range: scale 1 and zero point 0, as ONNX Runtime gives (the
+    spec's formula divides 0 by 0)."""
+    f, u8 = TensorProto.FLOAT, TensorProto.UINT8
+    model = _model(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+        [helper.make_tensor_value_info("x", f, ["n"])],
+        [helper.make_tensor_value_info(n, t, None) for n, t in (("y", u8), ("s", f), ("z", u8))],
+    )
+    sess = ao.InferenceSession(model, {"n": (1, 16)})
+    y, s, z = sess.run(None, {"x": np.zeros(5, np.float32)})
+    assert y.tolist() == [0] * 5 and float(s) == 1.0 and int(z) == 0
+    y, s, z = sess.run(None, {"x": np.array([0.0, 1.5, -2.0], np.float32)})
+    assert y.tolist() == [146, 255, 0] and np.isclose(float(s), 3.5 / 255) and int(z) == 146
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_squeeze_with_empty_axes_drops_every_single_dim(opset: int) -> None:
+    """An explicitly empty ``axes`` (attribute before opset 13, input from it) squeezes every
+    dim of 1, as if absent: what ONNX Runtime and ONNX's reference do."""
+    from onnx import AttributeProto
+
+    f = TensorProto.FLOAT
+    inits = []
+    if opset >= 13:
+        node = helper.make_node("Squeeze", ["x", "axes"], ["y"])
+        inits = [helper.make_tensor("axes", TensorProto.INT64, [0], [])]
+    else:
+        node = helper.make_node("Squeeze", ["x"], ["y"])
+        empty = node.attribute.add()
+        empty.name, empty.type = "axes", AttributeProto.INTS
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("x", f, [1, 3, 1, 2])],
+        [helper.make_tensor_value_info("y", f, None)],
+        inits,
+        opset,
+    )
+    x = np.arange(6, dtype=np.float32).reshape(1, 3, 1, 2)
+    (y,) = ao.InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(3, 2))

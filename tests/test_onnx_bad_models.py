@@ -208,3 +208,57 @@ def test_fuzz_onnx_slice_fixed_seed() -> None:
 def test_every_error_the_fuzzer_accepts_is_a_jit_error() -> None:
     """The fuzzer's notion of typed: a ``JitError`` (``OutOfMemoryError`` is one)."""
     assert issubclass(OutOfMemoryError, JitError) and issubclass(OnnxImportError, JitError)
+
+
+def test_fuzz_onnx_recurrent_variants_match_onnx_runtime() -> None:
+    """Every one-node recurrent case of the ONNX fuzzer's corpus as its batch-first variant,
+    with and without initial states given (the fuzzer's metamorphic runs): our outputs,
+    transposed back, equal ONNX Runtime's on the model before the change."""
+    pytest.importorskip("onnxruntime", reason="the peer the variants are compared with")
+    from random import Random
+
+    import fuzzing_onnx as fz
+
+    cases = [
+        c
+        for c in fz.corpus(("node",))
+        if (node := fz._rnn_node(c.model)) is not None and fz._attr(node, "layout", 0) == 0
+    ]
+    assert len(cases) >= 12
+    for case in cases:
+        for states in (False, True):
+            plan = fz.metamorphic(case, Random(case.name), states)
+            assert plan is not None, case.name
+            data, feeds, done, peer_data, peer_feeds, back = plan
+            sess = ao.InferenceSession(data)
+            ours = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], feeds, strict=True)))
+            theirs = fz._peer(peer_data, peer_feeds)
+            assert theirs is not None, (case.name, done)
+            assert fz._differs(back(ours), theirs) is None, (case.name, done)
+
+
+def test_lrn_of_any_size_is_one_pool() -> None:
+    """``LRN``'s channel window is a pool whatever its size: sizes even and odd, up to 1000
+    (wider than the channels), equal the spec's formula in numpy (and ONNX Runtime, which takes
+    odd sizes only); a size of 2^31 - 1 is a typed error at once (it was a chain of that many
+    adds, built until the worker hung), a size of 0 is refused."""
+    x = np.random.default_rng(3).standard_normal((1, 6, 3, 2)).astype(np.float32)
+    alpha, beta, bias = 0.01, 0.6, 1.0
+    for size in (1, 2, 4, 5, 1000):
+        model = _single(
+            helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta), [1, 6, 3, 2]
+        )
+        (got,) = ao.InferenceSession(model).run(None, {"x": x})
+        lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+        sq = x.astype(np.float64) ** 2
+        sums = np.stack([sq[:, max(0, c - lo) : min(6, c + hi + 1)].sum(1) for c in range(6)], 1)
+        want = x / (bias + alpha / size * sums) ** beta
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        if size % 2:
+            ort = pytest.importorskip("onnxruntime", reason="the peer LRN is also checked against")
+            (peer,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+            np.testing.assert_allclose(got, peer, rtol=1e-5, atol=1e-6)
+    for size in (2**31 - 1, 0):
+        model = _single(helper.make_node("LRN", ["x"], ["y"], size=size), [1, 6, 3, 2])
+        with pytest.raises((TensorError, OnnxImportError)):
+            ao.InferenceSession(model).run(None, {"x": x})

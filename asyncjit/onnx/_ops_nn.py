@@ -328,17 +328,20 @@ def _lp_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 @op("LRN")
 def _lrn(n: NodeCtx, ins: list[Value | None]) -> Value:
+    """``x / (bias + alpha/size * sum of x^2 over the size channels around)^beta``: the sum is a
+    window over the channel axis, an average pool of ``x^2`` counting the zero padding (one
+    kernel whatever the size; a chain of ``size`` shifted adds grew with it, unboundedly)."""
     x = n.t(ins[0])
     size = n.attr("size")
+    if not isinstance(size, int) or size < 1:
+        raise n.fail(f"size must be an int >= 1, got {size!r}")
     alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
-    sq = x * x
+    if x.ndim < 2:
+        raise n.fail(f"LRN needs x[N, C, ...], got rank {x.ndim}")
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-    padded = sq.pad([None, (lo, hi)] + [None] * (x.ndim - 2))
-    C = x.shape[1]
-    total = padded.shrink([None, (0, C)] + [None] * (x.ndim - 2))
-    for i in range(1, size):
-        total = total + padded.shrink([None, (i, i + C)] + [None] * (x.ndim - 2))
-    return x / (total * (alpha / size) + bias).pow(beta)  # type: ignore[no-any-return]
+    sq = (x * x).reshape(x.shape[0], 1, x.shape[1], -1)  # [N, 1, C, positions]
+    mean = sq.avg_pool([size, 1], [1, 1], [(lo, hi), (0, 0)], 1, False, True).reshape(*x.shape)
+    return x / (mean * alpha + bias).pow(beta)  # type: ignore[no-any-return]
 
 
 def _softmax_like(n: NodeCtx, x: Tensor, fn: str) -> Tensor:
@@ -522,7 +525,9 @@ def _dynamic_quantize(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]
     x = n.t(ins[0]).cast(dt.float32)
     lo = x.min().minimum(0.0)
     hi = x.max().maximum(0.0)
-    scale = (hi - lo) / 255.0
+    # an all-zero (or empty) input has no range: scale 1 and zero point 0 as ONNX Runtime gives
+    # (the formula divides 0 by 0; ONNX's reference takes 1/255)
+    scale = Tensor.select(hi > lo, (hi - lo) / 255.0, 1.0)
     zp = _round_even(-lo / scale).clip(0.0, 255.0)
     y = (_round_even(x / scale) + zp).clip(0.0, 255.0).cast(dt.uint8)
     return [y, scale, zp.cast(dt.uint8)]

@@ -118,7 +118,7 @@ def _squeeze(n: NodeCtx, ins: list[Value | None]) -> Value:
     assert x is not None
     shape = list(_shape_of(x))
     axes = _axes_input(n, ins, 13)
-    if axes is None:
+    if not axes:  # absent or empty: every single dim (as ONNX Runtime and ONNX's reference read it)
         keep = [d for d in shape if d != 1]
     else:
         drop = {axis_of(a, len(shape), n) for a in axes}
