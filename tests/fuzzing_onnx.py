@@ -243,8 +243,8 @@ def mutate(case: Any, rng: Random) -> tuple[bytes, list[np.ndarray], list[str]]:
 
 
 RNN_OPS = ("LSTM", "GRU", "RNN")
-METAMORPHIC_SHARE = 0.5
-"""Of the models that pick a one-node recurrent case, the share run as a metamorphic variant."""
+METAMORPHIC_SHARE = 0.25
+"""Of the models that pick a case some variant applies to, the share run as that variant."""
 
 Back = Callable[[list[np.ndarray]], list[np.ndarray]]
 """Our outputs of a metamorphic variant mapped to the outputs of the model it came from."""
@@ -307,6 +307,17 @@ def rnn_state(model: Any, feeds: list[np.ndarray], rng: Random) -> str | None:
     return f"{node.op_type} given initial states {[slots[s] for s in missing]} of shape {shape}"
 
 
+def _swap_first_dims(value_info: Any) -> None:
+    """A graph input's declared first two dims swapped (as its feed is transposed)."""
+    dims = value_info.type.tensor_type.shape.dim
+    if len(dims) >= 2:
+        first, second = type(dims[0])(), type(dims[0])()
+        first.CopyFrom(dims[0])
+        second.CopyFrom(dims[1])
+        dims[0].CopyFrom(second)
+        dims[1].CopyFrom(first)
+
+
 def batch_first(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, Back] | None:
     """A recurrent node's ``layout`` 0 turned to 1, ``X`` and the initial states fed batch
     first: ONNX Runtime, which runs only layout 0, runs the model before the change, and our
@@ -320,13 +331,7 @@ def batch_first(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, 
         if slot < len(node.input) and node.input[slot]:
             k = names.index(node.input[slot])
             feeds[k] = np.ascontiguousarray(np.swapaxes(feeds[k], 0, 1))
-            dims = graph_inputs[node.input[slot]].type.tensor_type.shape.dim
-            if len(dims) == 3:
-                first, second = type(dims[0])(), type(dims[0])()
-                first.CopyFrom(dims[0])
-                second.CopyFrom(dims[1])
-                dims[0].CopyFrom(second)
-                dims[1].CopyFrom(first)
+            _swap_first_dims(graph_inputs[node.input[slot]])
     from onnx import helper
 
     kept = [a for a in node.attribute if a.name != "layout"]
@@ -351,16 +356,156 @@ def batch_first(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, 
     return f"{node.op_type} batch first (layout 1), compared with layout 0", back
 
 
+def _identity(outs: list[np.ndarray]) -> list[np.ndarray]:
+    return outs
+
+
+AXIS_OPS = frozenset(
+    [
+        "ArgMax",
+        "ArgMin",
+        "Compress",
+        "Concat",
+        "CumSum",
+        "DequantizeLinear",
+        "Flatten",
+        "Gather",
+        "GatherElements",
+        "Hardmax",
+        "LayerNormalization",
+        "LogSoftmax",
+        "LpNormalization",
+        "QuantizeLinear",
+        "ScatterElements",
+        "Softmax",
+        "Split",
+        "TopK",
+    ]
+)
+"""Ops whose ``axis`` attribute counts the dims of their first input."""
+
+AXES_OPS = frozenset(
+    [
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "ReduceSumSquare",
+        "Squeeze",
+    ]
+)
+"""Ops whose ``axes`` attribute (before it became an input) counts the dims of their input."""
+
+COMMUTATIVE = frozenset(
+    [
+        "Add",
+        "Mul",
+        "Max",
+        "Min",
+        "Sum",
+        "Mean",
+        "And",
+        "Or",
+        "Xor",
+        "Equal",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+    ]
+)
+"""Ops whose inputs may come in any order (broadcast alike)."""
+
+
+def _single_node(model: Any, feeds: list[np.ndarray]) -> Any | None:
+    """The node of a one-node graph whose inputs are the graph inputs in feed order."""
+    graph = model.graph
+    if len(graph.node) != 1 or len(_inputs(model)) != len(feeds):
+        return None
+    return graph.node[0]
+
+
+def negative_axis(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, Back] | None:
+    """An ``axis`` (or each of ``axes``) of a first-input-rank op written from the end: the same
+    dims, the same outputs."""
+    node = _single_node(model, feeds)
+    names = _inputs(model)
+    if node is None or not node.input or node.input[0] not in names:
+        return None
+    rank = feeds[names.index(node.input[0])].ndim
+    for attr in node.attribute:
+        if attr.name == "axis" and node.op_type in AXIS_OPS and 0 <= attr.i < rank:
+            before = attr.i
+            attr.i -= rank
+            return f"{node.op_type}.axis {before} written as {attr.i}", _identity
+        if (
+            attr.name == "axes"
+            and node.op_type in AXES_OPS
+            and attr.ints
+            and all(0 <= a < rank for a in attr.ints)
+        ):
+            before_axes = list(attr.ints)
+            attr.ints[:] = [a - rank for a in before_axes]
+            return f"{node.op_type}.axes {before_axes} written as {list(attr.ints)}", _identity
+    return None
+
+
+def commuted(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, Back] | None:
+    """A commutative op's inputs in reverse order: the same outputs."""
+    node = _single_node(model, feeds)
+    if node is None or node.op_type not in COMMUTATIVE or len(node.input) < 2 or "" in node.input:
+        return None
+    before = list(node.input)
+    node.input[:] = before[::-1]
+    return f"{node.op_type} inputs {before} reversed", _identity
+
+
+def transposed_gemm(model: Any, feeds: list[np.ndarray], rng: Random) -> tuple[str, Back] | None:
+    """A ``Gemm``'s ``A`` or ``B`` fed transposed, its ``transA``/``transB`` flipped."""
+    from onnx import helper
+
+    node = _single_node(model, feeds)
+    names = _inputs(model)
+    if node is None or node.op_type != "Gemm":
+        return None
+    which = rng.randrange(2)
+    name, flag = node.input[which], ("transA", "transB")[which]
+    if name not in names or feeds[names.index(name)].ndim != 2:
+        return None
+    k = names.index(name)
+    feeds[k] = np.ascontiguousarray(feeds[k].T)
+    was = int(_attr(node, flag, 0))
+    kept = [a for a in node.attribute if a.name != flag]
+    del node.attribute[:]
+    node.attribute.extend([*kept, helper.make_attribute(flag, 1 - was)])
+    for i in model.graph.input:
+        if i.name == name:
+            _swap_first_dims(i)
+    return f"Gemm {name} fed transposed, {flag} {was} -> {1 - was}", _identity
+
+
+VARIANTS: dict[str, Callable[[Any, list[np.ndarray], Random], tuple[str, Back] | None]] = {
+    "batch_first": batch_first,
+    "negative_axis": negative_axis,
+    "commuted": commuted,
+    "transposed_gemm": transposed_gemm,
+}
+"""Metamorphic variants: ``(model, feeds, rng) -> (what, back)`` changed in place so that our
+outputs of the variant, mapped by ``back``, must equal the outputs of the model before."""
+
+
 def metamorphic(
     case: Any, rng: Random, states: bool | None = None
 ) -> tuple[bytes, list[np.ndarray], list[str], bytes, list[np.ndarray], Back] | None:
-    """A one-node recurrent case (given initial states half the time, or as ``states`` says)
-    and its batch-first variant: ``(variant, its feeds, what, model, its feeds, back)``; None
-    for other cases."""
+    """A case and one variant of it from ``VARIANTS`` (a one-node recurrent case given initial
+    states first half the time, or as ``states`` says): ``(variant, its feeds, what, model, its
+    feeds, back)``; None where no variant applies."""
     from onnx import ModelProto
 
-    if _rnn_node(case.model) is None:
-        return None
     model = ModelProto()
     model.CopyFrom(case.model)
     feeds = [np.array(x) for x in case.inputs]
@@ -369,14 +514,15 @@ def metamorphic(
         what := rnn_state(model, feeds, rng)
     ) is not None:
         done.append(what)
-    variant = ModelProto()
-    variant.CopyFrom(model)
-    variant_feeds = list(feeds)
-    made = batch_first(variant, variant_feeds, rng)
-    if made is None:
-        return None
-    done.append(made[0])
-    return variant.SerializeToString(), variant_feeds, done, model.SerializeToString(), feeds, made[1]
+    for name in rng.sample(sorted(VARIANTS), len(VARIANTS)):
+        variant = ModelProto()
+        variant.CopyFrom(model)
+        variant_feeds = list(feeds)
+        made = VARIANTS[name](variant, variant_feeds, rng)
+        if made is not None:
+            done.append(made[0])
+            return variant.SerializeToString(), variant_feeds, done, model.SerializeToString(), feeds, made[1]
+    return None
 
 
 def _peer(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:

@@ -417,6 +417,11 @@ def load(
         if inp.name in fixed_values:
             fixed_values[inp.name] = fixed_values[inp.name].astype(dtype)
             continue
+        if not tt.HasField("shape"):  # unknown rank (not a scalar, whose shape has no dims)
+            raise OnnxImportError(
+                f"{label}: input {inp.name!r} declares no shape, so its rank is unknown: asyncjit "
+                "compiles for a known rank (declare its dims in the model, symbolic ones by name)"
+            )
         shape: list[Dim] = []
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
