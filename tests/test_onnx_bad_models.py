@@ -267,8 +267,9 @@ def test_an_input_without_a_shape_is_named() -> None:
 def test_lrn_of_any_size_is_one_pool() -> None:
     """``LRN``'s channel window is a pool whatever its size: sizes even and odd, up to 1000
     (wider than the channels), equal the spec's formula in numpy (and ONNX Runtime, which takes
-    odd sizes only); a size of 2^31 - 1 is a typed error at once (it was a chain of that many
-    adds, built until the worker hung), a size of 0 is refused."""
+    odd sizes only); a size of 2^31 - 1 runs at once, its window clamped to the channels (it was
+    a chain of that many adds, built until the worker hung); a size of 0 is refused; rank 2 with a
+    symbolic batch and empty batches or channels run."""
     x = np.random.default_rng(3).standard_normal((1, 6, 3, 2)).astype(np.float32)
     alpha, beta, bias = 0.01, 0.6, 1.0
     for size in (1, 2, 4, 5, 1000):
@@ -285,7 +286,18 @@ def test_lrn_of_any_size_is_one_pool() -> None:
             ort = pytest.importorskip("onnxruntime", reason="the peer LRN is also checked against")
             (peer,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
             np.testing.assert_allclose(got, peer, rtol=1e-5, atol=1e-6)
-    for size in (2**31 - 1, 0):
-        model = _single(helper.make_node("LRN", ["x"], ["y"], size=size), [1, 6, 3, 2])
-        with pytest.raises((TensorError, OnnxImportError)):
-            ao.InferenceSession(model).run(None, {"x": x})
+    huge = _single(helper.make_node("LRN", ["x"], ["y"], size=2**31 - 1), [1, 6, 3, 2])
+    (got,) = ao.InferenceSession(huge).run(None, {"x": x})  # the window clamped to the channels
+    want = x / (1.0 + 1e-4 / (2**31 - 1) * (x.astype(np.float64) ** 2).sum(1, keepdims=True)) ** 0.75
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(OnnxImportError, match="size"):
+        ao.InferenceSession(_single(helper.make_node("LRN", ["x"], ["y"], size=0), [1, 6, 3, 2]))
+    # rank 2 with a symbolic batch, and empty batch or channels
+    for shape, dims, fed in (
+        (["n", 5], {"n": (1, 8)}, (2, 5)),
+        ([0, 4, 3], {}, (0, 4, 3)),
+        ([2, 0, 3], {}, (2, 0, 3)),
+    ):
+        model = _model([helper.make_node("LRN", ["x"], ["y"], size=3)], [_io("x", shape)], [_io("y", None)])
+        (y,) = ao.InferenceSession(model, dims).run(None, {"x": np.ones(fed, np.float32)})
+        assert y.shape == fed

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..symbolic import Dim, prod
+from ..symbolic import Dim, prod, upper
 from ..tensor import Tensor
 from ._ops_shape import axis_of
 from ._registry import NodeCtx, op
@@ -329,8 +329,8 @@ def _lp_norm(n: NodeCtx, ins: list[Value | None]) -> Value:
 @op("LRN")
 def _lrn(n: NodeCtx, ins: list[Value | None]) -> Value:
     """``x / (bias + alpha/size * sum of x^2 over the size channels around)^beta``: the sum is a
-    window over the channel axis, an average pool of ``x^2`` counting the zero padding (one
-    kernel whatever the size; a chain of ``size`` shifted adds grew with it, unboundedly)."""
+    window over the channel axis, an average pool of ``x^2`` counting the zero padding, times
+    the window (one kernel; a chain of ``size`` shifted adds grew with it, unboundedly)."""
     x = n.t(ins[0])
     size = n.attr("size")
     if not isinstance(size, int) or size < 1:
@@ -339,9 +339,13 @@ def _lrn(n: NodeCtx, ins: list[Value | None]) -> Value:
     if x.ndim < 2:
         raise n.fail(f"LRN needs x[N, C, ...], got rank {x.ndim}")
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-    sq = (x * x).reshape(x.shape[0], 1, x.shape[1], -1)  # [N, 1, C, positions]
-    mean = sq.avg_pool([size, 1], [1, 1], [(lo, hi), (0, 0)], 1, False, True).reshape(*x.shape)
-    return x / (mean * alpha + bias).pow(beta)  # type: ignore[no-any-return]
+    # a window reaching past every channel adds only zeros: clamped, any size costs the same
+    reach = max(int(upper(x.shape[1])) - 1, 0)
+    lo, hi = min(lo, reach), min(hi, reach)
+    k = lo + hi + 1
+    sq = (x * x).reshape(x.shape[0], 1, x.shape[1], prod(x.shape[2:]))  # [N, 1, C, positions]
+    total = sq.avg_pool([k, 1], [1, 1], [(lo, hi), (0, 0)], 1, False, True) * float(k)
+    return x / (total.reshape(*x.shape) * (alpha / size) + bias).pow(beta)  # type: ignore[no-any-return]
 
 
 def _softmax_like(n: NodeCtx, x: Tensor, fn: str) -> Tensor:
@@ -527,7 +531,8 @@ def _dynamic_quantize(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]
     hi = x.max().maximum(0.0)
     # an all-zero (or empty) input has no range: scale 1 and zero point 0 as ONNX Runtime gives
     # (the formula divides 0 by 0; ONNX's reference takes 1/255)
-    scale = Tensor.select(hi > lo, (hi - lo) / 255.0, 1.0)
+    ranged = (hi - lo) / 255.0
+    scale = Tensor.select(ranged > 0.0, ranged, 1.0)  # also a range whose scale underflows
     zp = _round_even(-lo / scale).clip(0.0, 255.0)
     y = (_round_even(x / scale) + zp).clip(0.0, 255.0).cast(dt.uint8)
     return [y, scale, zp.cast(dt.uint8)]
