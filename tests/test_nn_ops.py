@@ -627,3 +627,35 @@ def test_resize_matches_onnx_node_cases() -> None:
             np.testing.assert_allclose(got, outputs[0], rtol=1e-4, atol=1e-5, err_msg=case.name)
             checked += 1
     assert checked >= 35
+
+
+def test_pool_blocks_of_8_and_16_columns_agree_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float32 pool kernel's blocks take the host's vector width (16 columns with AVX-512);
+    8 and 16 give the same bits, edges, masks, strides and pads included."""
+    import asyncjit.codegen._nnkernels as nk
+    from asyncjit.compiler import _api
+
+    cases = [
+        ((1, 3, 23, 37), "max", (3, 3), (2, 2), 0, True),
+        ((2, 2, 9, 17), "max", (3, 3), (1, 1), 1, False),
+        ((1, 4, 13, 31), "avg", (3, 2), (2, 1), (1, 0, 1, 1), False),
+        ((1, 2, 8, 5), "avg", (2, 2), (2, 2), 1, True),
+    ]
+    for shape, mode, kernel, strides, pads, ceil in cases:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        x.flat[::7] = np.nan if mode == "max" else 0.5
+        xt = Tensor.placeholder(shape, np.float32, "x")
+        outs = []
+        for lanes in (8, 16):
+            monkeypatch.setattr(nk, "POOL_LANES", lanes)
+            _api._PLANS.clear()  # the in-memory plan cache would hand back the other width
+            if mode == "max":
+                y = xt.max_pool(kernel, strides, pads, 1, ceil)
+            else:
+                y = xt.avg_pool(kernel, strides, pads, 1, ceil, False)
+            exe = compile(y, [xt], cache_dir="off")
+            assert f"v{lanes}f32" in exe.ir_text
+            outs.append(exe.run([x])[0])
+        np.testing.assert_array_equal(outs[0], outs[1])
+        np.testing.assert_allclose(outs[0], reference.evaluate(y, {xt: x}), rtol=1e-6, atol=1e-6)
+    _api._PLANS.clear()  # no 8-column plan left for a later compile of the same graph
