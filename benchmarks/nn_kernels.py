@@ -1,13 +1,17 @@
 """CNN kernels (conv2d, depthwise, pools) against ONNX Runtime on one thread, in one run.
 
     .venv/bin/python benchmarks/nn_kernels.py [--quick] [--pools]
+    .venv/bin/python benchmarks/nn_kernels.py --pool-widths
 
 Each row runs one single-op graph: asyncjit's compiled plan (``compile(...).run``, host checks
 included) and ONNX Runtime's ``InferenceSession`` on the same single-node ONNX model (1 intra-op
 thread, all graph optimisations: ORT may rewrite the conv to its NCHWc kernels), best of several
 repetitions. Shapes are layers of the ``light_*`` models in the onnx wheel (ResNet-50,
 SqueezeNet, ShuffleNet, VGG). The ratio is asyncjit / ORT: below 1.0 is faster than ORT.
-``--pools`` runs only the pooling rows.
+``--pools`` runs only the pooling rows. ``--pool-widths`` compiles each pool row with blocks of
+8 output columns (AVX2's width) and of the host's vector width (16 with AVX-512) in one process
+and prints both times (best of each, three interleaved rounds) and their ratio; the outputs must
+be the same bits.
 """
 
 from __future__ import annotations
@@ -109,14 +113,53 @@ POOLS = [  # label, x shape, op, kernel, strides, pads
 ]
 
 
+def _pool(xt: Tensor, op: str, k: int, s: int, p: int) -> Tensor:
+    return xt.max_pool(k, s, p) if op == "MaxPool" else xt.avg_pool(k, s, p)
+
+
+def pool_widths(rng: np.random.Generator) -> None:
+    """Each pool row compiled with 8-column blocks and with the host's width, in one process."""
+    import asyncjit.codegen._nnkernels as nk
+    from asyncjit.codegen._target import vector_width
+    from asyncjit.compiler import _api
+
+    wide = vector_width()
+    print(f"{'pool, float32, batch 1':>40} {'8 columns ms':>13} {f'{wide} columns ms':>14} {'ratio':>6}")
+    for label, xs, op, k, s, p in POOLS:
+        if op == "GlobalAveragePool":
+            continue
+        x = rng.standard_normal(xs).astype(np.float32)
+        xt = Tensor.placeholder(xs, np.float32, "x")
+        exes = {}
+        for lanes in (8, wide):
+            nk.POOL_LANES = lanes
+            _api._PLANS.clear()  # the in-memory plan cache would hand back the other width
+            exes[lanes] = compile(_pool(xt, op, k, s, p), [xt], cache_dir="off")
+        nk.POOL_LANES = None
+        if not np.array_equal(exes[8].run([x])[0], exes[wide].run([x])[0], equal_nan=True):
+            raise SystemExit(f"{label}: 8 and {wide} columns differ")
+        times: dict[int, list[float]] = {8: [], wide: []}
+        for _ in range(3):
+            for lanes, exe in exes.items():
+                times[lanes].append(best_time(lambda exe=exe, x=x: exe.run([x])))
+        a, b = min(times[8]), min(times[wide])
+        print(f"{label:>40} {a * 1e3:13.4f} {b * 1e3:14.4f} {a / b:5.2f}x")
+
+
 def main() -> None:
     global QUICK
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer layers and rounds")
     ap.add_argument("--pools", action="store_true", help="only the pooling rows")
+    ap.add_argument(
+        "--pool-widths", action="store_true", help="pools with 8-column blocks against the host's width"
+    )
     args = ap.parse_args()
     QUICK = args.quick
     rng = np.random.default_rng(0)
+    if args.pool_widths:
+        pool_widths(rng)
+        return
     print(f"{'single op, batch 1, float32':>44} {'ours ms':>9} {'ORT ms':>9} {'ratio':>6} {'max err':>9}")
     for label, xs, ws, s, p, g in [] if args.pools else CONVS[:4] if QUICK else CONVS:
         x = rng.standard_normal(xs).astype(np.float32)

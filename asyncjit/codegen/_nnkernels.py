@@ -188,8 +188,8 @@ def emit_pool(ctx: _Ctx, kernel: Kernel) -> None:
 
 def _pool_rows(ctx: _Ctx, kernel: Kernel) -> None:
     """Pool one output row (last axis) at a time, in blocks of ``pool_lanes()`` columns (the
-    host's vector width: 16 with AVX-512 ran SqueezeNet's and GoogLeNet's pools 1.04-1.52x
-    faster than 8, in one process, bit for bit the same): a block's register
+    host's vector width: 16 with AVX-512 ran the light models' pools 0.98-1.59x the speed of
+    8, bit for bit the same, ``benchmarks/nn_kernels.py --pool-widths``): a block's register
     combines every tap of the outer axes whose input row exists and every tap of the last axis
     (lanes whose tap falls outside the input are masked off and read as the identity), then is
     stored once. Blocks whose every last-axis tap lies inside the input use plain loads; stride
