@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MUTATORS", "corpus", "metamorphic", "run_one"]
+__all__ = ["MUTATORS", "corpus", "metamorphic", "run_asyncjit", "run_one"]
 
 EDGE_INTS = (-(2**62), -(2**31), -1000, -3, -2, -1, 0, 1, 2, 3, 7, 1000, 2**31 - 1, 2**40)
 EDGE_FLOATS = (math.nan, math.inf, -math.inf, 0.0, -1.0, 1e30, -1e30, 1e-30)
@@ -532,14 +532,20 @@ def metamorphic(
     return None
 
 
-def _runs(data: bytes, feeds: list[np.ndarray]) -> bool:
-    """Whether asyncjit runs a model."""
+def run_asyncjit(data: bytes, feeds: list[np.ndarray], *, strict: bool = False) -> list[np.ndarray]:
+    """asyncjit's outputs for a model, its inputs fed in order (``strict``: exactly one feed
+    per input)."""
     import asyncjit.onnx as ao
 
+    with np.errstate(all="ignore"):
+        sess = ao.InferenceSession(data)
+        return sess.run(None, dict(zip([i.name for i in sess.get_inputs()], feeds, strict=strict)))
+
+
+def _runs(data: bytes, feeds: list[np.ndarray]) -> bool:
+    """Whether asyncjit runs a model."""
     try:
-        with np.errstate(all="ignore"):
-            sess = ao.InferenceSession(data)
-            sess.run(None, dict(zip([i.name for i in sess.get_inputs()], feeds, strict=False)))
+        run_asyncjit(data, feeds)
     except Exception:  # a typed error; any other is the mutations' to find
         return False
     return True
@@ -658,12 +664,7 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
         "mismatches": [],
     }
     try:
-        import asyncjit.onnx as ao
-
-        with np.errstate(all="ignore"):
-            sess = ao.InferenceSession(data)
-            names = [i.name for i in sess.get_inputs()]
-            ours = sess.run(None, dict(zip(names, feeds, strict=False)))
+        ours = run_asyncjit(data, feeds)
         theirs = None if _special(feeds, done) else _peer(peer_data, peer_feeds)
         if theirs is not None and back is not None:
             ours = back(ours)

@@ -210,12 +210,6 @@ def test_every_error_the_fuzzer_accepts_is_a_jit_error() -> None:
     assert issubclass(OutOfMemoryError, JitError) and issubclass(OnnxImportError, JitError)
 
 
-def _run_fed(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
-    with np.errstate(all="ignore"):
-        sess = ao.InferenceSession(model)
-        return sess.run(None, dict(zip([i.name for i in sess.get_inputs()], feeds, strict=True)))
-
-
 def test_fuzz_onnx_variants_match_onnx_runtime() -> None:
     """Every variant of the ONNX fuzzer's metamorphic runs (``fuzzing_onnx.VARIANTS``: a
     recurrent node batch first, with and without initial states given; an axis written from
@@ -242,10 +236,10 @@ def test_fuzz_onnx_variants_match_onnx_runtime() -> None:
                     continue
                 applied[name] += 1
                 try:
-                    ours = _run_fed(changed.SerializeToString(), changed_feeds)
+                    ours = fz.run_asyncjit(changed.SerializeToString(), changed_feeds, strict=True)
                 except JitError:  # then so must the model before (data-dependent shapes, ...)
                     with pytest.raises(JitError):
-                        _run_fed(model.SerializeToString(), feeds)
+                        fz.run_asyncjit(model.SerializeToString(), feeds, strict=True)
                     continue
                 theirs = fz._peer(model.SerializeToString(), feeds)
                 if theirs is not None:  # ONNX Runtime runs no bfloat16 Compress, for one

@@ -168,7 +168,7 @@ def pool_out_len(length: Dim, k: int, stride: int, pad: tuple[Dim, Dim], dilatio
 
 
 INDEX_LIMIT = 2**31
-"""The pool kernel indexes positions of its last axis in int32 vectors (8 lanes): a padded
+"""The pool kernel indexes positions of its last axis in int32 vector lanes: a padded
 extent or window span from 2^31 would wrap, so such a pool is refused when it is built."""
 
 

@@ -50,9 +50,8 @@ OWN_LOOP_OPS = frozenset(
 _DENSE_OPERANDS = frozenset({"matmul", "conv1d", "conv", "pool", "topk"})
 MAX_FUSED_DEPTH = 64
 """Most levels of fused ops between a kernel's root and its buffers: codegen emits a fused
-expression by recursion over it, so a chain of 1,000 adds (an ONNX ``LRN`` of size 1000 sums
-that many shifted terms) would exhaust Python's stack; every 64th level gets a buffer instead
-(one more pass over memory per 64 ops)."""
+expression by recursion over it, so a chain of 1,000 adds would exhaust Python's stack; every
+64th level gets a buffer instead (one more pass over memory per 64 ops)."""
 
 
 @attrs.frozen
