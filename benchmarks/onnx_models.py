@@ -221,11 +221,16 @@ def light_rows(names: list[str], calls: int) -> list[str]:
 
 
 def _minima(
-    name: str, calls: int
+    name: str, calls: int, chunk: int = 5
 ) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, Any]], dict[str, int]]:
     """One light model's per-kernel minima (µs): ours by kernel name, in first-run order, from
     ``asyncjit.profiler.trace`` spans; ONNX Runtime's (1 thread) by node, in order, from its node
-    profile, with each node's ``args`` (op name, input and output shapes); and our kernels' flops."""
+    profile, with each node's ``args`` (op name, input and output shapes); and our kernels' flops.
+
+    Both sides run with one thread from the start (ours compiled and loaded that way) and in
+    turns of ``chunk`` calls each: this host switches between a fast and a slow state for
+    minutes, and minima taken one side after the other once put one side's every kernel in the
+    slow state (a layer 1.4x ONNX Runtime's that was 1.0x interleaved)."""
     import json
 
     import onnx
@@ -236,30 +241,34 @@ def _minima(
     from asyncjit.profiler import trace
 
     path = str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx")
+    _parallel.set_intra_op_threads(1)
     sess = ao.InferenceSession(path)
-    _parallel.set_intra_op_threads(1)  # after the session: its Client sizes the threads
+    _parallel.set_intra_op_threads(1)  # again after the session: its Client sizes the threads
     info = sess.get_inputs()[0]
     shape = tuple(int(d) for d in info.shape)
     feed = {info.name: (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)}
     sess.run(None, feed)
     assert sess.plan is not None
     flops = {k.name: k.flops for k in sess.plan.executable.kernels}
-    with trace() as t:
-        for _ in range(calls):
-            sess.run(None, feed)
-    ours: dict[str, float] = {}
-    for e in t.events:
-        if e.get("cat") == "kernel":
-            ours[e["name"]] = min(ours.get(e["name"], np.inf), e["dur"])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.enable_profiling = True
+    ours: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         opts.profile_file_prefix = str(Path(tmp) / "ort")
         peer = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        for _ in range(calls + 1):
-            peer.run(None, feed)
+        peer.run(None, feed)
+        for done in range(0, calls, chunk):
+            n = min(chunk, calls - done)
+            with trace() as t:
+                for _ in range(n):
+                    sess.run(None, feed)
+            for e in t.events:
+                if e.get("cat") == "kernel":
+                    ours[e["name"]] = min(ours.get(e["name"], np.inf), e["dur"])
+            for _ in range(n):
+                peer.run(None, feed)
         events = json.loads(Path(peer.end_profiling()).read_text())
     theirs: dict[str, float] = {}
     args: dict[str, dict[str, Any]] = {}

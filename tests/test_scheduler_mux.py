@@ -1020,3 +1020,98 @@ async def test_wait_all_cancelled_abandons_its_steps(client: Client) -> None:
         m = mux.metrics()
     assert m["dropped_results"] == 2 and m["cancelled"] == 1
     assert close_to([ra], run_unbatched(toy_step, ca, ZERO)[2:])  # ca[1] was applied, ca[2] once
+
+
+# -- the per-step wake-up and the metrics ring ------------------------------------------------------
+@pytest.mark.anyio
+async def test_a_future_awaited_by_two_tasks_refuses_the_second(client: Client) -> None:
+    """One task parks on a step's future; a second ``await`` of it is a ``RuntimeError`` (not a
+    lost wake-up), and the first still gets its result."""
+    gate = Gate()
+    step = HostBatchedStep(client, gate, max_batch_size=4, num_slots=4)
+    ca = chunks_for(21, 1)
+    got: list[Any] = []
+    async with StreamMux(step, max_queue_delay=0) as mux:
+        a = mux.open_stream_nowait()
+        gate.armed = True
+        fut = a.submit_nowait(ca[0])
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def first() -> None:
+                    got.append(await fut)
+
+                tg.start_soon(first)
+                await gate.wait_entered()
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(RuntimeError, match="already awaited"):
+                    await fut
+                gate.open()
+        finally:
+            gate.open()
+    assert close_to(got, run_unbatched(toy_step, ca, ZERO))
+
+
+class CancelsWhileResolving(Recording):
+    """Cancels a scope as its first run returns: the mux sets that batch's results right after,
+    before any waiting task runs, so the cancelled task's wake-up is already withdrawn then."""
+
+    def __init__(self, inner: HostBatchedStep, scope: anyio.CancelScope) -> None:
+        super().__init__(inner)
+        self.scope = scope
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        out = await super().run(chunks, slots)
+        if len(self.batches) == 1:
+            self.scope.cancel()
+        return out
+
+
+@pytest.mark.anyio
+async def test_a_step_cancelled_as_its_batch_is_resolved_does_not_break_the_batch(client: Client) -> None:
+    """A waiting task cancelled between its batch's return and the setting of its result: the
+    result is not delivered to it (its wait was withdrawn), every other stream of the batch gets
+    its own, and the stream and the mux step on."""
+    scope = anyio.CancelScope()
+    step = CancelsWhileResolving(HostBatchedStep(client, max_batch_size=8, num_slots=8), scope)
+    chunks = [chunks_for(30 + i, 3) for i in range(8)]
+    outs: dict[int, list[Any]] = {i: [] for i in range(8)}
+    async with StreamMux(step, max_queue_delay=0.05) as mux:
+        streams = [mux.open_stream_nowait() for _ in range(8)]
+
+        async def run(i: int) -> None:
+            if i == 1:
+                with scope:
+                    await streams[1].step(chunks[1][0])
+                assert scope.cancelled_caught
+            else:
+                outs[i].append(await streams[i].step(chunks[i][0]))
+            for c in chunks[i][1:]:
+                outs[i].append(await streams[i].step(c))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(run, i)
+    want = {i: run_unbatched(toy_step, chunks[i], ZERO) for i in range(8)}
+    assert close_to(outs[1], want[1][1:]), "stream 1's state advanced by its first chunk"
+    for i in (0, *range(2, 8)):
+        assert close_to(outs[i], want[i]), i
+    assert len(step.batches[0]) == 8
+
+
+def test_metrics_ring_extend_equals_adding_one_by_one() -> None:
+    """``Ring.extend`` (a batch's queue delays by slices) leaves the ring exactly as ``add`` per
+    value would, across wrap-arounds and blocks longer than the ring."""
+    from asyncjit.scheduler._metrics import Ring
+
+    rng = random.Random(5)
+    for _ in range(2000):
+        size = rng.randint(1, 9)
+        one, block = Ring(size), Ring(size)
+        for _ in range(rng.randint(0, 6)):
+            values = [rng.random() for _ in range(rng.randint(0, 25))]
+            for v in values:
+                one.add(v)
+            block.extend(values)
+            assert (one._data, one._i, len(one)) == (block._data, block._i, len(block))
+            assert one.percentiles([50, 99]) == block.percentiles([50, 99])

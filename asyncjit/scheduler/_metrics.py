@@ -35,8 +35,15 @@ class Ring:
             self._n += 1
 
     def extend(self, values: Sequence[float]) -> None:
-        for v in values:
-            self.add(v)
+        """``add`` each value, by slices (a batch's queue delays in one call)."""
+        size, total = self._size, len(values)
+        kept = values[-size:]  # what ``add`` one by one would leave, written where it would be
+        i, n = (self._i + total - len(kept)) % size, len(kept)
+        head = min(n, size - i)
+        self._data[i : i + head] = kept[:head]
+        self._data[: n - head] = kept[head:]
+        self._i = (i + n) % size
+        self._n = min(size, self._n + total)
 
     def __len__(self) -> int:
         return self._n

@@ -55,11 +55,11 @@ from . import _many
 from ._errors import MuxClosedError, StreamClosedError, StreamIdleError
 from ._groups import single_failure
 from ._metrics import MuxMetrics
-from ._mux_checks import check_config, not_running, not_running_clock, refuse_non_finite
+from ._mux_checks import NOT_RUNNING_PARKER, check_config, not_running, not_running_clock, refuse_non_finite
 from ._protocol import BatchedStep
-from ._signal import Signal, SignalFactory, loop_clock, signal_factory
+from ._signal import Parker, Signal, SignalFactory, loop_clock, parker, signal_factory
 from ._slots import SlotPool
-from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture
+from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture, resolve_rows
 
 __all__ = ["MuxStatistics", "StreamMux"]
 
@@ -163,6 +163,7 @@ class StreamMux:
         self._exited = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._signal: SignalFactory = not_running
+        self._parker: Parker = NOT_RUNNING_PARKER  # how a step's task waits for its result
         self._clock: Callable[[], float] = not_running_clock
         self._wake: Signal | None = None
         self._sleeping = False
@@ -181,6 +182,7 @@ class StreamMux:
         if self._running or self._exited:
             raise RuntimeError(f"{self!r} can be entered once; create a new StreamMux")
         self._signal = signal_factory()
+        self._parker = parker()
         self._clock = loop_clock()
         # A step may have served an earlier mux: wait for what that one left running, then
         # start every stream from zeros (a freed slot is reset, but not the ones held at exit).
@@ -520,7 +522,6 @@ class StreamMux:
         """Pop the oldest step of up to ``_cap`` ready streams, oldest stream first."""
         ready = self._ready
         batch: list[StepFuture] = []
-        delays = self._metrics.queue_delay
         activity = self._activity
         depth = self.queue_depth
         for _ in range(min(len(ready), self._cap)):
@@ -528,11 +529,11 @@ class StreamMux:
             fut = stream._queue.popleft()
             fut._state = BATCHED
             batch.append(fut)
-            delays.add(now - fut.arrival)
             stream._last_active = now
             activity.move_to_end(stream)
             if stream._room is not None and len(stream._queue) + stream._room_for <= depth:
                 stream._wake_producer()
+        self._metrics.queue_delay.extend([now - fut.arrival for fut in batch])
         for fut in batch:  # streams with more steps queue up again, behind every other stream
             stream = fut.stream
             if stream._queue:
@@ -594,8 +595,7 @@ class StreamMux:
         finally:
             self._in_run = False
         self._metrics.record_batch(b, self._clock() - t0, failed=False)
-        for i, fut in enumerate(batch):  # the waiting tasks run in the next loop iteration
-            fut._resolve(out[i, ...])
+        resolve_rows(batch, out, 0, b)  # the waiting tasks run in the next loop iteration
 
     # -- the pipelined service ---------------------------------------------------------------
     async def _serve_pipelined(self) -> None:
@@ -679,8 +679,7 @@ class StreamMux:
                 for start in range(0, b, RESOLVE_SLICE):
                     if start:
                         await anyio.lowlevel.checkpoint()
-                    for i in range(start, min(b, start + RESOLVE_SLICE)):
-                        batch[i]._resolve(out[i, ...])
+                    resolve_rows(batch, out, start, min(b, start + RESOLVE_SLICE))
         except BaseException:  # the mux is exiting while batches run
             for batch, _, _ in inflight:
                 for fut in batch:

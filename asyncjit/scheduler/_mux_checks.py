@@ -11,7 +11,7 @@ import numpy.typing as npt
 from ..errors import AudioFormatError, InvalidArgumentError
 from ._errors import MuxClosedError
 from ._protocol import BatchedStep
-from ._signal import Signal
+from ._signal import Parker, Signal
 from ._stream import StepFuture
 
 if TYPE_CHECKING:
@@ -94,6 +94,13 @@ def check_config(mux: StreamMux, step: BatchedStep, backlog: int | None) -> None
 
 def not_running() -> Signal:
     raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")
+
+
+async def _not_running_park(holder: object) -> None:
+    raise MuxClosedError("the StreamMux is not running; enter it with `async with mux:`")
+
+
+NOT_RUNNING_PARKER = Parker(None, _not_running_park)
 
 
 def not_running_clock() -> float:

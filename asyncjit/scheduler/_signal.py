@@ -18,7 +18,7 @@ from asyncio.events import _get_running_loop
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["Signal", "SignalFactory", "loop_clock", "signal_factory"]
+__all__ = ["Parker", "Signal", "SignalFactory", "loop_clock", "parker", "signal_factory"]
 
 
 class Signal(Protocol):
@@ -116,6 +116,92 @@ def _trio_signal_class() -> type[Signal]:
             await wait_task_rescheduled(abort)
 
     return TrioSignal
+
+
+class Parker:
+    """How one task parks on a ``Waiter`` held by an object (``holder._waiter``) until someone
+    calls ``waiter.set_result(None)``: the mux's per-step wake-up, with no ``Signal`` and no
+    coroutine made per step on asyncio.
+
+    ``park(holder)`` does it in a coroutine of its own; the mux's per-step path does it inline,
+    one coroutine frame less to suspend and resume through (on asyncio 1.2x less loop CPU per
+    step than a ``Signal``): with ``loop`` (the running asyncio loop) as ``w = holder._waiter =
+    loop.create_future(); await w``, on trio (``loop`` None) as ``w = holder._waiter =
+    new_waiter(); await wait(w.abort)``. Either waiter answers ``done()`` (set, or its wait was
+    cancelled: do not set it) and ``set_result(None)``.
+    """
+
+    __slots__ = ("loop", "new_waiter", "park", "wait")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | None,
+        park: Callable[[Any], Any],
+        new_waiter: Callable[[], Any] = lambda: None,
+        wait: Callable[[Any], Any] = lambda abort: None,
+    ) -> None:
+        self.loop = loop
+        self.park = park
+        self.new_waiter = new_waiter  # trio: the current task's waiter (unused with ``loop``)
+        self.wait = wait  # trio: ``wait_task_rescheduled``
+
+
+async def _park_asyncio(holder: Any) -> None:
+    fut = holder._waiter = asyncio.get_running_loop().create_future()
+    await fut
+
+
+@functools.cache
+def _trio_parker() -> Parker:
+    import trio
+
+    reschedule = trio.lowlevel.reschedule
+    current_task = trio.lowlevel.current_task
+    wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+    succeeded = trio.lowlevel.Abort.SUCCEEDED
+
+    class TrioWaiter:
+        """A parked trio task, woken at most once (a cancelled wait forgets the task)."""
+
+        __slots__ = ("task",)
+
+        def __init__(self, task: Any) -> None:
+            self.task = task
+
+        def done(self) -> bool:
+            return self.task is None
+
+        def set_result(self, _: None) -> None:
+            task = self.task
+            if task is not None:
+                self.task = None
+                reschedule(task)
+
+        def abort(self, _: Any) -> Any:
+            self.task = None
+            return succeeded
+
+    def new_waiter() -> TrioWaiter:
+        return TrioWaiter(current_task())
+
+    async def park(holder: Any) -> None:
+        waiter = holder._waiter = TrioWaiter(current_task())
+        await wait_task_rescheduled(waiter.abort)
+
+    return Parker(None, park, new_waiter, wait_task_rescheduled)
+
+
+def parker() -> Parker:
+    """The ``Parker`` of the running loop (asyncio or trio).
+
+    Raises:
+        RuntimeError: when called outside a running asyncio or trio loop.
+    """
+    loop = _get_running_loop()
+    if loop is not None:
+        return Parker(loop, _park_asyncio)
+    signal_factory()  # the same check and error outside a loop
+    return _trio_parker()
 
 
 def signal_factory() -> SignalFactory:
