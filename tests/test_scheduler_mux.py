@@ -1092,11 +1092,63 @@ async def test_a_step_cancelled_as_its_batch_is_resolved_does_not_break_the_batc
         async with anyio.create_task_group() as tg:
             for i in range(8):
                 tg.start_soon(run, i)
+        m = mux.metrics()
     want = {i: run_unbatched(toy_step, chunks[i], ZERO) for i in range(8)}
     assert close_to(outs[1], want[1][1:]), "stream 1's state advanced by its first chunk"
     for i in (0, *range(2, 8)):
         assert close_to(outs[i], want[i]), i
     assert len(step.batches[0]) == 8
+    assert m["dropped_results"] == 1 and m["cancelled"] == 0  # it ran: its result was dropped
+
+
+class InstantPipelined:
+    """A pipelined step that computes nothing: ``complete`` returns after one checkpoint."""
+
+    max_batch_size = 64
+    num_slots = 80
+    chunk_shape = (1,)
+    chunk_dtype = np.dtype(np.float32)
+
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        return chunks.copy()
+
+    async def complete(self, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        await anyio.lowlevel.checkpoint()
+        return out
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        return await self.complete(self.launch(chunks, slots))
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        pass
+
+    def check_state(self, state: object) -> object:
+        return state
+
+
+@pytest.mark.anyio
+async def test_leaving_the_mux_between_resolve_slices_wakes_every_step_of_the_batch() -> None:
+    """The pipelined service resolves a batch in slices with a checkpoint between them; a mux
+    left at that checkpoint still hands the rest of the batch its results (computed already),
+    so no task stays parked on a step of it."""
+    outcome = {"ok": 0, "closed": 0}
+    mux = StreamMux(InstantPipelined(), max_queue_delay=1.0, idle_timeout=None)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as outer, mux:
+            streams = [mux.open_stream_nowait() for _ in range(80)]  # batches of 40
+
+            async def one(s: sched.MuxStream) -> None:
+                try:
+                    await s.step(np.zeros(1, np.float32))
+                    outcome["ok"] += 1
+                except MuxClosedError:
+                    outcome["closed"] += 1
+
+            first = streams[0].submit_nowait(np.zeros(1, np.float32))  # in the first slice
+            for s in streams[1:40]:
+                outer.start_soon(one, s)
+            await first  # resumed by the first slice: leave the mux before the others
+    assert outcome["ok"] + outcome["closed"] == 39
 
 
 def test_metrics_ring_extend_equals_adding_one_by_one() -> None:

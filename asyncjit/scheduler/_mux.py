@@ -678,7 +678,11 @@ class StreamMux:
                 # loop are not held up behind a whole batch of them (event-loop lag).
                 for start in range(0, b, RESOLVE_SLICE):
                     if start:
-                        await anyio.lowlevel.checkpoint()
+                        try:
+                            await anyio.lowlevel.checkpoint()
+                        except BaseException:  # exiting: this batch has left _inflight, and
+                            resolve_rows(batch, out, start, b)  # its results are computed
+                            raise
                     resolve_rows(batch, out, start, min(b, start + RESOLVE_SLICE))
         except BaseException:  # the mux is exiting while batches run
             for batch, _, _ in inflight:

@@ -110,10 +110,12 @@ class StepFuture:
         return self.result()
 
     def _abandon(self) -> None:
-        """The awaiting task was cancelled (see the module docstring for the semantics)."""
+        """The awaiting task was cancelled (see the module docstring for the semantics): a
+        step that ran (batched, or done with a result its task will not take) is a dropped
+        result."""
         if self._state == PENDING:
             self.stream._withdraw(self)
-        elif self._state == BATCHED:
+        elif self._state == BATCHED or (self._state == DONE and self._error is None):
             self.stream._mux._metrics.dropped += 1
 
     # -- the mux's side ----------------------------------------------------------------------
