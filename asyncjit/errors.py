@@ -27,6 +27,7 @@ __all__ = [
     "DonatedBufferError",
     "DonationError",
     "DuplicateInputBufferError",
+    "IndexOutOfRangeError",
     "InputBufferNotFoundError",
     "InvalidArgumentError",
     "JitError",
@@ -110,6 +111,12 @@ class UnsupportedDTypeError(JitError, TypeError):
 
 class VarBoundsError(TensorError):
     """A symbolic var was bound to a value outside its declared ``[min, max]``, or not bound."""
+
+
+class IndexOutOfRangeError(TensorError, IndexError):
+    """An index a checked gather or scatter reads (``Tensor.checked_index``: every ONNX
+    ``Gather*``/``Scatter*``) is outside its axis, found during the run: the run's outputs are
+    not delivered (native code clamped the reads, so nothing outside the axis was touched)."""
 
 
 class ArgumentCountError(ShapeMismatchError, TypeError):

@@ -16,7 +16,9 @@ outputs must agree (shape, dtype, values within ``RTOL``/``ATOL``; where they do
 reference implementation arbitrates: agreeing with it is no finding), except where a mutation put
 NaN or inf in play (NaN's order in min/max and its absorption by an ignored element are where
 the two runtimes legitimately differ) or an output is a low-precision float (ONNX Runtime hands
-those out as raw bits).
+those out as raw bits). Indices out of range are compared first: a model that runs where ONNX
+Runtime refuses a Gather/Scatter index (``INDEX_REFUSALS``), or raises ``IndexOutOfRangeError``
+where ONNX Runtime runs, is a finding.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from collections.abc import Callable
 from random import Random
 from typing import Any
@@ -554,19 +557,34 @@ def _runs(data: bytes, feeds: list[np.ndarray]) -> bool:
 def _peer(data: bytes, feeds: list[np.ndarray]) -> list[np.ndarray] | None:
     """ONNX Runtime's outputs (one thread) for the same model and feeds; None where it refuses
     them or is not installed."""
+    return _peer_run(data, feeds)[0]
+
+
+INDEX_REFUSALS = re.compile(
+    r"out of data bounds|out of range value in index|invalid indic?e? found|invalid index found", re.I
+)
+"""ONNX Runtime's messages for a run whose Gather/Scatter indices fall outside their axis."""
+
+
+def _peer_run(data: bytes, feeds: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str | None]:
+    """ONNX Runtime's outputs, or None and the message of its run's failure (None when it
+    refused the model itself or is not installed)."""
     try:
         import onnxruntime as ort
     except ImportError:
-        return None
+        return None, None
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 4
     try:
         sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        named = {i.name: f for i, f in zip(sess.get_inputs(), feeds, strict=False)}
-        return [np.asarray(v) for v in sess.run(None, named)]
     except Exception:  # ONNX Runtime refusing a mutated model is its own business
-        return None
+        return None, None
+    try:
+        named = {i.name: f for i, f in zip(sess.get_inputs(), feeds, strict=False)}
+        return [np.asarray(v) for v in sess.run(None, named)], None
+    except Exception as exc:
+        return None, str(exc)
 
 
 REFERENCE_MAX_ELEMENTS = 1 << 20
@@ -630,8 +648,9 @@ def _differs(ours: list[np.ndarray], theirs: list[np.ndarray]) -> str | None:
 def _special(feeds: list[np.ndarray], done: list[str]) -> bool:
     """Whether the two runtimes may legitimately differ: NaN, inf or magnitudes from 1e15 in a
     feed, an attribute or an initializer (NaN's order in min/max, overflow inside a
-    normalization, absolute errors of 1e30-sized sums), or an int input changed (an index or a
-    label out of range: ONNX Runtime refuses some, leaves others undefined; we clamp)."""
+    normalization, absolute errors of 1e30-sized sums), or an int input changed (a label out of
+    range, which ONNX leaves undefined; indices of Gather*/Scatter* out of range are compared
+    before this: where ONNX Runtime refuses them, we must too)."""
     text = " ".join(done)
     # ignore_index: labels it used to skip become out of range, which ONNX leaves undefined
     if any(w in text for w in ("nan", "inf", "e+", "an int input", "ignore_index")):
@@ -643,7 +662,7 @@ def _special(feeds: list[np.ndarray], done: list[str]) -> bool:
 def run_one(seed: int, index: int) -> dict[str, Any]:
     """Mutate and run model ``index`` of ``seed``; a report in ``tests/fuzz.py``'s format
     (``mismatches``: untyped exceptions; ``outcome``: ran, or the typed error's class)."""
-    from asyncjit.errors import JitError
+    from asyncjit.errors import IndexOutOfRangeError, JitError
 
     cases = corpus(tuple(os.environ.get("ASYNCJIT_FUZZ_ONNX_KINDS", ",".join(KINDS)).split(",")))
     rng = Random(f"{seed}:{index}")
@@ -665,6 +684,10 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
     }
     try:
         ours = run_asyncjit(data, feeds)
+        if back is None and (refusal := _peer_run(data, feeds)[1]) and INDEX_REFUSALS.search(refusal):
+            report["outcome"] = "ran, ONNX Runtime refused an index"
+            report["mismatches"] = [f"ran where ONNX Runtime refused an index out of range: {refusal[-160:]}"]
+            return report
         theirs = None if _special(feeds, done) else _peer(peer_data, peer_feeds)
         if theirs is not None and back is not None:
             ours = back(ours)
@@ -680,6 +703,8 @@ def run_one(seed: int, index: int) -> dict[str, Any]:
         report["outcome"] = type(exc).__name__
         if back is not None and _runs(peer_data, peer_feeds):  # a variant must not be refused
             report["mismatches"] = [f"the variant raised {type(exc).__name__}, the model before runs"]
+        elif isinstance(exc, IndexOutOfRangeError) and _peer_run(data, feeds)[0] is not None:
+            report["mismatches"] = [f"raised IndexOutOfRangeError where ONNX Runtime runs: {exc}"]
     except Exception as exc:  # what a bad model must never give
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         report["outcome"] = "untyped"

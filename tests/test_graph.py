@@ -72,7 +72,7 @@ class TestRegistry:
             "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq",
             "ne", "and", "or", "xor", "where", "cast", "reduce", "matmul", "reshape", "permute", "expand",
             "shrink", "pad", "cat", "conv1d", "gather", "scatter", "nonzero", "conv", "pool", "cumsum",
-            "argext", "topk", "take_along_axis", "prefix",
+            "argext", "topk", "take_along_axis", "prefix", "index_check",
         }  # fmt: skip
         assert expected <= set(OPS)
         for name, op in OPS.items():

@@ -4,11 +4,17 @@ It evaluates the count, stores it (unclamped) where the host reads it after the 
 into ``[0, min(bound, axis size)]``, copies that many entries and returns the clamped value, which
 the entry point passes to every later kernel. Native code therefore never loops past a bound,
 whatever the data; the host turns a clamped count into ``VarBoundsError`` (``check_size``).
+
+The ``index_check`` kernel takes the same path to fail a run on its data: it copies indices
+through and stores how many are out of range; its ``DataVar`` allows only 0, and the host turns
+any other count into ``IndexOutOfRangeError``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from llvmlite import ir
 
 from ..passes import Kernel
 from ..symbolic import Dim
@@ -19,7 +25,7 @@ from ._types import I64
 if TYPE_CHECKING:
     from ._kernels import _Ctx
 
-__all__ = ["emit_prefix"]
+__all__ = ["emit_index_check", "emit_prefix"]
 
 _I64_MAX = (1 << 63) - 1
 
@@ -50,3 +56,38 @@ def emit_prefix(ctx: _Ctx, kernel: Kernel) -> None:
 
     ctx.nest(node.shape, put)
     ctx.result = clamped
+
+
+def emit_index_check(ctx: _Ctx, kernel: Kernel) -> None:
+    """Copy the indices through and store how many fall outside ``[0, size)`` where the host
+    reads it after the run (returning 0, the only count the check's ``DataVar`` allows: any
+    other is out of its bounds and the host raises ``IndexOutOfRangeError``)."""
+    node = kernel.node
+    (index,) = node.inputs
+    em, b = ctx.em, ctx.b
+    size = em.dim(node.attrs["size"])
+    entry = b.function.entry_basic_block
+    if b.block is entry:  # a second builder in the same block would go stale as ``b`` appends
+        bad = b.alloca(I64, name="bad")
+    else:
+        eb = ir.IRBuilder(entry)
+        eb.position_at_start(entry)
+        bad = eb.alloca(I64, name="bad")
+    b.store(i64(0), bad)
+
+    def put(idx: tuple[Dim, ...]) -> None:
+        v = em.value(index, idx)
+        em.store(ctx.out, node, linearize(idx, node.shape), v)
+        w = v.type.width
+        if index.dtype.is_unsigned:
+            wide = b.zext(v, I64) if w < 64 else v
+            out = b.icmp_unsigned(">=", wide, size)  # a uint64 above int64's range is outside too
+        else:
+            wide = b.sext(v, I64) if w < 64 else v
+            out = b.or_(b.icmp_signed("<", wide, i64(0)), b.icmp_signed(">=", wide, size))
+        b.store(b.add(b.load(bad, typ=I64), b.zext(out, I64)), bad)
+
+    ctx.nest(node.shape, put)
+    assert ctx.status is not None
+    b.store(b.load(bad, typ=I64), ctx.status)
+    ctx.result = i64(0)

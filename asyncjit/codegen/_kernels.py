@@ -28,7 +28,7 @@ from ..passes._fusion import (
 )
 from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
-from ._dynamic import emit_prefix
+from ._dynamic import emit_index_check, emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
 from ._index import i64
 from ._library import conv_library, matmul_library
@@ -118,7 +118,7 @@ class _Ctx:
         self.in_place = in_place
         # a kernel that sets a data-dependent size also takes a pointer where it stores the size
         # it computed and returns the size clamped into its bound (what later kernels loop over)
-        self.sets_size = kernel.kind == "prefix"
+        self.sets_size = kernel.kind in ("prefix", "index_check")
         extra = [PTR] if self.sets_size else []
         fnty = ir.FunctionType(
             I64 if self.sets_size else VOID, [PTR] * (len(reads) + 2) + [I64] * len(vars) + extra
@@ -214,6 +214,7 @@ def emit_kernel(
         "scatter": _scatter,
         "nonzero": _nonzero,
         "prefix": emit_prefix,
+        "index_check": emit_index_check,
     }[kernel.kind]
     emit(ctx, kernel)
     if ctx.result is not None:

@@ -223,7 +223,7 @@ def _emit_entry(
         if k.kind == "plugin":
             outs = [out_ptr(k), *(buffer(n.id) for n in k.extra)]
             b.call(fn, [*outs, *reads, var_block])
-        elif k.kind == "prefix":  # sets a data-dependent size: later kernels see its value
+        elif k.kind in ("prefix", "index_check"):  # sets a data var: later kernels see its value
             pos = list(vars).index(k.node.attrs["size_var"])
             status = layout.status_slot + pos - (layout.n_vars - layout.n_data)
             status_ptr = b.gep(args, [i64(status)], inbounds=True, source_etype=I64)

@@ -67,7 +67,7 @@ def _info(k: Kernel) -> KernelInfo:
     elif k.kind == "reduce":
         flops = prod(n.inputs[0].shape)
         flops = flops + numel * sum(1 for f in k.fused if _computes(f))
-    elif k.kind in ("copy", "scatter", "nonzero", "prefix", "plugin"):
+    elif k.kind in ("copy", "scatter", "nonzero", "prefix", "index_check", "plugin"):
         flops = 0
     else:
         flops = numel * sum(1 for f in (*k.fused, n) if _computes(f))

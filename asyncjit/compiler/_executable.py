@@ -26,7 +26,8 @@ from ..errors import (
     ShapeMismatchError,
     VarBoundsError,
 )
-from ..symbolic import Dim, Var, check_bindings, compile_dims, is_bounded, render, upper
+from ..graph._dynamic import index_error, is_index_check
+from ..symbolic import DataVar, Dim, Var, check_bindings, compile_dims, is_bounded, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
 
@@ -215,9 +216,12 @@ class Signature:
 
         Raises:
             VarBoundsError: naming the op that computed the size, the size and its bound.
+            IndexOutOfRangeError: an ``index_check`` counted indices outside their axis.
         """
         for var, used, got in zip(self.data_vars, values, raw, strict=True):
             if used != got:
+                if isinstance(var, DataVar) and is_index_check(var):
+                    raise index_error(var, got)
                 op = getattr(var, "op", "") or "an op"
                 if got < 0:
                     raise VarBoundsError(f"{op} computed a negative size {got} for {var.name!r}")

@@ -8,6 +8,11 @@ kernels loop over the actual size (invariant 3) while buffers keep the bound's c
 
 A count outside ``[0, bound]`` is a ``VarBoundsError`` naming the op and its label: the run never
 writes past the bound (native code clamps what it copies and the host checks the count after).
+
+``index_check(index, size, size_var)`` rides on the same path to make a run fail on data: it
+passes ``index`` through and counts its values outside ``[0, size)`` into ``size_var``, a
+``DataVar`` bounded to ``[0, 0]`` whose label starts with ``INDEX_CHECK``. A count above 0 is
+then out of bounds, and the host raises ``IndexOutOfRangeError`` (not ``VarBoundsError``) for it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,23 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import TensorError, VarBoundsError
-from ..symbolic import DataVar, Dim, bounds
+from ..errors import IndexOutOfRangeError, TensorError, VarBoundsError
+from ..symbolic import DataVar, Dim, bounds, evaluate
 from ._node import Node
 from ._ops import _register
 
-__all__ = ["check_size", "defined_var", "new_data_var"]
+__all__ = [
+    "INDEX_CHECK",
+    "check_size",
+    "defined_var",
+    "index_error",
+    "is_index_check",
+    "new_data_var",
+    "setters",
+]
+
+INDEX_CHECK = "index check: "
+"""The label prefix of an ``index_check``'s ``DataVar`` (the rest names what the index reads)."""
 
 _counter = itertools.count()
 
@@ -47,6 +63,27 @@ def defined_var(node: Node) -> tuple[DataVar, int] | None:
         return None
     var = node.attrs["size_var"]
     return var, int(node.attrs["axis"])
+
+
+def is_index_check(var: DataVar) -> bool:
+    """Whether ``var`` is the out-of-range count of an ``index_check`` (not a size)."""
+    return var.op.startswith(INDEX_CHECK)
+
+
+def index_error(var: DataVar, count: int) -> IndexOutOfRangeError:
+    """The error for ``count`` out-of-range values found by the ``index_check`` of ``var``."""
+    what = var.op[len(INDEX_CHECK) :] or "an index"
+    values = (
+        "1 index is outside the axis it indexes"
+        if count == 1
+        else f"{count} indices are outside the axis they index"
+    )
+    return IndexOutOfRangeError(f"{what}: {values}; the run returned nothing")
+
+
+def setters(nodes: list[Node]) -> list[Node]:
+    """The nodes that set a ``DataVar`` (a size or an index check), in order."""
+    return [n for n in nodes if n.op in ("prefix", "index_check")]
 
 
 def check_size(node: Node, value: int, axis_len: int) -> int:
@@ -95,3 +132,29 @@ def _ref_prefix(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.
 
 
 _register("prefix", "prefix", _infer_prefix, _ref_prefix)
+
+
+def _infer_index_check(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[tuple[Dim, ...], DType]:
+    (index,) = ins
+    var = a["size_var"]
+    if not isinstance(var, DataVar) or not is_index_check(var) or var.max != 0:
+        raise TensorError(f"index_check: size_var must be an index check's DataVar, got {var!r}")
+    if not index.dtype.is_int:
+        raise TensorError(f"index_check: indices must be an integer tensor, got {index.dtype.name}")
+    size = a["size"]
+    if bounds(size)[0] < 0:
+        raise TensorError(f"index_check: the axis size {size} may be negative")
+    return index.shape, index.dtype
+
+
+def _ref_index_check(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
+    (index,) = args
+    size = evaluate(node.attrs["size"], b)
+    wide = index.astype(np.int64) if index.dtype != np.uint64 else index
+    bad = int(np.count_nonzero((wide < 0) | (wide >= size)))
+    if bad:
+        raise index_error(node.attrs["size_var"], bad)
+    return index
+
+
+_register("index_check", "prefix", _infer_index_check, _ref_index_check)

@@ -30,7 +30,8 @@ numpy leaves open or that would be undefined behaviour in native code are fixed 
 * ``gather`` clamps indices into range; ``scatter`` drops out-of-range indices and, for repeated
   indices, the last write wins. Negative indices are out of range too (no wrap-around from the
   end): gather reads row 0 for them, scatter ignores them. Data never steers native code outside
-  a buffer.
+  a buffer. Indices passed through ``index_check`` (``Tensor.checked_index``) fail the run with
+  ``IndexOutOfRangeError`` instead (``graph/_dynamic.py``).
 * Reductions have identities (sum 0, prod 1, max -inf/int min, min +inf/int max), so an empty
   (zero-length) reduced axis is defined.
 * Float ``sum``/``prod`` accumulate in float64 and round once to the output dtype (float16

@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from ..symbolic import Dim, prod, upper
 from ..tensor import Tensor
 from ._ops_shape import axis_of
-from ._registry import NodeCtx, op
+from ._registry import NodeCtx, checked, op
 from ._values import Value, const_tensor
 
 __all__ = ["conv_node", "window_geometry"]
@@ -466,7 +466,11 @@ def _swish(n: NodeCtx, ins: list[Value | None]) -> Value:
 
 
 def _nll(n: NodeCtx, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
-    """Negative log-likelihood of ``target`` classes (axis 1 of ``logp``), ONNX's reductions."""
+    """Negative log-likelihood of ``target`` classes (axis 1 of ``logp``), ONNX's reductions.
+
+    A class other than ``ignore_index`` counts from the end when negative (as ONNX Runtime's
+    and the reference's gathers do); one outside ``[-C, C)``, or outside the weights, fails the
+    run (``IndexOutOfRangeError``), as ONNX Runtime fails it."""
     ignore = n.attr("ignore_index")
     reduction = n.attr("reduction", "mean")
     target = target.cast(dt.int64)
@@ -475,11 +479,15 @@ def _nll(n: NodeCtx, logp: Tensor, target: Tensor, weight: Tensor | None) -> Ten
         if ignore is None
         else Tensor.select(target == ignore, Tensor.zeros(target.shape, dt.int64), target)
     )
-    picked = logp.take_along_axis(safe.unsqueeze(1), 1).squeeze(1)  # [N, d1, ...]
+
+    def wrapped(size: Dim) -> Tensor:
+        return checked(n, Tensor.select(safe < 0, safe + size, safe), size)
+
+    picked = logp.take_along_axis(wrapped(logp.shape[1]).unsqueeze(1), 1).squeeze(1)  # [N, d1, ...]
     w = (
         Tensor.ones(target.shape, logp.dtype)
         if weight is None
-        else weight.cast(logp.dtype).gather(0, safe.reshape(-1)).reshape(*target.shape)
+        else weight.cast(logp.dtype).gather(0, wrapped(weight.shape[0]).reshape(-1)).reshape(*target.shape)
     )
     if ignore is not None:
         w = Tensor.select(target == ignore, Tensor.zeros(w.shape, w.dtype), w)

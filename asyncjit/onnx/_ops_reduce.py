@@ -12,7 +12,7 @@ from .. import dtypes as dt
 from ..symbolic import Dim, prod
 from ..tensor import Tensor
 from ._ops_shape import axis_of, reverse_axis
-from ._registry import NodeCtx, op
+from ._registry import NodeCtx, checked, op
 from ._values import Value
 
 __all__: list[str] = []
@@ -131,15 +131,20 @@ def _linear_index(shape: tuple[Dim, ...], index: Tensor, axis: int) -> Tensor:
     return total
 
 
-def _gather_elements(x: Tensor, index: Tensor, axis: int) -> Tensor:
+def _gather_elements(x: Tensor, index: Tensor, axis: int, n: NodeCtx | None = None) -> Tensor:
+    """``x`` at ``index`` along ``axis`` (negative indices from the end); with ``n``, an index
+    outside the axis fails the run naming the node (ONNX semantics), else it is clamped."""
     index = index.cast(dt.int64)
-    return x.take_along_axis(Tensor.select(index < 0, index + x.shape[axis], index), axis)
+    index = Tensor.select(index < 0, index + x.shape[axis], index)
+    if n is not None:
+        index = checked(n, index, x.shape[axis])
+    return x.take_along_axis(index, axis)
 
 
 @op("GatherElements")
 def _gather_elements_op(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    return _gather_elements(x, n.t(ins[1]), axis_of(n.attr("axis", 0), x.ndim, n))
+    return _gather_elements(x, n.t(ins[1]), axis_of(n.attr("axis", 0), x.ndim, n), n)
 
 
 def _reduction_of(n: NodeCtx) -> str:
@@ -157,7 +162,7 @@ def _scatter_elements(n: NodeCtx, ins: list[Value | None]) -> Value:
     reduce = _reduction_of(n)
     axis = axis_of(n.attr("axis", 0), x.ndim, n)
     index = n.t(ins[1]).cast(dt.int64)
-    index = Tensor.select(index < 0, index + x.shape[axis], index)
+    index = checked(n, Tensor.select(index < 0, index + x.shape[axis], index), x.shape[axis])
     flat = _linear_index(x.shape, index, axis).reshape(-1)
     upd = n.t(ins[2]).cast(x.dtype).reshape(-1)
     return x.reshape(-1).scatter(0, flat, upd, reduce).reshape(*x.shape)
@@ -180,7 +185,7 @@ def _gather_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
     for j in reversed(range(k)):
         d = x.shape[b + j]
         c = idx[:, :, j]
-        c = Tensor.select(c < 0, c + d, c)
+        c = checked(n, Tensor.select(c < 0, c + d, c), d)
         lin = c * stride if lin is None else lin + c * stride
         stride = stride * d
     assert lin is not None
@@ -209,7 +214,7 @@ def _scatter_nd(n: NodeCtx, ins: list[Value | None]) -> Value:
     stride: Dim = 1
     for j in reversed(range(k)):
         c = idx[:, j]
-        c = Tensor.select(c < 0, c + x.shape[j], c)
+        c = checked(n, Tensor.select(c < 0, c + x.shape[j], c), x.shape[j])
         lin = c * stride if lin is None else lin + c * stride
         stride = stride * x.shape[j]
     assert lin is not None

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..symbolic import Dim, Expr, bounds, prod, smax, smin
 from ..tensor import Tensor, broadcast_shapes
-from ._registry import NodeCtx, op
+from ._registry import NodeCtx, checked, op
 from ._values import Sym, Value, const_tensor, dims_array, make_int_array
 
 __all__ = ["axis_of", "reverse_axis"]
@@ -195,14 +195,18 @@ def _gather(n: NodeCtx, ins: list[Value | None]) -> Value:
     shape = _shape_of(data)
     axis = axis_of(n.attr("axis", 0), len(shape), n)
     known, kidx = _known(data), _known(idx)
+    if isinstance(idx, np.ndarray) and isinstance(shape[axis], int):
+        d = shape[axis]
+        if idx.size and (idx.min() < -d or idx.max() >= d):  # ONNX Runtime fails such a run
+            raise n.fail(f"a constant index is outside [-{d}, {d - 1}] (axis {axis} has size {d})")
     if known is not None and isinstance(idx, np.ndarray):
         d = known.shape[axis]
         return _rewrap(np.take(known, np.where(idx < 0, idx + d, idx), axis=axis), data)
     x, ind = n.t(data), n.t(idx)
     if kidx is not None and isinstance(idx, np.ndarray) and isinstance(shape[axis], int):
         ind = const_tensor(np.where(idx < 0, idx + shape[axis], idx).astype(np.int64))
-    else:
-        ind = Tensor.select(ind < 0, ind + shape[axis], ind)
+    else:  # from data: a value outside the axis fails the run, as in ONNX Runtime
+        ind = checked(n, Tensor.select(ind < 0, ind + shape[axis], ind), shape[axis])
     flat = ind.reshape(-1) if ind.ndim != 1 else ind
     out = x.gather(axis, flat)
     return out.reshape(*shape[:axis], *ind.shape, *shape[axis + 1 :])

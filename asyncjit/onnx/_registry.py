@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..tensor import Tensor
     from ._importer import Tracer
 
-__all__ = ["OPS", "NodeCtx", "OpDef", "lookup", "op", "supported_ops"]
+__all__ = ["OPS", "NodeCtx", "OpDef", "checked", "lookup", "op", "supported_ops"]
 
 Lowering = Callable[["NodeCtx", list[Value | None]], "Sequence[Value | None] | Value"]
 
@@ -121,3 +121,10 @@ class NodeCtx:
         if not isinstance(v, np.ndarray):
             raise self.fail(f"{what} must be a constant known at load time")
         return v
+
+
+def checked(n: NodeCtx, index: Tensor, size: Any) -> Tensor:
+    """``index`` (wrapped to ``[0, size)`` already) with a run failing with
+    ``IndexOutOfRangeError`` naming node ``n`` if a value is outside: ONNX Runtime fails such a
+    run, where a bare gather would clamp the index and a scatter drop it."""
+    return index.checked_index(size, f"node {n.name!r} ({n.op_type})")

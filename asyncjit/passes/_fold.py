@@ -26,7 +26,7 @@ from ..graph import (
     make_node,
     structural_key,
 )
-from ..symbolic import upper
+from ..symbolic import DataVar, upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
 
@@ -100,6 +100,8 @@ def fold_constants(graph: Graph) -> Graph:
         sources = [_source(i) for i in new.inputs]
         if any(s is None for s in sources) or any(_numel(i) is None for i in new.inputs):
             return new
+        if _symbolic_attrs(new):  # its value depends on var values (an index_check's axis size)
+            return new
         size = _numel(new)
         biggest = max(int(s.attrs["value"].size) for s in sources if s is not None)
         if size is None or size > biggest or size > MAX_FOLD_ELEMENTS:
@@ -109,6 +111,13 @@ def fold_constants(graph: Graph) -> Graph:
         return _const(OPS[new.op].reference(new, args, {}))
 
     return rebuild(graph, rewrite)
+
+
+def _symbolic_attrs(node: Node) -> bool:
+    """Whether an attribute of ``node`` uses a var (a data-dependent size it sets does not count)."""
+    from ..graph._node import _attr_vars
+
+    return any(not isinstance(v, DataVar) for a in node.attrs.values() for v in _attr_vars(a))
 
 
 TRANSPOSED_MAX_ROWS = 8

@@ -45,7 +45,20 @@ __all__ = [
 ]
 
 OWN_LOOP_OPS = frozenset(
-    {"reduce", "matmul", "conv1d", "conv", "pool", "cumsum", "argext", "topk", "scatter", "nonzero", "prefix"}
+    {
+        "reduce",
+        "matmul",
+        "conv1d",
+        "conv",
+        "pool",
+        "cumsum",
+        "argext",
+        "topk",
+        "scatter",
+        "nonzero",
+        "prefix",
+        "index_check",
+    }
 )
 _DENSE_OPERANDS = frozenset({"matmul", "conv1d", "conv", "pool", "topk"})
 MAX_FUSED_DEPTH = 64

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ShapeMismatchError, VarBoundsError
 from ..graph import Node, as_node, make_node
+from ..graph._dynamic import setters as dynamic_setters
 from ..symbolic import UNBOUNDED, DataVar, Dim, Expr, Var, as_dim, bounds, substitute
 from ._graph import Graph, rebuild, remake
 
@@ -265,7 +266,7 @@ def canonicalize_dynamism(graph: Graph) -> Graph:
 def canonical_sizes(graph: Graph) -> Graph:
     """Data-dependent sizes renamed by their position in the graph (``nonzero_0``, ...), so two
     builds of one graph key the compile caches alike (fresh names come from a global counter)."""
-    setters = [n for n in graph.nodes if n.op == "prefix"]
+    setters = dynamic_setters(graph.nodes)
     mapping: dict[str, Dim] = {}
     for k, n in enumerate(setters):
         var: DataVar = n.attrs["size_var"]

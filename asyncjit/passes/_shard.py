@@ -125,6 +125,14 @@ def _batch_only(node: Node, axes: list[int | None], var: Var) -> int:
     return 0
 
 
+def _checked_rows(node: Node, axes: list[int | None], var: Var) -> int:
+    """index_check: each shard checks its own rows of the indices (against the whole axis they
+    index: a ``size`` that uses the split length is refused by the attribute guard)."""
+    axis = axes[0]
+    assert axis is not None  # a rule runs only when some input is split
+    return axis
+
+
 RULES: dict[str, Rule] = {
     "reduce": _reduce,
     "matmul": _matmul,
@@ -138,6 +146,7 @@ RULES: dict[str, Rule] = {
     "argext": _along_other_axis,
     "topk": _along_other_axis,
     "take_along_axis": _along_other_axis,
+    "index_check": _checked_rows,
     "conv1d": _batch_only,
     "conv": _batch_only,
     "pool": _batch_only,

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import dtypes as dt
 from ..errors import TensorError
 from ..graph import Node, make_node, new_data_var
-from ..symbolic import DataVar, Dim, bounds, free_vars, is_bounded, prod, smin, upper
+from ..graph._dynamic import INDEX_CHECK
+from ..symbolic import DataVar, Dim, as_dim, bounds, free_vars, is_bounded, prod, smin, upper
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["DynamicShapes", "compress", "definers", "masked", "nonzero", "prefix", "unique"]
+__all__ = ["DynamicShapes", "checked_index", "compress", "definers", "masked", "nonzero", "prefix", "unique"]
 
 # the node that sets each data-dependent size, so a value made from the dim (``from_dim``) is
 # ordered after it; weak: a graph that is dropped takes its entries with it
@@ -67,6 +68,26 @@ def prefix(x: Tensor, count: Any, axis: int = 0, *, bound: int | None = None, la
         raise TensorError(f"prefix: count must be a 0-d integer tensor, got {c.dtype.name}{list(c.shape)}")
     var = new_data_var(label or "prefix", _check_bound(bound, x.shape[ax], "prefix"))
     node = make_node("prefix", (x.node, c.node), axis=ax, size_var=var)
+    _DEFINERS[var.name] = node
+    return Tensor(node)
+
+
+def checked_index(index: Tensor, size: Any, what: str = "an index") -> Tensor:
+    """``index`` itself, with a run of the plan failing if any value is outside ``[0, size)``.
+
+    For the reads whose indices come from data (a token id, a computed position): a gather or
+    scatter clamps or drops an index out of range (native code never reads past an axis), which
+    hides a caller's bug; through this, the run raises ``IndexOutOfRangeError`` naming ``what``
+    instead and returns nothing. Negative indices counting from the end must be wrapped first
+    (``Tensor.select(i < 0, i + size, i)``). Constant indices into an axis of static size are
+    checked when the plan compiles (against a symbolic size, by each run).
+    """
+    from ._tensor import Tensor
+
+    if not index.dtype.is_int:
+        raise TensorError(f"checked_index: indices must be an integer tensor, got {index.dtype.name}")
+    var = new_data_var(INDEX_CHECK + what, 0)
+    node = make_node("index_check", (index.node,), size=as_dim(size), size_var=var)
     _DEFINERS[var.name] = node
     return Tensor(node)
 
@@ -190,6 +211,12 @@ class DynamicShapes:
     def prefix(self, count: Any, axis: int = 0, *, bound: int | None = None) -> Tensor:
         """The first ``count`` (a 0-d int tensor) entries along ``axis``: a data-dependent dim."""
         return prefix(cast("Tensor", self), count, axis, bound=bound)
+
+    def checked_index(self, size: Any, what: str = "an index") -> Tensor:
+        """These indices, with the run raising ``IndexOutOfRangeError`` (naming ``what``) if any
+        is outside ``[0, size)`` (``size``: an int or a symbolic dim), instead of the gather or
+        scatter reading them clamping or dropping it."""
+        return checked_index(cast("Tensor", self), size, what)
 
     def compress(self, condition: Tensor, axis: int | None = None, *, bound: int | None = None) -> Tensor:
         """numpy ``compress``: slices along ``axis`` where ``condition`` holds (data-dependent)."""

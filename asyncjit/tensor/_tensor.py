@@ -689,7 +689,8 @@ class Tensor(_movement.Movement, _dynamic.DynamicShapes):
 
     # ------------------------------------------------------------------ gather / scatter / nonzero
     def gather(self, axis: int, index: Tensor) -> Tensor:
-        """``index_select``: rows ``index`` (1-D int) of ``axis``; out-of-range indices clamp."""
+        """``index_select``: rows ``index`` (1-D int) of ``axis``; out-of-range indices clamp
+        (``index.checked_index(size)`` fails the run on them instead)."""
         ax = _axis(axis, self.ndim)
         return Tensor(make_node("gather", (self.node, self._wrap(index).node), axis=ax))
 
