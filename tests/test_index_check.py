@@ -286,3 +286,132 @@ def test_constant_indices_into_a_symbolic_axis_are_checked_by_each_run() -> None
     np.testing.assert_array_equal(exe.run([_rows(5)], {"n": 5})[0], _rows(5)[[0, 4]])
     with pytest.raises(IndexOutOfRangeError, match="fixed rows: 1 index"):
         exe.run([_rows(4)], {"n": 4})
+
+
+# -- a reviewer's finds ------------------------------------------------------------------------
+def _guarded_models() -> list[tuple[str, bytes, str, list[int]]]:
+    """An ``If`` on data whose then-branch gathers ``x[i]`` (else -1), and a ``Loop`` that sums
+    ``x[j]`` while ``j < n`` (trip count 8 > the 5 rows): ONNX Runtime never runs the gathers
+    of the branch or iterations not taken, so their indices must not fail the run."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    f32, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    vi = helper.make_tensor_value_info
+    const = numpy_helper.from_array
+    then_g = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["t"], axis=0)], "then", [], [vi("t", f32, [])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], value=const(np.array(-1.0, np.float32)))],
+        "else",
+        [],
+        [vi("e", f32, [])],
+    )
+    branch = helper.make_graph(
+        [helper.make_node("Less", ["i", "five"], ["c"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "g", [vi("x", f32, [5]), vi("i", i64, [])], [vi("y", f32, [])],
+        [const(np.array(5, np.int64), "five")],
+    )  # fmt: skip
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "j"], ["xj"], axis=0),
+         helper.make_node("Add", ["acc", "xj"], ["acc2"]),
+         helper.make_node("Add", ["j", "one"], ["j2"]),
+         helper.make_node("Less", ["j2", "n"], ["c2"])],
+        "body", [vi("it", i64, []), vi("c", b, []), vi("j", i64, []), vi("acc", f32, [])],
+        [vi("c2", b, []), vi("j2", i64, []), vi("acc2", f32, [])], [const(np.array(1, np.int64), "one")],
+    )  # fmt: skip
+    loop = helper.make_graph(
+        [helper.make_node("Less", ["zero", "n"], ["c0"]),
+         helper.make_node("Loop", ["trip", "c0", "zero", "facc"], ["jf", "y"], body=body)],
+        "g", [vi("x", f32, [5]), vi("n", i64, [])], [vi("y", f32, [])],
+        [const(np.array(8, np.int64), "trip"), const(np.array(0, np.int64), "zero"),
+         const(np.array(0.0, np.float32), "facc")],
+    )  # fmt: skip
+    opset = [helper.make_opsetid("", 18)]
+    return [
+        ("If", helper.make_model(branch, opset_imports=opset).SerializeToString(), "i", [3, 7]),
+        ("Loop", helper.make_model(loop, opset_imports=opset).SerializeToString(), "n", [3, 5]),
+    ]
+
+
+def test_onnx_gathers_in_a_branch_or_iteration_not_taken_do_not_fail_the_run() -> None:
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import asyncjit.onnx as ao
+
+    x = np.arange(5, dtype=np.float32) * 10
+    for _name, model, feed, values in _guarded_models():
+        ours, theirs = (
+            ao.InferenceSession(model),
+            ort.InferenceSession(model, providers=["CPUExecutionProvider"]),
+        )
+        for v in values:
+            feeds = {"x": x, feed: np.array(v, np.int64)}
+            np.testing.assert_array_equal(ours.run(None, feeds)[0], theirs.run(None, feeds)[0])
+
+
+def test_guarded_check_counts_only_while_its_condition_holds() -> None:
+    x = Tensor.placeholder((5,), np.float32, "x")
+    i = Tensor.placeholder((), np.int64, "i")
+    on = Tensor.placeholder((), np.bool_, "on")
+    y = x.gather(0, i.reshape(1).checked_index(5, "guarded", when=on))
+    exe = aj_compile([y], [x, i, on])
+    xv = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(
+        exe.run([xv, np.array(9), np.array(False)])[0], [4.0]
+    )  # clamped, not checked
+    with pytest.raises(IndexOutOfRangeError, match="guarded"):
+        exe.run([xv, np.array(9), np.array(True)])
+    with pytest.raises(IndexOutOfRangeError, match="guarded"):
+        reference.evaluate([y], {x: xv, i: np.array(9), on: np.array(True)})
+
+
+@pytest.mark.anyio
+async def test_a_checked_plan_keeps_its_output_shapes_so_queued_runs_chain() -> None:
+    """Only index checks among its data vars: outputs keep their shapes (no pending shape), so a
+    queued output goes straight into the next plan, as without the check."""
+    x = Tensor.placeholder((10, 3), np.float32, "x")
+    i = Tensor.placeholder((4,), np.int64, "i")
+    first = aj_compile([x.gather(0, i.checked_index(10, "rows")) + 1], [x, i])
+    y = Tensor.placeholder((4, 3), np.float32, "y")
+    second = aj_compile([y * 2], [y])
+    with Client("cpu", inline="never") as client:
+        a, b = client.load(first), client.load(second)
+        bx = client.buffer_from_host(np.ones((10, 3), np.float32))
+        (ya,) = await a.execute([bx, client.buffer_from_host(np.array([0, 1, 2, 3]))])
+        assert type(ya.shape) is tuple and ya.shape == (4, 3)
+        (yb,) = await b.execute([ya])
+        np.testing.assert_array_equal(await yb.to_numpy(), np.full((4, 3), 4.0, np.float32))
+        (bad,) = await a.execute([bx, client.buffer_from_host(np.array([0, 1, 2, 10]))])
+        (after,) = await b.execute([bad])
+        with pytest.raises(IndexOutOfRangeError, match="rows"):
+            await after.ready()  # the failed run poisons what reads its output
+
+
+def test_constant_indices_into_a_data_dependent_axis_are_checked_by_each_run() -> None:
+    v = Tensor.placeholder((6,), np.float32, "v")
+    nz = v.nonzero()  # [k, 1], k data-dependent
+    rows = nz.reshape(nz.shape[0]).pad([(0, 1)])  # a gather needs an axis that cannot be empty
+    picked = rows.gather(0, Tensor.const(np.array([0, 2], np.int64)).checked_index(nz.shape[0], "rows of nz"))
+    exe = aj_compile([picked], [v])
+    np.testing.assert_array_equal(exe.run([np.array([1, 0, 1, 1, 0, 0], np.float32)])[0], [0, 3])
+    with pytest.raises(IndexOutOfRangeError, match="rows of nz"):
+        exe.run([np.array([1, 0, 0, 0, 0, 1], np.float32)])
+
+
+@pytest.mark.parametrize("what", ["x²", "node 'Gather_①' (Gather)", "row ½", "行", "2nd"])
+def test_any_label_makes_a_valid_name(what: str) -> None:
+    x = Tensor.placeholder((3,), np.float32, "x")
+    i = Tensor.placeholder((2,), np.int64, "i")
+    exe = aj_compile([x.gather(0, i.checked_index(3, what))], [x, i])
+    with pytest.raises(IndexOutOfRangeError, match=what.replace("(", r"\(").replace(")", r"\)")):
+        exe.run([np.zeros(3, np.float32), np.array([0, 3])])
+
+
+def test_a_plugin_cannot_claim_an_index_check() -> None:
+    from asyncjit.compiler._partition import _data_dependent
+
+    i = Tensor.placeholder((2,), np.int64, "i")
+    assert _data_dependent(i.checked_index(3).node)
+    assert not _data_dependent((i + 1).node)

@@ -63,7 +63,7 @@ def emit_index_check(ctx: _Ctx, kernel: Kernel) -> None:
     reads it after the run (returning 0, the only count the check's ``DataVar`` allows: any
     other is out of its bounds and the host raises ``IndexOutOfRangeError``)."""
     node = kernel.node
-    (index,) = node.inputs
+    index = node.inputs[0]
     em, b = ctx.em, ctx.b
     size = em.dim(node.attrs["size"])
     entry = b.function.entry_basic_block
@@ -89,5 +89,10 @@ def emit_index_check(ctx: _Ctx, kernel: Kernel) -> None:
 
     ctx.nest(node.shape, put)
     assert ctx.status is not None
-    b.store(b.load(bad, typ=I64), ctx.status)
+    count = b.load(bad, typ=I64)
+    if len(node.inputs) == 2:  # checked only while ``when`` holds
+        when = em.value(node.inputs[1], ())
+        on = when if when.type.width == 1 else b.icmp_unsigned("!=", when, ir.Constant(when.type, 0))
+        count = b.select(on, count, i64(0))
+    b.store(count, ctx.status)
     ctx.result = i64(0)

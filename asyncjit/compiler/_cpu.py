@@ -394,6 +394,8 @@ class CpuExecutable(Executable):
             return outs
         used, raw = launcher.data_sizes()  # type: ignore[attr-defined]
         sig.check_data(used, raw)
+        if not sig.sized_outputs:  # only index checks: the outputs have their shapes already
+            return outs
         shapes = sig.output_shapes((*values, *used))
         return [
             o.reshape(-1)[: int(np.prod(s, dtype=np.int64))].reshape(s)

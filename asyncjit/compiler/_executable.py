@@ -27,7 +27,7 @@ from ..errors import (
     VarBoundsError,
 )
 from ..graph._dynamic import index_error, is_index_check
-from ..symbolic import DataVar, Dim, Var, check_bindings, compile_dims, is_bounded, render, upper
+from ..symbolic import DataVar, Dim, Var, check_bindings, compile_dims, free_vars, is_bounded, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
 
@@ -84,12 +84,18 @@ class Signature:
     _maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
     _data_maxes: tuple[int, ...] = attrs.field(init=False, repr=False)
     _unbounded: bool = attrs.field(init=False, repr=False)
+    # whether an output's shape uses a data-dependent size (an index check's count is a data
+    # var no shape uses: its runs are checked, their outputs keep the shapes known before)
+    sized_outputs: bool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._in_shapes = [compile_dims(a.shape, self.vars) for a in self.inputs]
         every = (*self.vars, *self.data_vars)
         self._out_shapes = [compile_dims(a.shape, every) for a in self.outputs]
         self._data_maxes = tuple(v.max for v in self.data_vars)
+        self.sized_outputs = any(
+            isinstance(v, DataVar) for a in self.outputs for d in a.shape for v in free_vars(d)
+        )
         # hot-path helpers (replays run these before every native call; keep them allocation-light)
         self._checks = tuple((v.name, v.min, v.max) for v in self.vars)
         self._maxes = tuple(v.max for v in self.vars)

@@ -256,7 +256,10 @@ def _supported(plugin: CompilerPlugin, node: Node) -> bool:
 
 def _data_dependent(node: Node) -> bool:
     """Whether ``node`` sets or reads a data-dependent or unbounded size (those stay on the CPU
-    compiler: plugins' buffers are views sized from caller-bound vars with finite bounds)."""
+    compiler: plugins' buffers are views sized from caller-bound vars with finite bounds), or
+    sets one through its attributes (``prefix``'s size, ``index_check``'s count)."""
+    if any(isinstance(v, DataVar) for v in node.attrs.values()):
+        return True
     return any(
         isinstance(v, DataVar) or v.unbounded for n in (node, *node.inputs) for v in free_vars(n.shape)
     )

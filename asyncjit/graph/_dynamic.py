@@ -9,8 +9,9 @@ kernels loop over the actual size (invariant 3) while buffers keep the bound's c
 A count outside ``[0, bound]`` is a ``VarBoundsError`` naming the op and its label: the run never
 writes past the bound (native code clamps what it copies and the host checks the count after).
 
-``index_check(index, size, size_var)`` rides on the same path to make a run fail on data: it
-passes ``index`` through and counts its values outside ``[0, size)`` into ``size_var``, a
+``index_check(index[, when], size, size_var)`` rides on the same path to make a run fail on data:
+it passes ``index`` through and counts its values outside ``[0, size)`` (none while a 0-d bool
+``when`` is false: an ONNX branch not taken) into ``size_var``, a
 ``DataVar`` bounded to ``[0, 0]`` whose label starts with ``INDEX_CHECK``. A count above 0 is
 then out of bounds, and the host raises ``IndexOutOfRangeError`` (not ``VarBoundsError``) for it.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "is_index_check",
     "new_data_var",
     "setters",
+    "var_stem",
 ]
 
 INDEX_CHECK = "index check: "
@@ -53,8 +55,15 @@ def new_data_var(label: str, bound: int, min: int = 0) -> DataVar:
         raise VarBoundsError(
             f"{label}: the bound of a data-dependent size must be an int >= 0, got {bound!r}"
         )
-    stem = re.sub(r"\W+", "_", label).strip("_") or "size"
+    stem = var_stem(label)
     return DataVar(f"{stem}_{next(_counter)}", int(min), int(bound), label)
+
+
+def var_stem(label: str) -> str:
+    """An identifier made from an op's label (ASCII only: ``\\w`` keeps characters such as
+    ``²`` that Python identifiers refuse, and an ONNX node's name may hold any)."""
+    stem = re.sub(r"[^0-9A-Za-z_]+", "_", label).strip("_") or "size"
+    return f"v_{stem}" if stem[0].isdigit() else stem
 
 
 def defined_var(node: Node) -> tuple[DataVar, int] | None:
@@ -135,7 +144,9 @@ _register("prefix", "prefix", _infer_prefix, _ref_prefix)
 
 
 def _infer_index_check(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[tuple[Dim, ...], DType]:
-    (index,) = ins
+    index = ins[0]
+    if len(ins) > 2 or (len(ins) == 2 and (ins[1].ndim != 0 or ins[1].dtype != dt.bool_)):
+        raise TensorError("index_check: its second input (when to check) must be a 0-d bool tensor")
     var = a["size_var"]
     if not isinstance(var, DataVar) or not is_index_check(var) or var.max != 0:
         raise TensorError(f"index_check: size_var must be an index check's DataVar, got {var!r}")
@@ -148,7 +159,9 @@ def _infer_index_check(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[tup
 
 
 def _ref_index_check(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.ndarray:
-    (index,) = args
+    index = args[0]
+    if len(args) == 2 and not bool(args[1]):
+        return index
     size = evaluate(node.attrs["size"], b)
     wide = index.astype(np.int64) if index.dtype != np.uint64 else index
     bad = int(np.count_nonzero((wide < 0) | (wide >= size)))

@@ -204,6 +204,9 @@ class Tracer:
         self.opsets = dict(opsets)
         self.label = label
         self._envs: list[dict[str, Value | None]] = []
+        # while tracing a branch or loop iteration that runs only when a condition from data
+        # holds: that condition (a 0-d bool Tensor), so an index check there counts only then
+        self.guard: Any = None
 
     def run(self, graph: Any, env: dict[str, Value | None]) -> None:
         """Trace every node of ``graph``; ``env`` maps value names to values and is extended."""
@@ -221,13 +224,21 @@ class Tracer:
         for node in graph.node:
             self.run_node(node, env)
 
-    def subgraph(self, graph: Any, inputs: list[Value | None]) -> list[Value | None]:
+    def subgraph(self, graph: Any, inputs: list[Value | None], when: Any = None) -> list[Value | None]:
         """Trace a subgraph of the node being lowered: it sees the enclosing graph's names, its
-        own inputs bound to ``inputs``."""
+        own inputs bound to ``inputs``; ``when``: a 0-d bool Tensor from data under which alone
+        it takes effect (an ``If`` branch, an unrolled ``Loop`` iteration), ANDed with the
+        enclosing one, the ``guard`` of index checks traced inside."""
         env: dict[str, Value | None] = dict(self._envs[-1])
         for info, value in zip(graph.input, inputs, strict=False):
             env[info.name] = value
-        self.run(graph, env)
+        outer = self.guard
+        if when is not None:
+            self.guard = when if outer is None else outer & when
+        try:
+            self.run(graph, env)
+        finally:
+            self.guard = outer
         return [env[o.name] for o in graph.output]
 
     def run_node(self, node: Any, env: dict[str, Value | None]) -> None:

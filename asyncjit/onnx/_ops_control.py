@@ -26,9 +26,10 @@ def _if(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
     if isinstance(cond, np.ndarray):
         branch = n.attr("then_branch") if bool(cond.reshape(-1)[0]) else n.attr("else_branch")
         return n.tracer.subgraph(branch, [])
-    then = n.tracer.subgraph(n.attr("then_branch"), [])
-    other = n.tracer.subgraph(n.attr("else_branch"), [])
     c = n.t(cond).reshape(()).cast(dt.bool_)
+    # both branches run; each one's index checks count only when it is the branch taken
+    then = n.tracer.subgraph(n.attr("then_branch"), [], when=c)
+    other = n.tracer.subgraph(n.attr("else_branch"), [], when=~c)
     out: list[Value | None] = []
     for a, b in zip(then, other, strict=True):
         ta, tb = n.t(a), n.t(b)
@@ -79,7 +80,7 @@ def _loop(n: NodeCtx, ins: list[Value | None]) -> list[Value | None]:
             )
         it = np.array(i, np.int64)
         cond_in: Value = np.array(True) if active is None else active
-        outs = n.tracer.subgraph(body, [it, cond_in, *carried])
+        outs = n.tracer.subgraph(body, [it, cond_in, *carried], when=active)
         new_cond, new_carried, scan_outs = outs[0], outs[1 : 1 + n_carried], outs[1 + n_carried :]
         if active is not None:
             new_carried = [

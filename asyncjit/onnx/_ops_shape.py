@@ -195,15 +195,17 @@ def _gather(n: NodeCtx, ins: list[Value | None]) -> Value:
     shape = _shape_of(data)
     axis = axis_of(n.attr("axis", 0), len(shape), n)
     known, kidx = _known(data), _known(idx)
+    bad = False  # a constant index outside a static axis
     if isinstance(idx, np.ndarray) and isinstance(shape[axis], int):
         d = shape[axis]
-        if idx.size and (idx.min() < -d or idx.max() >= d):  # ONNX Runtime fails such a run
+        bad = bool(idx.size) and bool(idx.min() < -d or idx.max() >= d)
+        if bad and n.tracer.guard is None:  # ONNX Runtime fails any run of it
             raise n.fail(f"a constant index is outside [-{d}, {d - 1}] (axis {axis} has size {d})")
-    if known is not None and isinstance(idx, np.ndarray):
+    if known is not None and isinstance(idx, np.ndarray) and not bad:
         d = known.shape[axis]
         return _rewrap(np.take(known, np.where(idx < 0, idx + d, idx), axis=axis), data)
     x, ind = n.t(data), n.t(idx)
-    if kidx is not None and isinstance(idx, np.ndarray) and isinstance(shape[axis], int):
+    if kidx is not None and isinstance(idx, np.ndarray) and isinstance(shape[axis], int) and not bad:
         ind = const_tensor(np.where(idx < 0, idx + shape[axis], idx).astype(np.int64))
     else:  # from data: a value outside the axis fails the run, as in ONNX Runtime
         ind = checked(n, Tensor.select(ind < 0, ind + shape[axis], ind), shape[axis])

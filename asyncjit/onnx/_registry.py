@@ -126,5 +126,7 @@ class NodeCtx:
 def checked(n: NodeCtx, index: Tensor, size: Any) -> Tensor:
     """``index`` (wrapped to ``[0, size)`` already) with a run failing with
     ``IndexOutOfRangeError`` naming node ``n`` if a value is outside: ONNX Runtime fails such a
-    run, where a bare gather would clamp the index and a scatter drop it."""
-    return index.checked_index(size, f"node {n.name!r} ({n.op_type})")
+    run, where a bare gather would clamp the index and a scatter drop it. Inside a branch or
+    loop iteration that runs only when a condition from data holds (``tracer.guard``), only
+    when it holds: ONNX Runtime never runs the other."""
+    return index.checked_index(size, f"node {n.name!r} ({n.op_type})", when=n.tracer.guard)

@@ -26,7 +26,7 @@ from ..graph import (
     make_node,
     structural_key,
 )
-from ..symbolic import DataVar, upper
+from ..symbolic import upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
 
@@ -114,10 +114,12 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _symbolic_attrs(node: Node) -> bool:
-    """Whether an attribute of ``node`` uses a var (a data-dependent size it sets does not count)."""
+    """Whether an attribute of ``node`` uses a var (the data-dependent size it sets, its own
+    ``size_var``, does not count; any other var, a ``DataVar`` another op sets included, does)."""
     from ..graph._node import _attr_vars
 
-    return any(not isinstance(v, DataVar) for a in node.attrs.values() for v in _attr_vars(a))
+    own = node.attrs.get("size_var")
+    return any(v is not own and v != own for a in node.attrs.values() for v in _attr_vars(a))
 
 
 TRANSPOSED_MAX_ROWS = 8

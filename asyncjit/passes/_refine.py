@@ -16,7 +16,6 @@ Each is a pure function from graph to graph; ``optimize_graph`` runs them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 from ..errors import ShapeMismatchError, VarBoundsError
 from ..graph import Node, as_node, make_node
 from ..graph._dynamic import setters as dynamic_setters
+from ..graph._dynamic import var_stem
 from ..symbolic import UNBOUNDED, DataVar, Dim, Expr, Var, as_dim, bounds, substitute
 from ._graph import Graph, rebuild, remake
 
@@ -270,7 +270,7 @@ def canonical_sizes(graph: Graph) -> Graph:
     mapping: dict[str, Dim] = {}
     for k, n in enumerate(setters):
         var: DataVar = n.attrs["size_var"]
-        stem = re.sub(r"\W+", "_", var.op).strip("_") or "size"
+        stem = var_stem(var.op)
         name = f"{stem}_{k}"
         if name != var.name:
             mapping[var.name] = DataVar(name, var.min, var.max, var.op)

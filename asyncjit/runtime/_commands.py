@@ -200,22 +200,28 @@ class ExecuteCommand(Command):
                 timing.observe(_perf_ns() - t0)
             if self.signature is not None:
                 shapes = actual_shapes(self.signature, self.launcher, self.values)
-                for buf, shape in zip(self.outputs, shapes, strict=True):
+                for buf, shape in zip(self.outputs, shapes or (), strict=bool(shapes)):
                     buf.shape, buf.nbytes = shape, math.prod(shape) * buf.dtype.itemsize
         except BaseException as exc:  # errors are values: poison the outputs
             return launch_error(exc, timing.plan)
         return None
 
 
-def actual_shapes(signature: Signature, launcher: Launcher, values: Sequence[int]) -> list[tuple[int, ...]]:
+def actual_shapes(
+    signature: Signature, launcher: Launcher, values: Sequence[int]
+) -> list[tuple[int, ...]] | None:
     """Output shapes after a run of a plan that computes sizes (outputs are allocated at their
-    bounds; kernels write the actual shape from the start of each buffer).
+    bounds; kernels write the actual shape from the start of each buffer); None when no output
+    shape uses one (a plan whose only data vars are index checks: its run is checked alone).
 
     Raises:
         VarBoundsError: a computed size was out of bounds, naming the op.
+        IndexOutOfRangeError: an index check counted indices outside their axis.
     """
     used, raw = launcher.data_sizes()  # type: ignore[attr-defined]
     signature.check_data(used, raw)
+    if not signature.sized_outputs:
+        return None
     return signature.output_shapes((*values, *used))
 
 

@@ -137,8 +137,10 @@ class LoadedExecutable:
         self._out_classes = tuple(size_class(a.capacity) if a.bounded else -1 for a in sig.outputs)
         self._flops = executable.flops_estimate
         self._validated: dict[object, _Validated] = {}
-        # a plan that computes sizes: outputs get their actual shapes after the run
-        self._sized = bool(sig.data_vars)
+        # a plan that computes sizes: outputs get their actual shapes after the run; one with
+        # index checks alone keeps its shapes, each run checked (``actual_shapes``)
+        self._sized = sig.sized_outputs
+        self._checked = bool(sig.data_vars)
         # None: every output in the device space (the fast path); else a kind per output
         self._out_kinds: tuple[MemoryKind, ...] | None = _output_kinds(self, output_memory_kinds)
         # donated input i -> the output j written over it (``compile(donate=...)``)
@@ -581,8 +583,7 @@ class LoadedExecutable:
                     t0 = _perf_ns()
                     launcher(addrs, values)
                     timing.observe(_perf_ns() - t0)
-                if self._sized:
-                    shapes = actual_shapes(self.signature, launcher, values)
+                if self._checked and (shapes := actual_shapes(self.signature, launcher, values)):
                     out_shapes = tuple(shapes)
                     out_nbytes = tuple(
                         math.prod(s) * d.itemsize for s, d in zip(shapes, self._out_dtypes, strict=True)
@@ -670,7 +671,7 @@ class LoadedExecutable:
                 out._aliased = taken
                 outs.append(out)
             cmd = ExecuteCommand(ev, tuple(args), outs, self._launchers[dev.id], addrs, values, timing)
-            if self._sized:
+            if self._checked:
                 cmd.signature = self.signature
             dev.enqueue(cmd)
         except BaseException:

@@ -265,7 +265,8 @@ class MuxStream:
         mux = self._mux
         q = self._queue
         if self._status == OPEN and len(q) < mux.queue_depth:
-            # submit_nowait's common case and _enqueue, inlined (a call each less per step)
+            # submit_nowait's common case and _enqueue, inlined (a call each less per step;
+            # change _enqueue and these lines together)
             if type(chunk) is np.ndarray and chunk.dtype == mux._chunk_dtype:
                 arr = chunk.copy() if chunk.shape == mux._chunk_shape else mux._coerce(chunk)
             else:
@@ -356,7 +357,10 @@ class MuxStream:
         raise WouldBlock(f"{self!r} is not admitted yet; use `async with mux.open_stream() as s`")
 
     def _enqueue(self, arr: npt.NDArray[Any]) -> StepFuture:
-        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype)."""
+        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype).
+
+        ``step()`` inlines these lines (a Python call less per step on the mux's hot path):
+        change both together."""
         mux = self._mux
         now = mux._clock()
         fut = StepFuture(self, arr, now)

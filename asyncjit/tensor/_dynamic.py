@@ -72,7 +72,7 @@ def prefix(x: Tensor, count: Any, axis: int = 0, *, bound: int | None = None, la
     return Tensor(node)
 
 
-def checked_index(index: Tensor, size: Any, what: str = "an index") -> Tensor:
+def checked_index(index: Tensor, size: Any, what: str = "an index", when: Tensor | None = None) -> Tensor:
     """``index`` itself, with a run of the plan failing if any value is outside ``[0, size)``.
 
     For the reads whose indices come from data (a token id, a computed position): a gather or
@@ -80,14 +80,16 @@ def checked_index(index: Tensor, size: Any, what: str = "an index") -> Tensor:
     hides a caller's bug; through this, the run raises ``IndexOutOfRangeError`` naming ``what``
     instead and returns nothing. Negative indices counting from the end must be wrapped first
     (``Tensor.select(i < 0, i + size, i)``). Constant indices into an axis of static size are
-    checked when the plan compiles (against a symbolic size, by each run).
+    checked when the plan compiles (against a symbolic size, by each run). ``when``: a 0-d bool
+    tensor; while it is false nothing is checked (indices of a branch whose result is discarded).
     """
     from ._tensor import Tensor
 
     if not index.dtype.is_int:
         raise TensorError(f"checked_index: indices must be an integer tensor, got {index.dtype.name}")
     var = new_data_var(INDEX_CHECK + what, 0)
-    node = make_node("index_check", (index.node,), size=as_dim(size), size_var=var)
+    ins = (index.node,) if when is None else (index.node, index._wrap(when).cast(dt.bool_).node)
+    node = make_node("index_check", ins, size=as_dim(size), size_var=var)
     _DEFINERS[var.name] = node
     return Tensor(node)
 
@@ -212,11 +214,12 @@ class DynamicShapes:
         """The first ``count`` (a 0-d int tensor) entries along ``axis``: a data-dependent dim."""
         return prefix(cast("Tensor", self), count, axis, bound=bound)
 
-    def checked_index(self, size: Any, what: str = "an index") -> Tensor:
+    def checked_index(self, size: Any, what: str = "an index", *, when: Tensor | None = None) -> Tensor:
         """These indices, with the run raising ``IndexOutOfRangeError`` (naming ``what``) if any
         is outside ``[0, size)`` (``size``: an int or a symbolic dim), instead of the gather or
-        scatter reading them clamping or dropping it."""
-        return checked_index(cast("Tensor", self), size, what)
+        scatter reading them clamping or dropping it; with ``when`` (0-d bool), only where it
+        holds."""
+        return checked_index(cast("Tensor", self), size, what, when)
 
     def compress(self, condition: Tensor, axis: int | None = None, *, bound: int | None = None) -> Tensor:
         """numpy ``compress``: slices along ``axis`` where ``condition`` holds (data-dependent)."""
