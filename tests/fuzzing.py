@@ -102,6 +102,10 @@ def _reduce_bound(node: Node, value: np.ndarray, x: np.ndarray) -> np.ndarray:
         return _ulp(value) + n * 2.0**-53 * scale.reshape(value.shape)
 
 
+_DIVISOR = {"div": 1, "recip": 0, "rsqrt": 0}
+"""Ops that divide by an argument (its index): near 0 their result is unbounded."""
+
+
 def _perturb(
     node: Node,
     value: np.ndarray,
@@ -160,6 +164,15 @@ def _perturb(
             with np.errstate(all="ignore"):
                 shift = np.abs(args[0].astype(np.float64) - nominal[0].astype(np.float64))
                 lost = (shift >= 1.0) | (np.isfinite(args[0]) != np.isfinite(nominal[0]))
+            bound = np.where(np.broadcast_to(lost, value.shape), np.inf, bound)
+        at = _DIVISOR.get(node.op)
+        if at is not None and nominal is not None and nominal[at].shape == args[at].shape:
+            # a divisor the rounding bounds before it move by its own size or more (a float32
+            # conv whose +-9e16 terms cancel: 0 here, 1.57e6 exactly) may be 0 or change sign:
+            # the quotient may come out anywhere, infinities included
+            with np.errstate(all="ignore"):
+                d, d0 = args[at].astype(np.float64), nominal[at].astype(np.float64)
+                lost = (np.abs(d - d0) >= np.abs(d0)) | (np.isfinite(d) != np.isfinite(d0))
             bound = np.where(np.broadcast_to(lost, value.shape), np.inf, bound)
         if node.op in ("add", "sub") and any(_is_product(i) for i in node.inputs):
             # a*b + c contracted to an FMA skips the rounding of a*b: up to an ulp of the product,
