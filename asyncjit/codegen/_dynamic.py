@@ -66,13 +66,7 @@ def emit_index_check(ctx: _Ctx, kernel: Kernel) -> None:
     index = node.inputs[0]
     em, b = ctx.em, ctx.b
     size = em.dim(node.attrs["size"])
-    entry = b.function.entry_basic_block
-    if b.block is entry:  # a second builder in the same block would go stale as ``b`` appends
-        bad = b.alloca(I64, name="bad")
-    else:
-        eb = ir.IRBuilder(entry)
-        eb.position_at_start(entry)
-        bad = eb.alloca(I64, name="bad")
+    bad = ctx.alloca(I64)
     b.store(i64(0), bad)
 
     def put(idx: tuple[Dim, ...]) -> None:

@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import numpy as np
 import numpy.typing as npt
 
 from ..errors import JitError, WouldBlock
@@ -263,22 +262,8 @@ class MuxStream:
             Exception: the batch's original error.
         """
         mux = self._mux
-        q = self._queue
-        if self._status == OPEN and len(q) < mux.queue_depth:
-            # submit_nowait's common case and _enqueue, inlined (a call each less per step;
-            # change _enqueue and these lines together)
-            if type(chunk) is np.ndarray and chunk.dtype == mux._chunk_dtype:
-                arr = chunk.copy() if chunk.shape == mux._chunk_shape else mux._coerce(chunk)
-            else:
-                arr = mux._coerce(chunk)
-            now = mux._clock()
-            fut = StepFuture(self, arr, now)
-            q.append(fut)
-            self._submitted += 1
-            self._last_active = now
-            mux._activity.move_to_end(self)
-            if len(q) == 1:
-                mux._on_ready(self)
+        if self._status == OPEN and len(self._queue) < mux.queue_depth:
+            fut = self._enqueue(mux._coerce(chunk))  # submit_nowait's common case, inlined
         else:
             fut = await self.submit(chunk)
         if fut._state < DONE:  # StepFuture._wait, inlined: no coroutine per step on asyncio
@@ -357,10 +342,7 @@ class MuxStream:
         raise WouldBlock(f"{self!r} is not admitted yet; use `async with mux.open_stream() as s`")
 
     def _enqueue(self, arr: npt.NDArray[Any]) -> StepFuture:
-        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype).
-
-        ``step()`` inlines these lines (a Python call less per step on the mux's hot path):
-        change both together."""
+        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype)."""
         mux = self._mux
         now = mux._clock()
         fut = StepFuture(self, arr, now)
