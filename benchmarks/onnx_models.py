@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/onnx_models.py [--quick] [--models silero,light_squeezenet,...]
     .venv/bin/python benchmarks/onnx_models.py --kernels [--groups] [--models light_squeezenet,...]
     .venv/bin/python benchmarks/onnx_models.py --layers light_resnet50
+    .venv/bin/python benchmarks/onnx_models.py --pool [--models light_squeezenet,...]
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
 calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
@@ -16,12 +17,14 @@ generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.
 (a load-robust diagnostic of where the time goes; see ``kernel_minima_rows``; ``--groups``:
 summed by kernel kind and by ORT op too); ``--layers
 MODEL`` each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its
-shapes (``layer_rows``).
+shapes (``layer_rows``); ``--pool`` two threads on the helper pool against two threads created
+per kernel (``pool_rows``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -220,6 +223,59 @@ def light_rows(names: list[str], calls: int) -> list[str]:
     return rows
 
 
+def pool_rows(names: list[str], calls: int) -> None:
+    """Per light model, two threads on the process's helper pool against two threads created per
+    kernel (``codegen._pool.set_pool_enabled(False)``, how split kernels ran before the pool),
+    beside one thread and ONNX Runtime's 1-thread and default sessions, all in turns."""
+    import onnx
+
+    import asyncjit.onnx as ao
+    from asyncjit.codegen import _pool
+
+    data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+    def created(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            _pool.set_pool_enabled(False)
+            try:
+                return fn()
+            finally:
+                _pool.set_pool_enabled(True)
+
+        return run
+
+    print("| model | ours 1t ms | ours 2t, pool / created per kernel ms | ORT 1t / default ms | "
+          "ours 2t / 1t: pool, created; ORT's | ours 2t / ORT default: pool, created |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        path = str(data / f"{name}.onnx")
+        sess = ao.InferenceSession(path)
+        info = sess.get_inputs()[0]
+        shape = tuple(int(d) for d in info.shape)
+        size = int(np.prod(shape))
+        feed = {info.name: (np.arange(size).reshape(shape) / size).astype(np.float32)}
+        ort1, ort0 = ort_session(path, 1), ort_session(path, 0)
+        run = functools.partial(sess.run, None, feed)
+        t = _rounds(
+            {
+                "one": _on_threads(1, run),
+                "pool": _on_threads(2, run),
+                "created": created(_on_threads(2, run)),
+                "ort1": functools.partial(ort1.run, None, feed),
+                "ort0": functools.partial(ort0.run, None, feed),
+            },
+            calls,
+        )
+        ms = {k: v * 1e3 for k, v in t.items()}
+        print(
+            f"| {name} | {ms['one']:.2f} | {ms['pool']:.2f} / {ms['created']:.2f} | {ms['ort1']:.2f} / "
+            f"{ms['ort0']:.2f} | {t['one'] / t['pool']:.2f}x, {t['one'] / t['created']:.2f}x; "
+            f"{t['ort1'] / t['ort0']:.2f}x | {t['pool'] / t['ort0']:.2f}x, {t['created'] / t['ort0']:.2f}x |",
+            flush=True,
+        )
+    print(f"pool: {_pool.pool_stats()}")
+
+
 def _minima(
     name: str, calls: int, chunk: int = 5
 ) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, Any]], dict[str, int]]:
@@ -405,6 +461,11 @@ def main() -> None:
         metavar="MODEL",
         help="each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its shapes",
     )
+    ap.add_argument(
+        "--pool",
+        action="store_true",
+        help="light models on 2 threads: the helper pool against threads created per kernel",
+    )
     args = ap.parse_args()
     QUICK = args.quick
 
@@ -420,6 +481,9 @@ def main() -> None:
         return
     chosen = args.models.split(",")
     print(f"load: {os.getloadavg()}")
+    if args.pool:
+        pool_rows([m for m in chosen if m.startswith("light_")], 10 if QUICK else 25)
+        return
     print(
         "| model | asyncjit b1 ms (light: 1t / default) | ORT 1t ms | ORT default ms | "
         "ratio vs ORT 1t / default (light: 1t vs 1t / default vs default) | "

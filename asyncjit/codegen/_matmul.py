@@ -69,10 +69,12 @@ GEMV_KC = 8
 column) for at most ``GEMV_M_MAX`` rows over a B of at least ``GEMV_MIN_B`` elements (fewer
 rows than any MR: that nest has no whole MR-row tiles)."""
 
-PARALLEL_MIN_MACS = 1 << 26
+PARALLEL_MIN_MACS = 1 << 23
 """Multiply-adds from which one matmul (of a batch) splits its columns over the intra-op threads
-(see ``_parallel``): ~1.7 ms on one core, so spawning and joining (20-60 µs a thread) stays
-under 5%. The Silero VAD's batched steps (at most 2^25 at b = 256) stay on one thread."""
+(see ``_parallel``): ~0.1-0.2 ms on one core, handed to the pool's helpers, which a plan's
+kernels find spinning. From 2^26 with threads created per kernel; at 2^21 a 3-MMAC conv split
+ran 0.71x one thread (SqueezeNet, 2 threads). A ``StreamMux`` step runs on one thread
+(``_parallel.pin_threads``), whatever its size."""
 
 
 def matmul_scratch_bytes(m_max: int, n_max: int, k_max: int) -> int:

@@ -1,15 +1,19 @@
-"""Intra-op parallelism: a kernel splits its work over threads that the plan itself spawns and joins.
+"""Intra-op parallelism: a kernel splits its work over helper threads and waits for them.
 
 **The choice.** A plan stays one foreign call per replay (invariant 4): the entry point, not
-Python, starts ``T - 1`` helper threads with ``pthread_create`` for a big kernel, runs part 0
-itself, and joins them before the next kernel. No callback into Python (which would need the
-GIL) and no per-range calls from the runtime. Threads are created per parallel kernel rather
-than kept in a pool: creating and joining one costs 20-60 µs, so only kernels whose cost is
-well above that split (the cost threshold is each emitter's: ``PARALLEL_MIN_MACS`` for matmul),
-and nothing idles or spins between kernels on a machine whose cores the event loop and the
-device actors share. A failed ``pthread_create`` runs that part on the calling thread.
+Python, hands parts ``1..T-1`` of a big kernel to helper threads, runs part 0 itself, and waits
+for them before the next kernel. No callback into Python (which would need the GIL) and no
+per-range calls from the runtime. The helpers are the process's pool (``_pool``): created once,
+spinning ``_pool.SPIN_US`` after a part for the next one (a plan's next kernel is microseconds
+away), then asleep on a futex, so nothing spins between bursts of split kernels on a machine
+whose cores the event loop and the device actors share. A kernel splits from
+``_matmul.PARALLEL_MIN_MACS``; with threads created per kernel (20-60 µs each, and 0.1-0.5 ms
+before one runs on these VMs) only products 8x larger paid back. When the pool is busy (another
+thread's kernel holds it) a kernel creates its helpers with ``pthread_create`` as before and
+joins them; a failed ``pthread_create`` runs that part on the calling thread.
 
-**Where a helper starts.** Linux starts a new thread on its creator's CPU and leaves it there
+**Where a created helper starts** (the busy-pool path; the pool's helpers are started once and
+stay where the scheduler settles them). Linux starts a new thread on its creator's CPU and leaves it there
 until a load balance moves it, often after the kernel is over: a helper spawned plainly shared
 the caller's core in 32 of 40 calls here (a split 5 ms job took 10 ms, not 5). So a helper is
 created with an affinity that excludes the caller's current CPU (when the process may run on
@@ -24,8 +28,9 @@ plain placement ran 1.0x (and 1.0-1.3x on an idle machine, against 1.5-1.9x now)
 **How many.** ``intra_op_threads()`` (default: the cores this process may run on), capped at
 ``MAX_THREADS``, which the scratch sizing assumes. Each loaded plan reads it from its own
 global ``asyncjit_intra_op_threads`` at every replay; ``set_intra_op_threads(n)`` writes every
-live plan's copy, and ``runtime.Client`` sizes it to the cores over its CPU devices, so device
-actors that each run a split kernel do not oversubscribe the machine.
+live plan's copy (except those given their own with ``pin_threads``: a ``StreamMux`` step runs on
+one, its event loop holding the other core), and ``runtime.Client`` sizes it to the cores over
+its CPU devices, so device actors that each run a split kernel do not oversubscribe the machine.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ __all__ = [
     "THREADS_SYMBOL",
     "emit_parallel_for",
     "intra_op_threads",
+    "pin_threads",
     "register_plan",
     "set_intra_op_threads",
     "threads_value",
@@ -55,6 +61,8 @@ __all__ = [
 MAX_THREADS = 8
 """Most threads one kernel splits over; scratch is sized for it, so it is part of the IR."""
 THREADS_SYMBOL = "asyncjit_intra_op_threads"
+POOL_SYMBOL = "asyncjit_pool_run"
+"""The helper pool's entry point (``_pool``): ``i32 run(part_fn, ctx, parts)``, 0 when it ran them."""
 
 
 def process_cpus() -> set[int]:
@@ -74,6 +82,7 @@ def available_cores() -> int:
 _lock = threading.Lock()
 _threads = available_cores()
 _plans: weakref.WeakSet[Any] = weakref.WeakSet()
+_pinned: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def intra_op_threads() -> int:
@@ -94,14 +103,30 @@ def set_intra_op_threads(n: int) -> int:
     with _lock:
         old, _threads = _threads, n
         for plan in list(_plans):
-            _write(plan, n)
+            if plan not in _pinned:
+                _write(plan, n)
     return old
+
+
+def pin_threads(loaded: Any, n: int) -> None:
+    """Give one loaded object its own thread count, kept when ``set_intra_op_threads`` changes
+    everyone else's (a multiplexer's step: its event loop holds the other core).
+
+    Raises:
+        ValueError: ``n`` < 1.
+    """
+    if n < 1:
+        raise ValueError(f"intra-op threads must be >= 1, got {n}")
+    with _lock:
+        if _write(loaded, n):
+            _plans.add(loaded)
+            _pinned[loaded] = n
 
 
 def register_plan(loaded: Any) -> None:
     """Give a freshly loaded object the current thread count if it has the global (else no-op)."""
     with _lock:
-        if _write(loaded, _threads):
+        if _write(loaded, _pinned.get(loaded, _threads)):
             _plans.add(loaded)
 
 
@@ -158,7 +183,8 @@ def _trampoline(module: ir.Module, body: ir.Function) -> ir.Function:
 
 def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: ir.Value) -> None:
     """Run ``body(ctx, p, parts)`` for ``p`` in ``0..parts-1`` (``parts`` <= MAX_THREADS), parts
-    1.. on spawned threads and part 0 here, and return when all are done."""
+    1.. on the pool's helpers (or, when the pool is busy, on threads created here) and part 0
+    here, and return when all are done."""
     module = b.module
     create = _decl(module, "pthread_create", I32, [PTR, PTR, PTR, PTR])
     join = _decl(module, "pthread_join", I32, [I64, PTR])
@@ -177,7 +203,15 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
     attr = eb.alloca(I64, size=_ATTR_WORDS)
     zero = ir.Constant(I32, 0)
     parts = b.select(b.icmp_signed(">", parts, i64(MAX_THREADS)), i64(MAX_THREADS), parts)  # the arrays' size
-    with b.if_then(b.icmp_signed(">", parts, i64(1))):
+    pooled = eb.alloca(I8)
+    b.store(ir.Constant(I8, 0), pooled)
+    many = b.icmp_signed(">", parts, i64(1))
+    with b.if_then(many):
+        run = _decl(module, POOL_SYMBOL, I32, [PTR, PTR, I64])
+        took = b.icmp_signed("==", b.call(run, [body, ctx, parts]), zero)
+        b.store(b.zext(took, I8), pooled)
+    spawn = b.and_(many, b.icmp_unsigned("==", b.load(pooled, typ=I8), ir.Constant(I8, 0)))
+    with b.if_then(spawn):
         placed = _placement(b, mask, avoid, attr)
         widen = _decl(module, "pthread_setaffinity_np", I32, [I64, I64, PTR])
         with for_range(b, i64(1), parts, name="spawn") as p:
@@ -197,12 +231,13 @@ def emit_parallel_for(b: ir.IRBuilder, body: ir.Function, ctx: ir.Value, parts: 
                 with failed:  # no thread: do that part here
                     b.call(body, [ctx, p, parts])
         b.call(_decl(module, "pthread_attr_destroy", I32, [PTR]), [attr])
-    b.call(body, [ctx, i64(0), parts])
-    with for_range(b, i64(1), parts, name="join") as p:
-        flag = b.gep(started, [p], source_etype=I8)
-        with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0))):
-            tid = b.load(b.gep(tids, [p], source_etype=I64), typ=I64)
-            b.call(join, [tid, ir.Constant(PTR, None)])
+    with b.if_then(b.icmp_unsigned("==", b.load(pooled, typ=I8), ir.Constant(I8, 0))):
+        b.call(body, [ctx, i64(0), parts])
+        with b.if_then(spawn), for_range(b, i64(1), parts, name="join") as p:
+            flag = b.gep(started, [p], source_etype=I8)
+            with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0))):
+                tid = b.load(b.gep(tids, [p], source_etype=I64), typ=I64)
+                b.call(join, [tid, ir.Constant(PTR, None)])
 
 
 def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value) -> ir.Value:

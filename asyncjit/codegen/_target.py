@@ -222,9 +222,13 @@ class LoadedObject:
 
     __slots__ = ("__weakref__", "_engine", "_keepalive")
 
-    def __init__(self, obj: bytes, required: tuple[str, ...] = ()) -> None:
+    def __init__(self, obj: bytes, required: tuple[str, ...] = (), *, pool: bool = True) -> None:
         _initialize()
         validate_object(obj, required)  # RuntimeDyld trusts its input: a bad object would crash us
+        if pool:  # split kernels link against the helper pool's entry point
+            from ._pool import ensure_pool
+
+            ensure_pool()
         with _LOCK:
             backing = llvm.parse_assembly("")
             backing.triple = llvm.get_process_triple()

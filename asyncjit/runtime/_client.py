@@ -95,8 +95,9 @@ class Client:
         max_in_flight: commands per device submitted and unfinished before ``execute`` waits.
         inline: ``"auto"`` runs plans cheaper than a thread hop on the caller's thread when the
             device is idle; ``"always"`` does so for every plan; ``"never"`` always queues.
-        intra_op_threads: threads a big kernel (a matmul of >= 2^26 multiply-adds) splits over,
-            spawned and joined by the plan itself; process-wide, like OpenBLAS's setting
+        intra_op_threads: threads a big kernel (a matmul of >= 2^23 multiply-adds) splits over,
+            the process's helper pool (``codegen._pool``; ``ASYNCJIT_POOL_SPIN_US`` sets how
+            long an idle helper spins, default 100); process-wide, like OpenBLAS's setting
             (``codegen._parallel``). None: the cores over this client's CPU devices.
     """
 

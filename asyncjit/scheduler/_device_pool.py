@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..codegen._parallel import pin_threads
 from ..errors import DTypeMismatchError, InvalidArgumentError, SlotIndexError
 from ..runtime import Buffer, Client, Device, LoadedExecutable
 
@@ -350,6 +351,11 @@ class PooledStep:
         self._num_slots = int(initial.shape[0]) if num_slots is None else num_slots
         self._chunk_shape = chunk_shape
         self._pool = DevicePool(client, plan, device, initial, batch_var, row_var, self._num_slots)
+        # one thread per kernel: the mux's event loop holds the other core, and a split kernel's
+        # helper (spinning after its part) would take it from the loop
+        loaded = getattr(getattr(plan, "executable", None), "_loaded", None)
+        if loaded is not None:
+            pin_threads(loaded, 1)
 
     @property
     def max_batch_size(self) -> int:
