@@ -206,7 +206,19 @@ def _placement_probe() -> tuple[object, object]:
     return loaded, loaded.cfunc("run", None, ctypes.c_void_p, ctypes.c_int64)
 
 
+@pytest.fixture
+def created_helpers() -> Iterator[None]:
+    """Helpers created per kernel (the path a kernel takes when the pool is busy): the pool's
+    own helpers, started once and woken later, go wherever the scheduler wakes them."""
+    from asyncjit.codegen import _pool
+
+    was = _pool.set_pool_enabled(False)
+    yield
+    _pool.set_pool_enabled(was)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or min(os.sched_getaffinity(0)) >= 64, reason="one CPU")
+@pytest.mark.usefixtures("created_helpers")
 def test_helpers_start_off_the_callers_cpu_then_may_run_anywhere() -> None:
     """Linux starts a new thread on its creator's CPU; a helper is created with an affinity that
     excludes the caller's CPU (so it runs at once while the caller computes), then widened back
@@ -231,6 +243,7 @@ def test_helpers_start_off_the_callers_cpu_then_may_run_anywhere() -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or min(os.sched_getaffinity(0)) >= 64, reason="one CPU")
+@pytest.mark.usefixtures("created_helpers")
 def test_a_caller_pinned_to_one_cpu_still_spreads_its_helpers() -> None:
     """A thread pinned to one CPU (its program's choice) splits a kernel: its
     helpers take the process's CPUs, not the caller's one-CPU mask (they would share its core)."""
@@ -267,3 +280,44 @@ def test_parallel_for_with_one_part_spawns_nothing() -> None:
     run(ctypes.addressof(rec), 1)
     assert rec[0] >= 0 and list(rec[2:4]) == [-7, -7]
     del loaded
+
+
+@pytest.mark.parametrize(
+    ("cin", "cout", "hw", "stride", "residual"), [(64, 64, 56, 1, True), (32, 48, 57, 2, False)]
+)
+def test_a_padded_copy_conv_splits_its_runs_bit_for_bit(
+    cin: int, cout: int, hw: int, stride: int, residual: bool
+) -> None:
+    """The padded-copy conv (``_convtaps``) hands its runs of positions to the threads, each in
+    its own run buffer: every thread count gives one thread's bits, with the bias, a residual
+    and the relu applied as each run is copied out."""
+    from asyncjit.codegen._convtaps import taps_chosen
+
+    pads = ((1, 1), (1, 1))
+    assert taps_chosen(cin=cin, cout=cout, ks=(3, 3), strides=(stride,) * 2, dilations=(1, 1), pads=pads,
+                       groups=1, s_max=(hw, hw))  # fmt: skip
+    out_hw = (hw + 2 - 3) // stride + 1
+    assert out_hw * out_hw * cout * cin * 9 >= PARALLEL_MIN_MACS
+    rng = np.random.default_rng(cout)
+    w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32) / 24
+    bias = rng.standard_normal(cout).astype(np.float32)
+    x = Tensor.placeholder((2, cin, hw, hw), name="x")
+    y = x.conv(Tensor.const(w), Tensor.const(bias), strides=stride, pads=1)
+    inputs = [x]
+    if residual:
+        r = Tensor.placeholder((2, cout, out_hw, out_hw), name="r")
+        y = y + r
+        inputs.append(r)
+    exe = compile(y.relu(), inputs, name=f"split_taps_{cin}_{cout}_{hw}_{stride}_{residual}")
+    assert any("conv" in k.name for k in exe.kernels)
+    xs = [rng.standard_normal((2, cin, hw, hw)).astype(np.float32)]
+    if residual:
+        xs.append(rng.standard_normal((2, cout, out_hw, out_hw)).astype(np.float32))
+    outs = {}
+    for threads in (1, 2, 3, 8):
+        _parallel.set_intra_op_threads(threads)
+        (outs[threads],) = exe.run(xs, {})
+    for threads, out in outs.items():
+        assert np.array_equal(out, outs[1]), threads
+    ref = np.asarray(outs[1])
+    assert ref.shape == (2, cout, out_hw, out_hw) and (ref >= 0).all() and (ref > 0).any()

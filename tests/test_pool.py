@@ -74,7 +74,7 @@ def test_concurrent_callers_are_served_bit_for_bit() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker) for _ in range(3)]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -100,18 +100,22 @@ _parallel.set_intra_op_threads(1)
 _parallel.set_intra_op_threads(2)
 exe.run(args, {{}})
 assert _pool.pool_stats()["helpers"] >= 1  # the parent has helpers now
-pid = os.fork()
+# os.fork runs the pool's at-fork hook; libc's fork does not: then the owner pid check resets it
+pid = os.fork() if "{how}" == "os" else __import__("ctypes").CDLL(None).fork()
 if pid == 0:  # the child: its first split kernel must not wait for the parent's helpers
     (two,) = exe.run(args, {{}})
     stats = _pool.pool_stats()
-    os._exit(0 if np.array_equal(one, two) and stats["helpers"] >= 1 and stats["jobs"] >= 1 else 3)
+    # the child's own counts (the parent's were forgotten at the fork): its helper ran its job
+    ok = np.array_equal(one, two) and stats["helpers"] >= 1 and stats["jobs"] == 1
+    os._exit(0 if ok else 3)
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 """
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_a_forked_child_starts_its_own_helpers() -> None:
+@pytest.mark.parametrize("how", ["os", "libc"])
+def test_a_forked_child_starts_its_own_helpers(how: str) -> None:
     """The parent's helpers do not exist in a forked child (``asyncjit serve --workers`` forks):
     the child's first split kernel finds the pool's owner pid changed and starts its own, rather
     than waiting for threads that are not there. (In a fresh interpreter: this test process may
@@ -119,7 +123,7 @@ def test_a_forked_child_starts_its_own_helpers() -> None:
     import subprocess
     import sys
 
-    script = _FORK_SCRIPT.format(m=M, n=N, k=K)
+    script = _FORK_SCRIPT.format(m=M, n=N, k=K, how=how)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "child 0" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
@@ -147,7 +151,9 @@ def test_a_mux_step_runs_on_one_thread() -> None:
     step = SileroBatchedStep(16000, max_streams=4)
     loaded = step.plan.executable._loaded
     _parallel.set_intra_op_threads(2)
-    assert ctypes.c_int64.from_address(loaded.global_address(_parallel.THREADS_SYMBOL)).value == 1
+    addr = loaded.global_address(_parallel.THREADS_SYMBOL)
+    assert addr, "the step's plan does not read the intra-op thread count"
+    assert ctypes.c_int64.from_address(addr).value == 1
 
 
 def test_spin_is_settable_and_checked() -> None:
@@ -198,3 +204,39 @@ def test_switched_off_every_kernel_creates_its_threads() -> None:
     before = _pool.pool_stats()
     assert np.array_equal(_run(exe, args, 2), one)
     assert _pool.pool_stats()["jobs"] > before["jobs"]
+
+
+_PINNED_SCRIPT = """
+import os, threading
+import numpy as np
+from asyncjit import Tensor
+from asyncjit.codegen import _parallel, _pool
+from asyncjit.compiler import compile
+a = Tensor.placeholder(({m}, {k}), name="a"); b = Tensor.placeholder(({k}, {n}), name="b")
+exe = compile(a @ b, [a, b], name="pool_pinned")
+args = [np.ones(({m}, {k}), np.float32), np.ones(({k}, {n}), np.float32)]
+_parallel.set_intra_op_threads(2)
+home = min(os.sched_getaffinity(0))
+def pinned():
+    os.sched_setaffinity(0, {{home}})  # this thread only
+    exe.run(args, {{}})
+t = threading.Thread(target=pinned); t.start(); t.join()
+assert _pool.pool_stats()["helpers"] >= 1
+every = sorted(os.sched_getaffinity(0))
+for tid in os.listdir("/proc/self/task"):
+    if int(tid) != os.getpid():
+        assert sorted(os.sched_getaffinity(int(tid))) == every, (tid, os.sched_getaffinity(int(tid)))
+print("ok")
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU")
+def test_helpers_started_by_a_pinned_caller_take_the_processs_cpus() -> None:
+    """The helpers live as long as the process: started by a thread pinned to one CPU (its
+    program's choice), they still get the process's CPUs, not that one for good."""
+    import subprocess
+    import sys
+
+    script = _PINNED_SCRIPT.format(m=M, n=N, k=K)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

@@ -280,7 +280,8 @@ def emit_convnd(
         # its outputs are still in L2 (a 56x56 x 256-channel output is 3 MB: a separate pass
         # read and wrote it back from memory). A product big enough to be split over threads
         # runs whole, then the pass.
-        macs = b.mul(b.mul(n_arg, p), i64(cout * kk))
+        # the matmul splits each product (one sample, one group) on its own size
+        macs = b.mul(p, i64(cout_g * kk))
         split = b.and_(
             b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), b.icmp_signed(">", threads_value(b), i64(1))
         )

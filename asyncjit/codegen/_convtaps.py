@@ -31,7 +31,9 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
+from ._matmul import PARALLEL_MIN_MACS
 from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
+from ._parallel import MAX_THREADS, emit_parallel_for, new_part_function, threads_value
 from ._target import (
     CONV_NOALIAS,
     F32,
@@ -176,12 +178,14 @@ def taps_scratch_bytes(
     pads: Sequence[tuple[int, int]],
     s_max: Sequence[int],
 ) -> int:
-    """Scratch for inputs of at most ``s_max`` (H, W): the padded copy, its slack and ``Y'``."""
+    """Scratch for inputs of at most ``s_max`` (H, W): the padded copy, its slack and a run of
+    ``Y'`` per intra-op thread (each part computes its runs in its own)."""
     nr = matmul_tiling().nr
     hq, wq, oh, _ow = _frame([max(v, 0) for v in s_max], ks, strides, dilations, pads)
     planes = len(_phases(ks, strides, dilations))
     xp = _round_up(cin * planes * hq * wq + _slack(ks, strides, dilations, nr), 16)
-    return 64 + 4 * (xp + cout * min(_chunk(cout, nr), _round_up(max(oh, 0) * wq, nr)))
+    run = _round_up(cout * min(_chunk(cout, nr), _round_up(max(oh, 0) * wq, nr)), 16)
+    return 64 + 4 * (xp + MAX_THREADS * run)
 
 
 def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]], full: bool) -> ir.Function:
@@ -239,6 +243,132 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
     return fn
 
 
+_RUN_FIELDS = (
+    "xp", "w", "bias", "y", "res", "yp", "n", "chan", "plane", "wq", "oh", "ow", "oh_arg", "ow_arg",
+    "pr", "ys", "region", "next",
+)  # fmt: skip
+"""The i64 job block of ``_emit_runs``'s part (pointers as integers; ``next``: the next unclaimed
+run, 0 before the parts start)."""
+
+
+def _emit_runs(
+    module: ir.Module,
+    name: str,
+    *,
+    vec: _Vec,
+    cin: int,
+    cout: int,
+    taps: Sequence[tuple[int, int, int]],
+    has_bias: bool,
+    relu: bool,
+    residual: bool,
+) -> ir.Function:
+    """``part(job, p, parts)``: compute ``Y'`` over runs of positions of one sample, each over
+    every K block, and copy each run out to ``y`` (bias, residual, relu) while it is in L2. Parts
+    claim runs from ``next`` until none is left, each in its own run buffer (``yp + p * region``),
+    so a run's outputs are the same whichever part computed it, and a part whose thread starts
+    late leaves its runs to the others."""
+    t = matmul_tiling()
+    mr, nr = t.mr, t.nr
+    n_taps = len(taps)
+    kk = cin * n_taps
+    cb = max(1, t.kc // n_taps)  # channels per K block
+    fn, b = new_part_function(module, f"{name}.runs")
+    job, part, _ = fn.args
+    slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(_RUN_FIELDS)}
+
+    def field(f: str) -> ir.Value:
+        return b.load(slot[f], typ=I64)
+
+    def pointer(f: str) -> ir.Value:
+        return b.inttoptr(field(f), PTR)
+
+    xp, w, bias, y, res_p = (pointer(f) for f in ("xp", "w", "bias", "y", "res"))
+    res = res_p if residual else None
+    n, chan, plane, wq, oh, ow = (field(f) for f in ("n", "chan", "plane", "wq", "oh", "ow"))
+    oh_arg, ow_arg, pr_, ys, region = (field(f) for f in ("oh_arg", "ow_arg", "pr", "ys", "region"))
+    ohw = b.mul(oh_arg, ow_arg)  # y's own layout
+    yp = b.gep(pointer("yp"), [b.mul(part, region)], source_etype=F32)
+    m_full = cout // mr * mr
+    tails = []
+    row = m_full
+    for size in _row_sizes(mr):
+        if cout - row >= size:
+            tails.append((row, size))
+            row += size
+    blocks = max(1, -(-m_full // t.mc)) if m_full else 1
+    jc = _chunk(cout, nr)
+    claim = b.append_basic_block("claim")
+    work = b.append_basic_block("work")
+    done = b.append_basic_block("done")
+    b.branch(claim)
+    b.position_at_end(claim)
+    j0 = b.mul(b.atomic_rmw("add", slot["next"], i64(1), "monotonic"), i64(jc))
+    b.cbranch(b.icmp_signed("<", j0, pr_), work, done)
+    b.position_at_end(work)
+    j_end = smin(b, b.add(j0, i64(jc)), pr_)
+    with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
+        nch = smin(b, i64(cb), b.sub(i64(cin), c0))
+        acc = b.icmp_signed(">", c0, i64(0))
+        with for_range(b, i64(0), i64(blocks), name="mb") as blk:
+            ic = b.mul(blk, i64(t.mc))
+            ic_end = smin(b, b.add(ic, i64(t.mc)), i64(m_full))
+            last = b.icmp_signed("==", blk, i64(blocks - 1))
+            with for_range(b, j0, j_end, i64(nr), name="jr") as jr:
+                xb = b.gep(xp, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
+                w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
+                y_run = b.gep(yp, [b.sub(jr, j0)], source_etype=F32)
+
+                def tile(r0: ir.Value, height: int, full: bool) -> None:
+                    b.call(
+                        _micro_taps(vec, height, nr, taps, full),
+                        [
+                            b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
+                            i64(kk),
+                            xb,
+                            chan,
+                            plane,
+                            wq,
+                            b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
+                            ys,
+                            nch,
+                            i64(height),
+                            acc,
+                        ],
+                    )
+
+                with for_range(b, ic, ic_end, i64(mr), name="ir") as r0:
+                    tile(r0, mr, True)
+                if tails:
+                    with b.if_then(last):
+                        for r0_tail, size in tails:
+                            tile(i64(r0_tail), size, True)
+
+    # the output rows this run covers, each from its first to its last column in the run
+    r_lo = b.sdiv(j0, wq)
+    r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
+    with for_range(b, i64(0), i64(cout), name="oc") as oc:
+        bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
+        ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
+        with for_range(b, r_lo, r_hi, name="orow") as orow:
+            start = b.mul(orow, wq)  # the row's first position in the frame
+            c_lo = smax(b, b.sub(j0, start), i64(0))
+            c_hi = smin(b, b.sub(j_end, start), ow)
+            src = b.gep(yp, [b.add(b.mul(oc, ys), b.sub(start, j0))], source_etype=F32)
+            at = b.add(ybase, b.mul(orow, ow_arg))
+            dst = b.gep(y, [at], source_etype=F32)
+            res_row = None if res is None else b.gep(res, [at], source_etype=F32)
+            with for_range(b, c_lo, c_hi, name="ocol") as j:
+                v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
+                if bv is not None:
+                    v = b.fadd(v, bv)
+                b.store(conv_epilogue(b, v, res_row, j, relu), b.gep(dst, [j], source_etype=F32), align=4)
+    b.branch(claim)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
 def emit_conv_taps(
     module: ir.Module,
     name: str,
@@ -260,7 +390,7 @@ def emit_conv_taps(
     stored (the copy-out applies both)."""
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
-    mr, nr = t.mr, t.nr
+    nr = t.nr
     (kh, kw), (sh, sw), (dh, dw) = ks, strides, dilations
     (pt, pb), (pl, pr) = pads
     taps = _taps(ks, strides, dilations)
@@ -268,7 +398,6 @@ def emit_conv_taps(
     n_taps = kh * kw
     kk = cin * n_taps
     slack = _slack(ks, strides, dilations, nr)
-    cb = max(1, t.kc // n_taps)  # channels per K block
     args: list[tuple[str, ir.Type]] = [("x", PTR), ("w", PTR), ("bias", PTR), ("y", PTR), ("scratch", PTR)]
     args += [("N", I64), ("H", I64), ("W", I64), ("OH", I64), ("OW", I64), *residual_arg(residual)]
     fn, b = new_function(module, name, args, noalias=CONV_NOALIAS)
@@ -309,8 +438,14 @@ def emit_conv_taps(
 
     # the slack past the copy is read by the last panels' junk positions only: zeros, not NaN
     fill(xp, b.mul(i64(cin), chan), xp_elems)
+    jc = _chunk(cout, nr)
+    ys = smin(b, i64(jc), pr_)  # Y' row stride: one run of positions per output channel
+    region = b.and_(b.add(b.mul(i64(cout), ys), i64(15)), i64(-16))  # a part's run buffer, floats
+    n_runs = b.sdiv(b.add(pr_, i64(jc - 1)), i64(jc))
+    job = b.alloca(I64, size=len(_RUN_FIELDS))
+    runs = _emit_runs(module, name, vec=vec, cin=cin, cout=cout, taps=taps, has_bias=has_bias, relu=relu,
+                      residual=residual)  # fmt: skip
     hw = b.mul(h, wd)
-    ohw = b.mul(oh_arg, ow_arg)  # y's own layout
     with for_range(b, i64(0), n_arg, name="n") as n:
         # 1. the zero-padded copy of sample n, one phase plane per (row, column) phase read
         for k, (a_ph, b_ph) in enumerate(phases):
@@ -340,77 +475,23 @@ def emit_conv_taps(
                         fill(dst, i64(0), wq)
 
         # 2. Y' = W @ taps(xp) over one run of positions at a time (all K blocks), then 3. the
-        # run's outputs (not the junk columns) copied to y, with the bias (and the residual,
-        # and the relu): Y' is one run long and stays in L2
-        m_full = cout // mr * mr
-        tails = []
-        row = m_full
-        for size in _row_sizes(mr):
-            if cout - row >= size:
-                tails.append((row, size))
-                row += size
-        blocks = max(1, -(-m_full // t.mc)) if m_full else 1
-        jc = _chunk(cout, nr)
-        ys = smin(b, i64(jc), pr_)  # Y' row stride: one run of positions per output channel
-        with for_range(b, i64(0), pr_, i64(jc), name="jc") as j0:
-            j_end = smin(b, b.add(j0, i64(jc)), pr_)
-            with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
-                nch = smin(b, i64(cb), b.sub(i64(cin), c0))
-                acc = b.icmp_signed(">", c0, i64(0))
-                with for_range(b, i64(0), i64(blocks), name="mb") as blk:
-                    ic = b.mul(blk, i64(t.mc))
-                    ic_end = smin(b, b.add(ic, i64(t.mc)), i64(m_full))
-                    last = b.icmp_signed("==", blk, i64(blocks - 1))
-                    with for_range(b, j0, j_end, i64(nr), name="jr") as jr:
-                        xb = b.gep(xp, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
-                        w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
-                        y_run = b.gep(yp, [b.sub(jr, j0)], source_etype=F32)
-
-                        def tile(r0: ir.Value, height: int, full: bool) -> None:
-                            b.call(
-                                _micro_taps(vec, height, nr, taps, full),
-                                [
-                                    b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
-                                    i64(kk),
-                                    xb,
-                                    chan,
-                                    plane,
-                                    wq,
-                                    b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
-                                    ys,
-                                    nch,
-                                    i64(height),
-                                    acc,
-                                ],
-                            )
-
-                        with for_range(b, ic, ic_end, i64(mr), name="ir") as r0:
-                            tile(r0, mr, True)
-                        if tails:
-                            with b.if_then(last):
-                                for r0_tail, size in tails:
-                                    tile(i64(r0_tail), size, True)
-
-            # the output rows this run covers, each from its first to its last column in the run
-            r_lo = b.sdiv(j0, wq)
-            r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
-            with for_range(b, i64(0), i64(cout), name="oc") as oc:
-                bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
-                ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
-                with for_range(b, r_lo, r_hi, name="orow") as orow:
-                    start = b.mul(orow, wq)  # the row's first position in the frame
-                    c_lo = smax(b, b.sub(j0, start), i64(0))
-                    c_hi = smin(b, b.sub(j_end, start), ow)
-                    src = b.gep(yp, [b.add(b.mul(oc, ys), b.sub(start, j0))], source_etype=F32)
-                    at = b.add(ybase, b.mul(orow, ow_arg))
-                    dst = b.gep(y, [at], source_etype=F32)
-                    res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-                    with for_range(b, c_lo, c_hi, name="ocol") as j:
-                        v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
-                        if bv is not None:
-                            v = b.fadd(v, bv)
-                        b.store(
-                            conv_epilogue(b, v, res_row, j, relu), b.gep(dst, [j], source_etype=F32), align=4
-                        )
+        # run's outputs copied to y: runs claimed by the parts (one, or the intra-op threads for
+        # a big layer), each part computing in its own run buffer
+        fields = {
+            "xp": xp, "w": w, "bias": bias, "y": y, "res": res if res is not None else xp, "yp": yp,
+            "n": n, "chan": chan, "plane": plane, "wq": wq, "oh": oh, "ow": ow, "oh_arg": oh_arg,
+            "ow_arg": ow_arg, "pr": pr_, "ys": ys, "region": region, "next": i64(0),
+        }  # fmt: skip
+        for f, v in fields.items():
+            slot = b.gep(job, [i64(_RUN_FIELDS.index(f))], source_etype=I64)
+            b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
+        macs = b.mul(b.mul(frame, i64(cout)), i64(kk))
+        big = b.and_(b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), b.icmp_signed(">", n_runs, i64(1)))
+        parts = smin(b, b.select(big, threads_value(b), i64(1)), n_runs)
+        with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
+            with split:
+                emit_parallel_for(b, runs, job, parts)
+            with alone:
+                b.call(runs, [job, i64(0), i64(1)])
     b.ret_void()
     return fn

@@ -110,7 +110,10 @@ def set_intra_op_threads(n: int) -> int:
 
 def pin_threads(loaded: Any, n: int) -> None:
     """Give one loaded object its own thread count, kept when ``set_intra_op_threads`` changes
-    everyone else's (a multiplexer's step: its event loop holds the other core).
+    everyone else's (a multiplexer's step: its event loop holds the other core). The count
+    belongs to the code: executables compiled to the same code share one loaded object (the
+    compile cache), so every step plan of the same model and sizes runs on it (a step's plan is
+    its own, not the session's it was built from).
 
     Raises:
         ValueError: ``n`` < 1.

@@ -1,4 +1,4 @@
-"""The process's pool of helper threads for split kernels: parked between kernels, never created per kernel.
+"""The process's pool of helper threads for split kernels: kept between kernels, not created per kernel.
 
 A kernel split over ``T`` threads (``_parallel.emit_parallel_for``) used to create ``T - 1``
 threads with ``pthread_create`` and join them. On the VMs we measure on a new thread starts
@@ -15,8 +15,11 @@ The code is LLVM IR compiled once per process (``ensure_pool``); its entry point
 ``asyncjit_pool_run(fn, ctx, parts)``, is registered as a symbol every plan links against. It
 returns 1 without running anything when the pool cannot take the job (another thread's kernel
 holds it, or no futex on this platform); the caller then starts threads as before, so two device
-actors splitting kernels at once are both served. A forked child finds the parent's helpers gone
-(the pid changed) and starts its own.
+actors splitting kernels at once are both served. Helpers get the process's CPUs, not their
+creator's (a caller pinned to one CPU would keep them there for good). A forked child has none of
+the parent's helpers: ``os.fork`` runs ``asyncjit_pool_forget`` in the child, and a fork that
+bypasses it is caught by the owner pid, which one caller swaps to -1 (others refuse meanwhile),
+resets the pool and sets to its own pid.
 
 Layout: one 64-byte mailbox per helper (word 0: job generation, the futex the helper sleeps on;
 1: sleeping flag; 2: part function; 3: context; 4: part; 5: parts) and a state block (word 0:
@@ -65,6 +68,10 @@ _DISABLED = (
 define i32 @asyncjit_pool_run(ptr %fn, ptr %ctx, i64 %parts) nounwind {
   ret i32 1
 }
+
+define void @asyncjit_pool_forget() nounwind {
+  ret void
+}
 """
 )
 
@@ -77,6 +84,10 @@ declare i64 @syscall(i64, ...) nounwind
 declare i32 @pthread_create(ptr, ptr, ptr, ptr) nounwind
 declare i32 @pthread_detach(i64) nounwind
 declare i32 @getpid() nounwind
+declare i32 @pthread_attr_init(ptr) nounwind
+declare i32 @pthread_attr_destroy(ptr) nounwind
+declare i32 @pthread_attr_setaffinity_np(ptr, i64, ptr) nounwind
+declare i32 @sched_getaffinity(i32, i64, ptr) nounwind
 declare i32 @clock_gettime(i32, ptr) nounwind
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 {relax_decl}
@@ -162,6 +173,33 @@ done:
   br label %wait
 }}
 
+; every word but the owner (2) and the switch (6): the helpers, their mailboxes and the counters
+define internal void @pool.forget() nounwind {{
+  call void @llvm.memset.p0.i64(ptr @pool.boxes, i8 0, i64 {box_bytes}, i1 false)
+  store atomic i64 0, ptr @asyncjit_pool_state seq_cst, align 8
+  %w1 = getelementptr i64, ptr @asyncjit_pool_state, i64 1
+  store atomic i64 0, ptr %w1 seq_cst, align 8
+  %w3 = getelementptr i64, ptr @asyncjit_pool_state, i64 3
+  store atomic i64 0, ptr %w3 seq_cst, align 8
+  %w4 = getelementptr i64, ptr @asyncjit_pool_state, i64 4
+  store atomic i64 0, ptr %w4 seq_cst, align 8
+  %w5 = getelementptr i64, ptr @asyncjit_pool_state, i64 5
+  store atomic i64 0, ptr %w5 seq_cst, align 8
+  %w8 = getelementptr i64, ptr @asyncjit_pool_state, i64 8
+  store atomic i64 0, ptr %w8 seq_cst, align 8
+  %w9 = getelementptr i64, ptr @asyncjit_pool_state, i64 9
+  store atomic i64 0, ptr %w9 seq_cst, align 8
+  ret void
+}}
+
+; os.register_at_fork(after_in_child=...): the child has one thread, so no caller is inside
+define void @asyncjit_pool_forget() nounwind {{
+  call void @pool.forget()
+  %w2 = getelementptr i64, ptr @asyncjit_pool_state, i64 2
+  store atomic i64 0, ptr %w2 seq_cst, align 8
+  ret void
+}}
+
 define i32 @asyncjit_pool_run(ptr %fn, ptr %ctx, i64 %parts) nounwind {{
 entry:
   %busy = getelementptr i64, ptr @asyncjit_pool_state, i64 0
@@ -173,24 +211,34 @@ entry:
   %pending = getelementptr i64, ptr @asyncjit_pool_state, i64 8
   %caller = getelementptr i64, ptr @asyncjit_pool_state, i64 9
   %tid = alloca i64, align 8
+  %attr = alloca [8 x i64], align 8
+  %mask = alloca [16 x i64], align 8
   %pid32 = call i32 @getpid()
   %pid = sext i32 %pid32 to i64
   %owner = load atomic i64, ptr %ownerp acquire, align 8
-  %has_owner = icmp ne i64 %owner, 0
-  %other = icmp ne i64 %owner, %pid
-  %forked = and i1 %has_owner, %other
-  br i1 %forked, label %claim, label %lock
+  %owned = icmp eq i64 %owner, %pid
+  br i1 %owned, label %lock, label %notmine
+notmine:
+  %fresh = icmp eq i64 %owner, 0
+  br i1 %fresh, label %adopt, label %foreign
+adopt:
+  ; the first job of this process: it owns the pool from now on (stored before the lock is
+  ; taken, so a fork while the lock is held leaves the child a foreign owner to reset)
+  %ax = cmpxchg ptr %ownerp, i64 0, i64 %pid seq_cst seq_cst
+  %aok = extractvalue {{ i64, i1 }} %ax, 1
+  br i1 %aok, label %lock, label %refuse
+foreign:
+  ; -1: another caller is resetting; any other pid: a forked child, whose parent's helpers do
+  ; not exist here: one caller takes the owner word to -1, resets, then owns the pool
+  %resetting = icmp eq i64 %owner, -1
+  br i1 %resetting, label %refuse, label %claim
 claim:
-  ; a forked child: the parent's helpers do not exist here; one caller forgets them
-  %cx = cmpxchg ptr %ownerp, i64 %owner, i64 0 seq_cst seq_cst
+  %cx = cmpxchg ptr %ownerp, i64 %owner, i64 -1 seq_cst seq_cst
   %won = extractvalue {{ i64, i1 }} %cx, 1
-  br i1 %won, label %reset, label %lock
+  br i1 %won, label %reset, label %refuse
 reset:
-  call void @llvm.memset.p0.i64(ptr @pool.boxes, i8 0, i64 {box_bytes}, i1 false)
-  store atomic i64 0, ptr %helpersp seq_cst, align 8
-  store atomic i64 0, ptr %pending seq_cst, align 8
-  store atomic i64 0, ptr %caller seq_cst, align 8
-  store atomic i64 0, ptr %busy seq_cst, align 8
+  call void @pool.forget()
+  store atomic i64 %pid, ptr %ownerp seq_cst, align 8
   br label %lock
 lock:
   %switchp = getelementptr i64, ptr @asyncjit_pool_state, i64 6
@@ -217,7 +265,18 @@ create:
 spawn:
   %off = mul i64 %have, {box_words_each}
   %newbox = getelementptr i64, ptr @pool.boxes, i64 %off
-  %rc = call i32 @pthread_create(ptr %tid, ptr null, ptr @pool.helper, ptr %newbox)
+  ; the process's CPUs (pid = the main thread), not this thread's: a caller pinned to one CPU
+  ; would otherwise leave its helpers there for the life of the process
+  %ai = call i32 @pthread_attr_init(ptr %attr)
+  %ga = call i32 @sched_getaffinity(i32 %pid32, i64 128, ptr %mask)
+  %gok = icmp eq i32 %ga, 0
+  br i1 %gok, label %setaff, label %create_it
+setaff:
+  %sa = call i32 @pthread_attr_setaffinity_np(ptr %attr, i64 128, ptr %mask)
+  br label %create_it
+create_it:
+  %rc = call i32 @pthread_create(ptr %tid, ptr %attr, ptr @pool.helper, ptr %newbox)
+  %ad = call i32 @pthread_attr_destroy(ptr %attr)
   %ok = icmp eq i32 %rc, 0
   br i1 %ok, label %started, label %nospawn
 started:
@@ -225,7 +284,6 @@ started:
   %d = call i32 @pthread_detach(i64 %t)
   %have1 = add i64 %have, 1
   store atomic i64 %have1, ptr %helpersp monotonic, align 8
-  store atomic i64 %pid, ptr %ownerp release, align 8
   br label %create
 nospawn:
   %f0 = atomicrmw add ptr %failedp, i64 1 monotonic, align 8
@@ -355,6 +413,8 @@ def ensure_pool() -> None:
     from ._target import LoadedObject, compile_to_object
 
     with _lock:
+        if _loaded is not None:  # another thread built it while this one waited
+            return
         obj = compile_to_object(_ir_text(_spin_from_env() * 1000))
         _loaded = LoadedObject(obj, ("asyncjit_pool_run",), pool=False)
         # never freed, not even when the interpreter exits: a helper may still spin in this
@@ -362,6 +422,10 @@ def ensure_pool() -> None:
         # crash it
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(_loaded))
         llvm.add_symbol("asyncjit_pool_run", _loaded.address("asyncjit_pool_run"))
+        # a forked child has one thread: forget the parent's helpers there, before any kernel
+        # (the owner pid check in the IR covers forks that bypass os.fork)
+        forget = _loaded.cfunc("asyncjit_pool_forget", None)
+        os.register_at_fork(after_in_child=forget)
 
 
 def _state() -> Any:
