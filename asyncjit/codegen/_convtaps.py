@@ -22,7 +22,10 @@ Loops (A block in L2, the B run of one tile in L1): runs of positions (``TAPS_CH
 ``Y'`` over all output channels), then channels in blocks of ``kc // (KH*KW)`` (the matmul's K
 block), output channels in blocks of ``mc`` rows (the last block takes the rows left after whole
 MR tiles, in 4/2/1-row tiles), then NR-position panels, then MR-row tiles; each run is copied
-out once its channel blocks are done, so ``Y'`` is one run long and never leaves L2.
+out once its channel blocks are done, so ``Y'`` is one run long and never leaves L2. A layer of
+``PARALLEL_MIN_MACS`` or more hands its runs to the intra-op threads (``_emit_runs``: runs
+claimed from a counter, each part in its own run buffer), shortening them, in whole panels, when
+there are fewer runs than threads; the tiles, and so the bits, are those of one thread.
 """
 
 from __future__ import annotations
@@ -185,7 +188,9 @@ def taps_scratch_bytes(
     planes = len(_phases(ks, strides, dilations))
     xp = _round_up(cin * planes * hq * wq + _slack(ks, strides, dilations, nr), 16)
     run = _round_up(cout * min(_chunk(cout, nr), _round_up(max(oh, 0) * wq, nr)), 16)
-    return 64 + 4 * (xp + MAX_THREADS * run)
+    kk = cin * ks[0] * ks[1]
+    splits = max(oh, 0) * wq * cout * kk >= PARALLEL_MIN_MACS  # the layer's size only grows to s_max
+    return 64 + 4 * (xp + (MAX_THREADS if splits else 1) * run)
 
 
 def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]], full: bool) -> ir.Function:
@@ -245,7 +250,7 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
 
 _RUN_FIELDS = (
     "xp", "w", "bias", "y", "res", "yp", "n", "chan", "plane", "wq", "oh", "ow", "oh_arg", "ow_arg",
-    "pr", "ys", "region", "next",
+    "pr", "ys", "region", "run", "next",
 )  # fmt: skip
 """The i64 job block of ``_emit_runs``'s part (pointers as integers; ``next``: the next unclaimed
 run, 0 before the parts start)."""
@@ -297,16 +302,16 @@ def _emit_runs(
             tails.append((row, size))
             row += size
     blocks = max(1, -(-m_full // t.mc)) if m_full else 1
-    jc = _chunk(cout, nr)
+    run = field("run")  # positions per run, a multiple of NR
     claim = b.append_basic_block("claim")
     work = b.append_basic_block("work")
     done = b.append_basic_block("done")
     b.branch(claim)
     b.position_at_end(claim)
-    j0 = b.mul(b.atomic_rmw("add", slot["next"], i64(1), "monotonic"), i64(jc))
+    j0 = b.mul(b.atomic_rmw("add", slot["next"], i64(1), "monotonic"), run)
     b.cbranch(b.icmp_signed("<", j0, pr_), work, done)
     b.position_at_end(work)
-    j_end = smin(b, b.add(j0, i64(jc)), pr_)
+    j_end = smin(b, b.add(j0, run), pr_)
     with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
         nch = smin(b, i64(cb), b.sub(i64(cin), c0))
         acc = b.icmp_signed(">", c0, i64(0))
@@ -438,10 +443,17 @@ def emit_conv_taps(
 
     # the slack past the copy is read by the last panels' junk positions only: zeros, not NaN
     fill(xp, b.mul(i64(cin), chan), xp_elems)
+    # runs of TAPS_CHUNK_BYTES, or shorter ones for a big layer with fewer runs than threads (a
+    # 256-channel 14x14 layer is one run): whole panels either way, so the same tiles and bits
     jc = _chunk(cout, nr)
-    ys = smin(b, i64(jc), pr_)  # Y' row stride: one run of positions per output channel
+    macs = b.mul(b.mul(frame, i64(cout)), i64(kk))
+    want = b.select(b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), threads_value(b), i64(1))
+    share = b.sdiv(b.add(pr_, b.sub(want, i64(1))), want)
+    run = smin(b, i64(jc), b.mul(b.sdiv(b.add(share, i64(nr - 1)), i64(nr)), i64(nr)))
+    ys = smin(b, run, pr_)  # Y' row stride: one run of positions per output channel
     region = b.and_(b.add(b.mul(i64(cout), ys), i64(15)), i64(-16))  # a part's run buffer, floats
-    n_runs = b.sdiv(b.add(pr_, i64(jc - 1)), i64(jc))
+    n_runs = b.sdiv(b.add(pr_, b.sub(run, i64(1))), run)
+    parts = smin(b, want, n_runs)
     job = b.alloca(I64, size=len(_RUN_FIELDS))
     runs = _emit_runs(module, name, vec=vec, cin=cin, cout=cout, taps=taps, has_bias=has_bias, relu=relu,
                       residual=residual)  # fmt: skip
@@ -480,14 +492,11 @@ def emit_conv_taps(
         fields = {
             "xp": xp, "w": w, "bias": bias, "y": y, "res": res if res is not None else xp, "yp": yp,
             "n": n, "chan": chan, "plane": plane, "wq": wq, "oh": oh, "ow": ow, "oh_arg": oh_arg,
-            "ow_arg": ow_arg, "pr": pr_, "ys": ys, "region": region, "next": i64(0),
+            "ow_arg": ow_arg, "pr": pr_, "ys": ys, "region": region, "run": run, "next": i64(0),
         }  # fmt: skip
         for f, v in fields.items():
             slot = b.gep(job, [i64(_RUN_FIELDS.index(f))], source_etype=I64)
             b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
-        macs = b.mul(b.mul(frame, i64(cout)), i64(kk))
-        big = b.and_(b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), b.icmp_signed(">", n_runs, i64(1)))
-        parts = smin(b, b.select(big, threads_value(b), i64(1)), n_runs)
         with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
             with split:
                 emit_parallel_for(b, runs, job, parts)

@@ -248,7 +248,22 @@ def _placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value)
     other than the one this thread is on now, their affinity is the process's minus that CPU (the
     process's, not this thread's: the caller may be pinned to one CPU).
     Fills ``mask`` with the process's CPUs (what a created helper is widened back to); returns
-    whether the attributes restrict the helpers (an ``i1``)."""
+    whether the attributes restrict the helpers (an ``i1``). One function per module, called from
+    every split kernel's fallback (its unrolled mask loop, copied into each, cost compile time)."""
+    module = b.module
+    name = "asyncjit.placement"
+    fn = module.globals.get(name)
+    if not isinstance(fn, ir.Function):
+        fn = ir.Function(module, ir.FunctionType(ir.IntType(1), [PTR, PTR, PTR]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        fb = ir.IRBuilder(fn.append_basic_block("entry"))
+        fb.ret(_emit_placement(fb, *fn.args))
+    return b.call(fn, [mask, avoid, attr])
+
+
+def _emit_placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.Value) -> ir.Value:
     module = b.module
     b.call(_decl(module, "pthread_attr_init", I32, [PTR]), [attr])
     # the process's CPUs (pid = the main thread), not this thread's: a pinned caller's

@@ -19,7 +19,7 @@ actors splitting kernels at once are both served. Helpers get the process's CPUs
 creator's (a caller pinned to one CPU would keep them there for good). A forked child has none of
 the parent's helpers: ``os.fork`` runs ``asyncjit_pool_forget`` in the child, and a fork that
 bypasses it is caught by the owner pid, which one caller swaps to -1 (others refuse meanwhile),
-resets the pool and sets to its own pid.
+resets the pool and sets to its own pid. Helpers are named ``asyncjit-pool`` (``top -H``).
 
 Layout: one 64-byte mailbox per helper (word 0: job generation, the futex the helper sleeps on;
 1: sleeping flag; 2: part function; 3: context; 4: part; 5: parts) and a state block (word 0:
@@ -83,6 +83,8 @@ _IR = (
 declare i64 @syscall(i64, ...) nounwind
 declare i32 @pthread_create(ptr, ptr, ptr, ptr) nounwind
 declare i32 @pthread_detach(i64) nounwind
+declare i32 @pthread_setname_np(i64, ptr) nounwind
+@pool.name = internal constant [14 x i8] c"asyncjit-pool\\00"
 declare i32 @getpid() nounwind
 declare i32 @pthread_attr_init(ptr) nounwind
 declare i32 @pthread_attr_destroy(ptr) nounwind
@@ -100,6 +102,22 @@ define internal void @pool.futex_wait(ptr %addr, i32 %val) nounwind {{
 
 define internal void @pool.futex_wake(ptr %addr) nounwind {{
   %r = call i64 (i64, ...) @syscall(i64 {nr}, ptr %addr, i64 129, i64 1)
+  ret void
+}}
+
+; sleep on ``word`` while it holds ``seen``: the flag says so to the waker, and is set before the
+; word is read again (the waker stores the word, then reads the flag): no wake-up is lost
+define internal void @pool.park(ptr %word, i32 %seen, ptr %flag) nounwind {{
+entry:
+  store atomic i64 1, ptr %flag seq_cst, align 8
+  %now = load atomic i32, ptr %word seq_cst, align 8
+  %same = icmp eq i32 %now, %seen
+  br i1 %same, label %block, label %woke
+block:
+  call void @pool.futex_wait(ptr %word, i32 %seen)
+  br label %woke
+woke:
+  store atomic i64 0, ptr %flag seq_cst, align 8
   ret void
 }}
 
@@ -143,15 +161,7 @@ relax:
   {relax}
   br label %spin
 sleep:
-  store atomic i64 1, ptr %sleeping seq_cst, align 8
-  %g2 = load atomic i32, ptr %box seq_cst, align 8
-  %same = icmp eq i32 %g2, %seen
-  br i1 %same, label %block, label %woke
-block:
-  call void @pool.futex_wait(ptr %box, i32 %seen)
-  br label %woke
-woke:
-  store atomic i64 0, ptr %sleeping seq_cst, align 8
+  call void @pool.park(ptr %box, i32 %seen, ptr %sleeping)
   br label %spin
 run:
   %fn = load ptr, ptr %fnp, align 8
@@ -281,6 +291,7 @@ create_it:
   br i1 %ok, label %started, label %nospawn
 started:
   %t = load i64, ptr %tid, align 8
+  %nm = call i32 @pthread_setname_np(i64 %t, ptr @pool.name)
   %d = call i32 @pthread_detach(i64 %t)
   %have1 = add i64 %have, 1
   store atomic i64 %have1, ptr %helpersp monotonic, align 8
@@ -355,15 +366,7 @@ jrelax:
   {relax}
   br label %jspin
 jsleep:
-  store atomic i64 1, ptr %caller seq_cst, align 8
-  %left2 = load atomic i32, ptr %pending seq_cst, align 8
-  %still = icmp ne i32 %left2, 0
-  br i1 %still, label %jblock, label %jwoke
-jblock:
-  call void @pool.futex_wait(ptr %pending, i32 %left2)
-  br label %jwoke
-jwoke:
-  store atomic i64 0, ptr %caller seq_cst, align 8
+  call void @pool.park(ptr %pending, i32 %left, ptr %caller)
   br label %jspin
 finish:
   %j = atomicrmw add ptr %jobsp, i64 1 monotonic, align 8
@@ -425,7 +428,8 @@ def ensure_pool() -> None:
         # a forked child has one thread: forget the parent's helpers there, before any kernel
         # (the owner pid check in the IR covers forks that bypass os.fork)
         forget = _loaded.cfunc("asyncjit_pool_forget", None)
-        os.register_at_fork(after_in_child=forget)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=forget)
 
 
 def _state() -> Any:
