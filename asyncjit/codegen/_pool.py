@@ -121,6 +121,19 @@ woke:
   ret void
 }}
 
+; after storing ``word``: wake its sleeper if the flag says one parks on it (``@pool.park``)
+define internal void @pool.unpark(ptr %word, ptr %flag) nounwind {{
+entry:
+  %f = load atomic i64, ptr %flag seq_cst, align 8
+  %asleep = icmp ne i64 %f, 0
+  br i1 %asleep, label %wake, label %done
+wake:
+  call void @pool.futex_wake(ptr %word)
+  br label %done
+done:
+  ret void
+}}
+
 define internal i64 @pool.now_ns() nounwind {{
   %ts = alloca [2 x i64], align 8
   %r = call i32 @clock_gettime(i32 1, ptr %ts)
@@ -173,11 +186,7 @@ run:
   %last = icmp eq i32 %old, 1
   br i1 %last, label %check, label %done
 check:
-  %cs = load atomic i64, ptr %caller seq_cst, align 8
-  %asleep = icmp ne i64 %cs, 0
-  br i1 %asleep, label %wakec, label %done
-wakec:
-  call void @pool.futex_wake(ptr %pending)
+  call void @pool.unpark(ptr %pending, ptr %caller)
   br label %done
 done:
   br label %wait
@@ -328,11 +337,7 @@ give:
   %gen1 = add i32 %gen, 1
   store atomic i32 %gen1, ptr %box seq_cst, align 8
   %bsl = getelementptr i64, ptr %box, i64 1
-  %sl = load atomic i64, ptr %bsl seq_cst, align 8
-  %asleep = icmp ne i64 %sl, 0
-  br i1 %asleep, label %wakeh, label %posted
-wakeh:
-  call void @pool.futex_wake(ptr %box)
+  call void @pool.unpark(ptr %box, ptr %bsl)
   br label %posted
 posted:
   %i1 = add i64 %i, 1
