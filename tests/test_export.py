@@ -16,6 +16,7 @@ import asyncjit
 from asyncjit import Tensor, Var
 from asyncjit.compiler import compile
 from asyncjit.export import ExportError, stablehlo
+from asyncjit.graph import make_node
 from asyncjit.passes import Graph, optimize_graph, refine_arguments, refine_shapes
 
 # jax runs only in the worker process (never imported here: its threads and fork hooks would
@@ -235,6 +236,22 @@ CASES: list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Tensor]]
         "conv2d",
         [((1, 4, 6, 7), np.float32)],
         lambda x: x.conv(Tensor.const(K2), Tensor.const(B2), strides=[1, 2], pads=[(1, 0), (1, 1)], groups=2),
+    ),
+    (  # the layout the compiler's channels-last pass gives convs: [N, H, W, C] in and out
+        "conv2d_channels_last",
+        [((1, 6, 7, 4), np.float32)],
+        lambda x: Tensor(
+            make_node(
+                "conv",
+                (x.node, Tensor.const(K2).node, Tensor.const(B2).node),
+                strides=(1, 2),
+                pads=((1, 0), (1, 1)),
+                dilations=(1, 1),
+                groups=2,
+                channels_last_in=True,
+                channels_last_out=True,
+            )
+        ),
     ),
     (
         "max_pool",

@@ -175,12 +175,14 @@ def emit_convnd(
     w_panels: bool = False,
     relu: bool = False,
     residual: bool = False,
+    channels_last: tuple[bool, bool] = (False, False),
 ) -> ir.Function:
     """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
     input's spatial extents (the scratch is sized there, and it picks the 2-D strategy);
     ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``residual``: the kernel
     takes a last argument ``res`` of ``y``'s shape and adds it (a fused ``conv + r``); ``relu``:
-    it stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``).
+    it stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``);
+    ``channels_last``: ``x`` and/or ``y`` have their channels last (weights in panels only).
 
     It touches ``x``/``w``/``bias``/``y`` only inside their extents and at most
     :func:`convnd_scratch_bytes` of ``scratch``.
@@ -191,11 +193,14 @@ def emit_convnd(
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         raise ValueError(f"conv: pads must be >= 0, got {pads}")
     cin_g, cout_g = cin // groups, cout // groups
+    if any(channels_last) and not w_panels:
+        raise ValueError("conv: channels-last operands need the weight in panels")
     if w_panels:
         if groups != 1:
             raise ValueError(f"conv: a weight in panels needs one group, got groups={groups}")
         return emit_conv_panels(module, name, cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations,
-                                pads=pads, has_bias=has_bias, relu=relu, residual=residual)  # fmt: skip
+                                pads=pads, has_bias=has_bias, relu=relu, residual=residual,
+                                channels_last=channels_last)  # fmt: skip
     if _depthwise(cin, cout, groups):
         return _emit_depthwise(module, name, cout=cout, cout_g=cout_g, ks=ks, strides=strides,
                                dilations=dilations, pads=pads, has_bias=has_bias, relu=relu,

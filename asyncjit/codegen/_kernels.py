@@ -17,12 +17,14 @@ from llvmlite import ir
 
 from ..dtypes import float32
 from ..graph import Node, reduce_identity
+from ..graph._nn import conv_layout
 from ..passes import Kernel
 from ..passes._fusion import (
     conv1d_kn_weight,
     conv_geometry,
     conv_panel_weight,
     conv_residual,
+    conv_spatial,
     matmul_operand,
     tuned_conv,
 )
@@ -72,7 +74,9 @@ def scratch_bytes(kernel: Kernel) -> int:
         return int(
             convnd_scratch_bytes(
                 **conv_geometry(node),
-                p_max=math.prod(max(upper(d), 0) for d in node.shape[2:]),
+                p_max=math.prod(
+                    max(upper(d), 0) for d in conv_spatial(node.shape, conv_layout(node.attrs)[1])
+                ),
                 w_panels=conv_panel_weight(node) is not None,
             )
         )
@@ -585,6 +589,7 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
     has_bias = len(node.inputs) == 3
     panels = conv_panel_weight(node)  # the weight laid out in matmul panels, read in place
     residual = conv_residual(kernel)  # the other operand of an add fused after the conv
+    last_in, last_out = conv_layout(node.attrs)
     fn = emit_convnd(
         ctx.fn.module,
         f"{kernel.name}.conv",
@@ -593,9 +598,11 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         w_panels=panels is not None,
         relu=kernel.node.op == "relu",
         residual=residual is not None,
+        channels_last=(last_in, last_out),
     )
     w_buf = ctx.buffers[(panels if panels is not None else w).id]
     bias = ctx.buffers[node.inputs[2].id] if has_bias else w_buf
-    dims = [ctx.em.dim(d) for d in (x.shape[0], *x.shape[2:], *node.shape[2:])]
+    spatial = (*conv_spatial(x.shape, last_in), *conv_spatial(node.shape, last_out))
+    dims = [ctx.em.dim(d) for d in (x.shape[0], *spatial)]
     res = [] if residual is None else [ctx.buffers[residual.id]]
     ctx.b.call(fn, [ctx.buffers[x.id], w_buf, bias, ctx.out, ctx.scratch, *dims, *res])

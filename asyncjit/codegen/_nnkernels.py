@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from ..errors import CompileError
 from ..graph import Node, reduce_identity
+from ..graph._nn import conv_layout
 from ..symbolic import Dim, Index, prod
 from ._conv import _valid_range
 from ._expr import linearize
@@ -84,6 +86,8 @@ def _max(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, unsigned: bool = Fa
 def emit_conv_loop(ctx: _Ctx, kernel: Kernel) -> None:
     """Direct N-d conv: per output element, the channel/tap sum with clamped loads."""
     node = kernel.node
+    if any(conv_layout(node.attrs)):
+        raise CompileError("a channels-last conv reached the direct conv loop (only tuned convs take it)")
     x, w = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) == 3 else None
     r = x.ndim - 2

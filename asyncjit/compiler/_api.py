@@ -13,7 +13,7 @@ from typing import Any
 from .._log import get_logger
 from ..errors import ArgumentTypeError, CompileError, DonateIndexError, InputBufferNotFoundError
 from ..graph import as_node, structural_key, toposort
-from ..passes import Graph
+from ..passes import Graph, channels_last_enabled
 from ..passes._refine import canonical_sizes
 from ..symbolic import Var, upper
 from ._cache import (
@@ -241,7 +241,11 @@ def _compile(
     graph = canonical_sizes(Graph.of(outs, ins, vars))  # stable names: stable cache keys
     label = name or "plan"
     chosen = resolve_plugins(plugins)
-    key = (*_plan_key(graph, label, fixed, chosen, donate), opt_level)
+    key = (
+        *_plan_key(graph, label, fixed, chosen, donate),
+        opt_level,
+        ("channels_last", channels_last_enabled()),
+    )
     # in memory, a plan is reused only with the very plugin objects it was compiled with: its
     # dispatch calls run through them (their identity alone keys the plan index on disk)
     memory_key = (key, tuple(id(p) for p in chosen))

@@ -16,7 +16,7 @@ from ..codegen._module import ArgLayout, PluginCall, build_module
 from ..codegen._target import parse_and_verify
 from ..errors import CompileError, DonationError
 from ..graph import Node
-from ..passes import Claimed, FusionPlan, Graph, MemoryPlan, fuse, optimize_graph, plan_memory
+from ..passes import Claimed, FusionPlan, Graph, MemoryPlan, channels_last, fuse, optimize_graph, plan_memory
 from ._executable import ArgSpec, Signature
 from ._partition import CompiledResult, CompilerPlugin, PluginKernel, Subgraph, partition
 
@@ -156,6 +156,8 @@ def lower(
     fixed_map.update(fixed_values(graph, fixed))
     graph = optimize_graph(graph, fixed)
     claims = partition(graph, plugins).partitions
+    if not claims:  # a plugin's partition holds the nodes it claimed: rewrite no graph under it
+        graph = channels_last(graph)
     linked, dispatched = _compile_plugins(claims)
     claimed = [
         Claimed(plugin.name, frozenset(n.id for n in sub.nodes), sub.inputs, sub.outputs)

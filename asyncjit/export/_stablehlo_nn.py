@@ -12,6 +12,7 @@ import numpy as np
 
 from ..dtypes import DType, bool_, float16, float32, float64, int64
 from ..graph import Node, reduce_identity
+from ..graph._nn import conv_layout
 from ._types import element_type, tensor_type
 from ._writer import (
     Lower,
@@ -107,13 +108,17 @@ def _lower_cumsum(w: _Writer, n: Node) -> str:
 
 
 def _lower_conv(w: _Writer, n: Node) -> str:
-    """N-d convolution (ONNX layout), groups and dilations; a bias is broadcast and added."""
+    """N-d convolution (ONNX layout, or channels-last operands as the layout pass gives them),
+    groups and dilations; a bias is broadcast and added."""
     x, wt = n.inputs[0], n.inputs[1]
     r = n.ndim - 2
     sp = ", ".join(str(i) for i in range(r))
+    last_in, last_out = conv_layout(n.attrs)
+    lhs = f"[b, {sp}, f]" if last_in else f"[b, f, {sp}]"
+    out_dims = f"[b, {sp}, f]" if last_out else f"[b, f, {sp}]"
     pads = [(int(lo), int(hi)) for lo, hi in (_static(list(p), n) for p in n.attrs["pads"])]
     attrs = (
-        f"dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, "
+        f"dimension_numbers = #stablehlo.conv<{lhs}x[o, i, {sp}]->{out_dims}>, "
         f"window_strides = {_arr(n.attrs['strides'])}, padding = {_padding(pads)}, "
         f"lhs_dilation = {_arr([1] * r)}, rhs_dilation = {_arr(n.attrs['dilations'])}, "
         f"feature_group_count = {int(n.attrs['groups'])} : i64, batch_group_count = 1 : i64"
@@ -127,7 +132,7 @@ def _lower_conv(w: _Writer, n: Node) -> str:
             [_name(w, bias)],
             [w.ty(bias)],
             w.ty(n),
-            "broadcast_dimensions = array<i64: 1>",
+            f"broadcast_dimensions = array<i64: {n.ndim - 1 if last_out else 1}>",
         )
         out = w.op(w.fresh(), "add", [out, b], [w.ty(n), w.ty(n)], w.ty(n))
     return out

@@ -5,7 +5,9 @@ Semantics fixed here (``graph._ops`` states the general rules):
 
 * ``conv`` is cross-correlation (PyTorch/ONNX) over ``x[N, C, *S]`` and ``w[O, C/groups, *K]``
   with an optional ``bias[O]``; zero padding ``(lo, hi)`` per spatial axis; float only, computed
-  in float32 (float64 for float64) and rounded once.
+  in float32 (float64 for float64) and rounded once. ``channels_last_in`` / ``channels_last_out``
+  (attrs present only when true) take ``x`` as ``[N, *S, C]`` / give ``[N, *Sout, O]``: the
+  compiler's layout pass (``passes.channels_last``) sets them, never a model.
 * ``pool`` (``mode`` ``max`` or ``avg``) follows ONNX ``MaxPool``/``AveragePool``: windows at
   ``o*stride + t*dilation - lo``; ``ceil_mode`` adds a last window only if it starts inside the
   input or the left padding. Padding never wins a max; a window with no input element gives the
@@ -38,7 +40,7 @@ from ..symbolic import Dim, as_dim, bounds, evaluate, prod, smax, smin, upper
 from ._node import Node, shape_str
 from ._ops import _ev, _nonneg, _out, _register, conv_out_len, reduce_identity
 
-__all__ = ["pool_out_len"]
+__all__ = ["conv_layout", "pool_out_len"]
 
 Shape = tuple[Dim, ...]
 
@@ -65,8 +67,20 @@ def _pads(op: str, pads: Sequence[Any], n: int) -> tuple[tuple[Dim, Dim], ...]:
 # conv: x[N, C, *S] * w[O, C/groups, *K] (+ bias[O]) -> [N, O, *Sout]
 
 
+def conv_layout(a: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Whether a conv's input, and its output, have their channels on the last axis."""
+    return bool(a.get("channels_last_in", False)), bool(a.get("channels_last_out", False))
+
+
+def _first(shape: Shape) -> Shape:
+    """``[N, *S, C]`` as ``[N, C, *S]``."""
+    return (shape[0], shape[-1], *shape[1:-1])
+
+
 def _infer_conv(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DType]:
     x, w = ins[0], ins[1]
+    last_in, last_out = conv_layout(a)
+    xs = _first(x.shape) if last_in and x.ndim >= 3 else x.shape
     r = x.ndim - 2
     if r < 1 or w.ndim != x.ndim:
         raise _fail(
@@ -88,7 +102,7 @@ def _infer_conv(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DTy
         raise _fail(
             f"conv weight dims (out channels, in channels, kernel) must be >= 1, got {shape_str(w.shape)}"
         )
-    if x.shape[1] != cin_g * groups or cout % groups:
+    if xs[1] != cin_g * groups or cout % groups:
         raise _fail(
             f"conv: x {shape_str(x.shape)} and w {shape_str(w.shape)} with groups={groups}: "
             f"need C == {cin_g}*{groups} and O divisible by groups"
@@ -103,12 +117,14 @@ def _infer_conv(ins: tuple[Node, ...], a: Mapping[str, Any]) -> tuple[Shape, DTy
         raise _fail("conv takes x, w and an optional bias")
     out: list[Dim] = [x.shape[0], cout]
     for ax in range(r):
-        o = conv_out_len(x.shape[2 + ax], int(w.shape[2 + ax]), strides[ax], pads[ax], dilations[ax])
+        o = conv_out_len(xs[2 + ax], int(w.shape[2 + ax]), strides[ax], pads[ax], dilations[ax])
         if bounds(o)[0] < 0:
             raise _fail(
                 f"conv: spatial axis {ax} of {shape_str(x.shape)} can be shorter than the kernel span"
             )
         out.append(o)
+    if last_out:
+        out = [out[0], *out[2:], cout]
     return tuple(out), x.dtype
 
 
@@ -128,9 +144,12 @@ def _ref_conv(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nd
     acc = np.float64
     x, w = args[0].astype(acc), args[1].astype(acc)
     r = x.ndim - 2
+    last_in, last_out = conv_layout(node.attrs)
+    if last_in:
+        x = np.moveaxis(x, -1, 1)
     groups = node.attrs["groups"]
     pads = [(evaluate(lo, b), evaluate(hi, b)) for lo, hi in node.attrs["pads"]]
-    shape = _ev(node.shape, b)
+    shape = _ev(_first(node.shape) if last_out else node.shape, b)
     out = np.zeros(shape, acc)
     if 0 not in shape:
         xp = np.pad(x, ((0, 0), (0, 0), *pads))
@@ -146,7 +165,7 @@ def _ref_conv(node: Node, args: list[np.ndarray], b: Mapping[str, int]) -> np.nd
                 )
     if len(args) == 3:
         out += args[2].astype(acc).reshape((-1,) + (1,) * r)
-    return _out(node, out)
+    return _out(node, np.ascontiguousarray(np.moveaxis(out, 1, -1)) if last_out else out)
 
 
 _register("conv", "conv", _infer_conv, _ref_conv)

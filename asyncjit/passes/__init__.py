@@ -11,6 +11,9 @@ from ._fusion import fuse as fuse
 from ._graph import Graph as Graph
 from ._graph import rebuild as rebuild
 from ._graph import remake as remake
+from ._layout import channels_last as channels_last
+from ._layout import channels_last_enabled as channels_last_enabled
+from ._layout import set_channels_last as set_channels_last
 from ._memory import ALIGN as ALIGN
 from ._memory import MemoryPlan as MemoryPlan
 from ._memory import Slot as Slot
@@ -33,6 +36,8 @@ __all__ = [
     "MemoryPlan",
     "Slot",
     "canonicalize_dynamism",
+    "channels_last",
+    "channels_last_enabled",
     "cse",
     "dce",
     "fold_constants",
@@ -46,6 +51,7 @@ __all__ = [
     "refine_arguments",
     "refine_shapes",
     "remake",
+    "set_channels_last",
     "simplify",
     "split_axes",
 ]

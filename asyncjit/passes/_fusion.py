@@ -20,7 +20,8 @@ from typing import Any
 import attrs
 
 from ..graph import OPS, Node
-from ..symbolic import is_bounded, upper
+from ..graph._nn import conv_layout
+from ..symbolic import Dim, is_bounded, upper
 from ._graph import Graph
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "conv_residual",
     "conv_geometry",
     "conv_panel_weight",
+    "conv_spatial",
     "conv_takes_panels",
     "tuned_conv",
     "CONV1D_KN_ORDER",
@@ -323,8 +325,13 @@ def conv_geometry(node: Node) -> dict[str, Any]:
         "dilations": node.attrs["dilations"],
         "pads": [(int(lo), int(hi)) for lo, hi in node.attrs["pads"]],
         "groups": groups,
-        "s_max": [upper(d) for d in x.shape[2:]],
+        "s_max": [upper(d) for d in conv_spatial(x.shape, conv_layout(node.attrs)[0])],
     }
+
+
+def conv_spatial(shape: Sequence[Dim], channels_last: bool) -> tuple[Dim, ...]:
+    """The spatial extents of a conv operand of ``shape`` (``[N, C, *S]``, or ``[N, *S, C]``)."""
+    return tuple(shape[1:-1] if channels_last else shape[2:])
 
 
 def conv_panel_weight(node: Node) -> Node | None:
