@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/onnx_models.py --kernels [--groups] [--models light_squeezenet,...]
     .venv/bin/python benchmarks/onnx_models.py --layers light_resnet50
     .venv/bin/python benchmarks/onnx_models.py --pool [--models light_squeezenet,...]
+    .venv/bin/python benchmarks/onnx_models.py --layout [--models light_resnet50,...]
 
 Per model: latency at batch 1 (``InferenceSession.run`` with numpy in and out, as an ORT user
 calls it; median of many calls), throughput at batch 32 where the file has a batch dim, against
@@ -18,7 +19,8 @@ generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.
 summed by kernel kind and by ORT op too); ``--layers
 MODEL`` each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its
 shapes (``layer_rows``); ``--pool`` two threads on the helper pool against two threads created
-per kernel (``pool_rows``).
+per kernel (``pool_rows``); ``--layout`` one thread with channels-last regions between panels
+convs against NCHW throughout, and ONNX Runtime's 1-thread session (``layout_rows``).
 """
 
 from __future__ import annotations
@@ -276,6 +278,59 @@ def pool_rows(names: list[str], calls: int) -> None:
     print(f"pool: {_pool.pool_stats()}")
 
 
+def layout_rows(names: list[str], calls: int) -> None:
+    """Per light model, one thread: the plan with channels-last regions between panels convs
+    against the plan without them (``passes.set_channels_last(False)``: every conv transposes
+    its activations in and out), beside ONNX Runtime's 1-thread session, all in turns; and the
+    two plans' outputs compared bit for bit."""
+    import onnx
+
+    import asyncjit.onnx as ao
+    from asyncjit.codegen import _parallel
+    from asyncjit.passes import set_channels_last
+
+    data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    print("| model | channels-last ms | NCHW ms | ORT 1t ms | NCHW / channels-last | "
+          "channels-last / ORT 1t | same bits |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    old = _parallel.intra_op_threads()
+    try:
+        for name in names:
+            path = str(data / f"{name}.onnx")
+            sess = {}
+            for on in (True, False):
+                set_channels_last(on)
+                _parallel.set_intra_op_threads(1)
+                sess[on] = ao.InferenceSession(path)
+            set_channels_last(True)
+            info = sess[True].get_inputs()[0]
+            shape = tuple(int(d) for d in info.shape)
+            size = int(np.prod(shape))
+            feed = {info.name: (np.arange(size).reshape(shape) / size).astype(np.float32)}
+            same = all(
+                np.array_equal(a, b)
+                for a, b in zip(sess[True].run(None, feed), sess[False].run(None, feed), strict=True)
+            )
+            ort1 = ort_session(path, 1)
+            t = _rounds(
+                {
+                    "last": _on_threads(1, functools.partial(sess[True].run, None, feed)),
+                    "nchw": _on_threads(1, functools.partial(sess[False].run, None, feed)),
+                    "ort1": functools.partial(ort1.run, None, feed),
+                },
+                calls,
+            )
+            ms = {k: v * 1e3 for k, v in t.items()}
+            print(
+                f"| {name} | {ms['last']:.2f} | {ms['nchw']:.2f} | {ms['ort1']:.2f} | "
+                f"{t['nchw'] / t['last']:.3f}x | {t['last'] / t['ort1']:.2f}x | {same} |",
+                flush=True,
+            )
+    finally:
+        _parallel.set_intra_op_threads(old)
+        set_channels_last(True)
+
+
 def _minima(
     name: str, calls: int, chunk: int = 5
 ) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, Any]], dict[str, int]]:
@@ -466,6 +521,11 @@ def main() -> None:
         action="store_true",
         help="light models on 2 threads: the helper pool against threads created per kernel",
     )
+    ap.add_argument(
+        "--layout",
+        action="store_true",
+        help="light models, 1 thread: channels-last regions between panels convs against NCHW throughout",
+    )
     args = ap.parse_args()
     QUICK = args.quick
 
@@ -483,6 +543,9 @@ def main() -> None:
     print(f"load: {os.getloadavg()}")
     if args.pool:
         pool_rows([m for m in chosen if m.startswith("light_")], 10 if QUICK else 25)
+        return
+    if args.layout:
+        layout_rows([m for m in chosen if m.startswith("light_")], 10 if QUICK else 25)
         return
     print(
         "| model | asyncjit b1 ms (light: 1t / default) | ORT 1t ms | ORT default ms | "

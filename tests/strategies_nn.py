@@ -221,14 +221,20 @@ def _k_conv2d(b: _Builder) -> None:
     wt = Tensor.const(w).cast(x.dtype)
     out = x.conv(wt, strides=strides, pads=pads, dilations=dilations, groups=groups)
     # an epilogue the conv kernel may store itself: a relu, a residual of the conv's shape (a
-    # second conv of the same input, as a ResNet projection shortcut), or both
-    epilogue = b.draw(st.sampled_from(["", "", "relu", "add", "add_relu"]))
+    # second conv of the same input, as a ResNet projection shortcut), or both; and, for a wide
+    # layer of two tiles of outputs, two 1x1 convs after it ("next", each with a relu before it):
+    # panels convs in a row pass their activations channels-last (``passes.channels_last``)
+    chained = wide and og == 2 * matmul_tiling().nr and groups == 1
+    epilogue = b.draw(st.sampled_from(["", "", "relu", "add", "add_relu", *(["next", "add_next"] * chained)]))
     w2 = (rng.integers(-8, 9, size=w.shape) / 4).astype(np.float32)
+    w3 = (rng.integers(-8, 9, size=(2, og, og, 1, 1)) / 8).astype(np.float32)
     if epilogue.startswith("add"):
         out = out + x.conv(Tensor.const(w2).cast(x.dtype), strides=strides, pads=pads, dilations=dilations,
                            groups=groups)  # fmt: skip
-    if epilogue.endswith("relu"):
+    if epilogue.endswith(("relu", "next")):
         out = out.relu()
+    if epilogue.endswith("next"):
+        out = out.conv(Tensor.const(w3[0]).cast(x.dtype)).relu().conv(Tensor.const(w3[1]).cast(x.dtype))
 
     def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
         def conv(wv: np.ndarray) -> np.ndarray:
@@ -238,7 +244,13 @@ def _k_conv2d(b: _Builder) -> None:
         y = conv(w)
         if epilogue.startswith("add"):
             y = y + conv(w2)
-        return np.maximum(y, 0) if epilogue.endswith("relu") else y
+        if epilogue.endswith(("relu", "next")):
+            y = np.maximum(y, 0)
+        for i in range(2 if epilogue.endswith("next") else 0):
+            w3_cast = oracle_cast(w3[i], a[0].dtype).astype(np.float64)
+            y = round_to(oracle_conv2d(y, w3_cast, (1, 1), (0, 0, 0, 0), 1, (1, 1)), a[0].dtype)
+            y = np.maximum(y, 0) if i == 0 else y
+        return y
 
     what = f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}{',' + epilogue if epilogue else ''}]"
     b.add(out, what, (xi,), oracle)

@@ -16,7 +16,7 @@ import pytest
 
 from asyncjit import Tensor, reference
 from asyncjit.compiler import compile
-from asyncjit.graph import Node, make_node
+from asyncjit.graph import make_node
 from asyncjit.graph._nn import conv_layout
 from asyncjit.passes import Graph, channels_last, channels_last_enabled, optimize_graph, set_channels_last
 from asyncjit.passes._fusion import conv_takes_panels
@@ -180,13 +180,7 @@ def test_a_channels_last_conv_no_kernel_takes_is_computed_as_nchw() -> None:
     """A graph built by hand may give any conv channels-last operands: one the panels kernel
     does not take (groups, here) is rewritten as permutes around the NCHW conv, with or without
     the pass."""
-    xt = Tensor.placeholder((1, 9, 8, 4), np.float32, "x")
-    w = Tensor.const(RNG.standard_normal((6, 2, 3, 3)).astype(np.float32))
-    node: Node = make_node(
-        "conv", (xt.node, w.node), strides=(1, 1), pads=((1, 1), (1, 1)), dilations=(1, 1), groups=2,
-        channels_last_in=True, channels_last_out=True,
-    )  # fmt: skip
-    y = Tensor(node)
+    xt, y = _hand_built()
     assert tuple(y.shape) == (1, 9, 8, 6)
     _both([y], [xt], [RNG.standard_normal((1, 9, 8, 4)).astype(np.float32)])
 
@@ -201,3 +195,44 @@ def test_the_switch_is_part_of_the_plan_key() -> None:
     assert on is not off
     ir = [e.ir_text() if callable(e.ir_text) else e.ir_text for e in (on, off)]
     assert ir[0] != ir[1]
+
+
+def _hand_built(groups: int = 2) -> tuple[Tensor, Tensor]:
+    xt = Tensor.placeholder((1, 9, 8, 4), np.float32, "x")
+    w = Tensor.const(RNG.standard_normal((6, 4 // groups, 3, 3)).astype(np.float32))
+    node = make_node(
+        "conv", (xt.node, w.node), strides=(1, 1), pads=((1, 1), (1, 1)), dilations=(1, 1), groups=groups,
+        channels_last_in=True, channels_last_out=True,
+    )  # fmt: skip
+    return xt, Tensor(node)
+
+
+def test_a_hand_built_layout_conv_beside_a_plugin_partition() -> None:
+    """With a plugin claiming part of the graph (the region pass then stays off), a conv given
+    channels-last operands that no kernel takes still runs as permutes around the NCHW conv."""
+    from test_partition import NumpyDispatch
+
+    xt, y = _hand_built()
+    out = y.sin()
+    x = RNG.standard_normal((1, 9, 8, 4)).astype(np.float32)
+    plugin = NumpyDispatch(ops=["sin"])
+    got = compile([out], [xt], plugins=[plugin]).run([x])[0]
+    assert plugin.programs  # the sin ran in the plugin's partition
+    np.testing.assert_allclose(got, reference.evaluate([out], {xt: x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_scale_after_a_channels_last_conv_is_not_folded_as_per_channel() -> None:
+    """``conv * s`` with ``s`` along an axis that would be the channels in NCHW (here H, as long
+    as C) is not folded into the weight of a conv whose channels are last; a scale of another
+    length along that axis compiles too."""
+    xt = Tensor.placeholder((1, 6, 6, 4), np.float32, "x")
+    w = Tensor.const(RNG.standard_normal((6, 4, 3, 3)).astype(np.float32))
+    attrs = {"strides": (1, 1), "pads": ((1, 1), (1, 1)), "dilations": (1, 1), "groups": 1}
+    conv = Tensor(
+        make_node("conv", (xt.node, w.node), **attrs, channels_last_in=True, channels_last_out=True)
+    )
+    x = RNG.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    for s in (np.arange(1.0, 7.0).reshape(1, 6, 1, 1), np.arange(1.0, 7.0).reshape(1, 1, 6, 1)):
+        y = conv * Tensor.const(s.astype(np.float32))
+        got = compile([y], [xt]).run([x])[0]
+        np.testing.assert_allclose(got, reference.evaluate([y], {xt: x})[0], rtol=1e-4, atol=1e-4)

@@ -241,11 +241,8 @@ def _compile(
     graph = canonical_sizes(Graph.of(outs, ins, vars))  # stable names: stable cache keys
     label = name or "plan"
     chosen = resolve_plugins(plugins)
-    key = (
-        *_plan_key(graph, label, fixed, chosen, donate),
-        opt_level,
-        ("channels_last", channels_last_enabled()),
-    )
+    regions = channels_last_enabled()  # read once: the plan is built as it is keyed
+    key = (*_plan_key(graph, label, fixed, chosen, donate), opt_level, ("channels_last", regions))
     # in memory, a plan is reused only with the very plugin objects it was compiled with: its
     # dispatch calls run through them (their identity alone keys the plan index on disk)
     memory_key = (key, tuple(id(p) for p in chosen))
@@ -257,7 +254,7 @@ def _compile(
         count_memory_hit()
         return hit
     t0 = time.perf_counter()
-    lowered = lower(graph, label, fixed, chosen, donate)
+    lowered = lower(graph, label, fixed, chosen, donate, regions)
     ir_text: str | Callable[[], str] = lowered.emit_ir
     found = None
     phash = None

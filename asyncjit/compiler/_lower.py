@@ -16,7 +16,17 @@ from ..codegen._module import ArgLayout, PluginCall, build_module
 from ..codegen._target import parse_and_verify
 from ..errors import CompileError, DonationError
 from ..graph import Node
-from ..passes import Claimed, FusionPlan, Graph, MemoryPlan, channels_last, fuse, optimize_graph, plan_memory
+from ..passes import (
+    Claimed,
+    FusionPlan,
+    Graph,
+    MemoryPlan,
+    channels_last,
+    fuse,
+    kernel_layouts,
+    optimize_graph,
+    plan_memory,
+)
 from ._executable import ArgSpec, Signature
 from ._partition import CompiledResult, CompilerPlugin, PluginKernel, Subgraph, partition
 
@@ -140,10 +150,13 @@ def lower(
     fixed: Mapping[str, int] | None = None,
     plugins: Sequence[CompilerPlugin] | None = None,
     donate: Sequence[int] = (),
+    channels_last_regions: bool | None = None,
 ) -> Lowered:
     """Run the graph passes, the partition stage, the plugins' compile step, fusion and memory
     planning (``plugins``: ``None`` means the registered ones; ``donate``: input indices whose
-    memory outputs may be written over).
+    memory outputs may be written over; ``channels_last_regions``: run the layout pass, by
+    default as ``passes.channels_last_enabled()`` says: the caller that keys the plan passes the
+    value it keyed it with).
 
     Raises:
         CompileError: a plugin claim is malformed or a plugin failed. VarBoundsError: a bad ``fixed``.
@@ -154,10 +167,10 @@ def lower(
     # argument refinements to one value count as fixed: callers may still pass that value
     fixed_map = {k: v for k, v in graph.pending.items() if isinstance(v, int)}
     fixed_map.update(fixed_values(graph, fixed))
-    graph = optimize_graph(graph, fixed)
+    graph = kernel_layouts(optimize_graph(graph, fixed))
     claims = partition(graph, plugins).partitions
     if not claims:  # a plugin's partition holds the nodes it claimed: rewrite no graph under it
-        graph = channels_last(graph)
+        graph = channels_last(graph, channels_last_regions)
     linked, dispatched = _compile_plugins(claims)
     claimed = [
         Claimed(plugin.name, frozenset(n.id for n in sub.nodes), sub.inputs, sub.outputs)

@@ -13,6 +13,7 @@ from ._graph import rebuild as rebuild
 from ._graph import remake as remake
 from ._layout import channels_last as channels_last
 from ._layout import channels_last_enabled as channels_last_enabled
+from ._layout import kernel_layouts as kernel_layouts
 from ._layout import set_channels_last as set_channels_last
 from ._memory import ALIGN as ALIGN
 from ._memory import MemoryPlan as MemoryPlan
@@ -45,6 +46,7 @@ __all__ = [
     "live_nodes",
     "optimize_graph",
     "in_place_kernels",
+    "kernel_layouts",
     "plan_memory",
     "rebuild",
     "refine",

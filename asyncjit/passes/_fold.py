@@ -26,6 +26,7 @@ from ..graph import (
     make_node,
     structural_key,
 )
+from ..graph._nn import conv_layout
 from ..symbolic import upper
 from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
 from ._graph import Graph, rebuild, remake
@@ -238,6 +239,8 @@ def fold_conv_affine(graph: Graph) -> Graph:
             conv, other = inputs[k], inputs[1 - k]
             was = node.inputs[k]
             if conv.op != "conv" or consumers.get(was.id, 0) != 1 or was.id in outputs:
+                continue
+            if any(conv_layout(conv.attrs)):  # channels on another axis (a graph built by hand)
                 continue
             if tuple(new.shape) != tuple(conv.shape) or new.dtype != conv.dtype:
                 continue

@@ -28,19 +28,19 @@ from ..graph._nn import conv_layout
 from ._fusion import conv_panel_weight
 from ._graph import Graph, rebuild, remake
 
-__all__ = ["channels_last", "channels_last_enabled", "set_channels_last"]
+__all__ = ["channels_last", "channels_last_enabled", "kernel_layouts", "set_channels_last"]
 
 TO_LAST = (0, 2, 3, 1)
 """``permute`` order from ``[N, C, H, W]`` to ``[N, H, W, C]``."""
 TO_FIRST = (0, 3, 1, 2)
 """...and back."""
 
-_ENABLED = os.environ.get("ASYNCJIT_CHANNELS_LAST", "1") != "0"
+_ENABLED = os.environ.get("ASYNCJIT_CHANNELS_LAST", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def channels_last_enabled() -> bool:
-    """Whether plans compiled from now on run the pass (``ASYNCJIT_CHANNELS_LAST=0`` turns it
-    off; part of every plan's cache key)."""
+    """Whether plans compiled from now on run the pass (``ASYNCJIT_CHANNELS_LAST=0`` or ``off``
+    turns it off; part of every plan's cache key)."""
     return _ENABLED
 
 
@@ -125,8 +125,9 @@ def _nchw(node: Node, inputs: tuple[Node, ...]) -> Node:
     return make_node("permute", (y,), order=to_last) if last_out else y
 
 
-def _kernel_layouts(graph: Graph) -> Graph:
-    """Every conv with channels-last operands that the panels kernel would not take, as NCHW."""
+def kernel_layouts(graph: Graph) -> Graph:
+    """Every conv with channels-last operands that the panels kernel would not take, as NCHW
+    (run on every plan, plugin partitions or not: no other kernel reads those layouts)."""
 
     def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
         new = remake(node, inputs)
@@ -137,12 +138,12 @@ def _kernel_layouts(graph: Graph) -> Graph:
     return rebuild(graph, rewrite)
 
 
-def channels_last(graph: Graph) -> Graph:
+def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
     """The graph with channels-last regions between panels convs (see the module docstring);
-    off (``set_channels_last``), it only rewrites convs given channels-last operands that no
-    kernel takes."""
-    graph = _kernel_layouts(graph)
-    if not _ENABLED:
+    off (``enabled``, by default ``channels_last_enabled()``), it only rewrites convs given
+    channels-last operands that no kernel takes (``kernel_layouts``)."""
+    graph = kernel_layouts(graph)
+    if not (_ENABLED if enabled is None else enabled):
         return graph
     nodes = graph.nodes
     want = _wanted(nodes, _candidates(nodes))
