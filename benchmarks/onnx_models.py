@@ -287,13 +287,13 @@ def layout_rows(names: list[str], calls: int) -> None:
 
     import asyncjit.onnx as ao
     from asyncjit.codegen import _parallel
-    from asyncjit.passes import set_channels_last
+    from asyncjit.passes import channels_last_enabled, set_channels_last
 
     data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     print("| model | channels-last ms | NCHW ms | ORT 1t ms | NCHW / channels-last | "
           "channels-last / ORT 1t | same bits |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    old = _parallel.intra_op_threads()
+    old, was = _parallel.intra_op_threads(), channels_last_enabled()
     try:
         for name in names:
             path = str(data / f"{name}.onnx")
@@ -328,7 +328,7 @@ def layout_rows(names: list[str], calls: int) -> None:
             )
     finally:
         _parallel.set_intra_op_threads(old)
-        set_channels_last(True)
+        set_channels_last(was)
 
 
 def _minima(
