@@ -19,8 +19,8 @@ generic import should be within 1.2x of it. Ratios are asyncjit / peer: below 1.
 summed by kernel kind and by ORT op too); ``--layers
 MODEL`` each conv kernel's minimum beside ONNX Runtime's conv node of the same rank, with its
 shapes (``layer_rows``); ``--pool`` two threads on the helper pool against two threads created
-per kernel (``pool_rows``); ``--layout`` one thread with channels-last regions between panels
-convs against NCHW throughout, and ONNX Runtime's 1-thread session (``layout_rows``).
+per kernel (``pool_rows``); ``--layout`` channels-last regions between panels convs against
+NCHW throughout, on one thread and the default threads, beside ONNX Runtime (``layout_rows``).
 """
 
 from __future__ import annotations
@@ -279,30 +279,28 @@ def pool_rows(names: list[str], calls: int) -> None:
 
 
 def layout_rows(names: list[str], calls: int) -> None:
-    """Per light model, one thread: the plan with channels-last regions between panels convs
-    against the plan without them (``passes.set_channels_last(False)``: every conv transposes
-    its activations in and out), beside ONNX Runtime's 1-thread session, all in turns; and the
-    two plans' outputs compared bit for bit."""
+    """Per light model: the plan with channels-last regions between panels convs against the
+    plan without them (``passes.set_channels_last(False)``: every conv transposes its
+    activations in and out), on one thread and on the default threads, beside ONNX Runtime's
+    1-thread and default sessions, all in turns; and the two plans' outputs compared bit for bit."""
     import onnx
 
     import asyncjit.onnx as ao
-    from asyncjit.codegen import _parallel
     from asyncjit.passes import channels_last_enabled, set_channels_last
 
     data = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-    print("| model | channels-last ms | NCHW ms | ORT 1t ms | NCHW / channels-last | "
-          "channels-last / ORT 1t | same bits |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    old, was = _parallel.intra_op_threads(), channels_last_enabled()
+    print("| model | channels-last / NCHW ms, 1t; default | ORT ms, 1t; default | NCHW / channels-last, "
+          "1t; default | channels-last / ORT, 1t; default | same bits |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    was = channels_last_enabled()
     try:
         for name in names:
             path = str(data / f"{name}.onnx")
             sess = {}
             for on in (True, False):
                 set_channels_last(on)
-                _parallel.set_intra_op_threads(1)
                 sess[on] = ao.InferenceSession(path)
-            set_channels_last(True)
+            set_channels_last(was)
             info = sess[True].get_inputs()[0]
             shape = tuple(int(d) for d in info.shape)
             size = int(np.prod(shape))
@@ -311,23 +309,28 @@ def layout_rows(names: list[str], calls: int) -> None:
                 np.array_equal(a, b)
                 for a, b in zip(sess[True].run(None, feed), sess[False].run(None, feed), strict=True)
             )
-            ort1 = ort_session(path, 1)
+            ort1, ort0 = ort_session(path, 1), ort_session(path, 0)
+            last, nchw = (functools.partial(sess[on].run, None, feed) for on in (True, False))
             t = _rounds(
                 {
-                    "last": _on_threads(1, functools.partial(sess[True].run, None, feed)),
-                    "nchw": _on_threads(1, functools.partial(sess[False].run, None, feed)),
+                    "last1": _on_threads(1, last),
+                    "nchw1": _on_threads(1, nchw),
+                    "last0": last,
+                    "nchw0": nchw,
                     "ort1": functools.partial(ort1.run, None, feed),
+                    "ort0": functools.partial(ort0.run, None, feed),
                 },
                 calls,
             )
             ms = {k: v * 1e3 for k, v in t.items()}
             print(
-                f"| {name} | {ms['last']:.2f} | {ms['nchw']:.2f} | {ms['ort1']:.2f} | "
-                f"{t['nchw'] / t['last']:.3f}x | {t['last'] / t['ort1']:.2f}x | {same} |",
+                f"| {name} | {ms['last1']:.2f} / {ms['nchw1']:.2f}; {ms['last0']:.2f} / {ms['nchw0']:.2f} | "
+                f"{ms['ort1']:.2f}; {ms['ort0']:.2f} | {t['nchw1'] / t['last1']:.3f}x; "
+                f"{t['nchw0'] / t['last0']:.3f}x | {t['last1'] / t['ort1']:.2f}x; "
+                f"{t['last0'] / t['ort0']:.2f}x | {same} |",
                 flush=True,
             )
     finally:
-        _parallel.set_intra_op_threads(old)
         set_channels_last(was)
 
 
@@ -524,7 +527,7 @@ def main() -> None:
     ap.add_argument(
         "--layout",
         action="store_true",
-        help="light models, 1 thread: channels-last regions between panels convs against NCHW throughout",
+        help="light models: channels-last regions between panels convs against NCHW throughout",
     )
     args = ap.parse_args()
     QUICK = args.quick
