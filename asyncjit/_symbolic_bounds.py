@@ -1,4 +1,5 @@
-"""Bounds of symbolic dims: ``bounds``, ``upper``, ``is_bounded`` (re-exported by ``symbolic``).
+"""Bounds of symbolic dims: ``bounds``, ``upper``, ``is_bounded``, ``is_planned`` (re-exported by
+``symbolic``).
 
 Exact for affine expressions over distinct vars; safe (containing every value, possibly loose)
 otherwise, which is what buffer sizes and the bounds checks of generated code need.
@@ -32,7 +33,7 @@ from .symbolic import (
     free_vars,
 )
 
-__all__ = ["bounds", "is_bounded", "upper"]
+__all__ = ["MAX_PLANNED_ELEMENTS", "bounds", "is_bounded", "is_planned", "upper"]
 
 
 def bounds(e: Dim) -> tuple[int, int]:
@@ -170,6 +171,21 @@ def _split_factor(e: Sum) -> tuple[int, int] | None:
 def is_bounded(e: Dim | Iterable[Dim]) -> bool:
     """Whether every var ``e`` uses has a declared maximum (so ``upper(e)`` sizes a buffer)."""
     return not any(v.unbounded for v in free_vars(e))
+
+
+MAX_PLANNED_ELEMENTS = 1 << 48
+"""Most elements a buffer is sized for ahead of a run (1 PiB of float32, beyond x86-64's 128 TiB
+of user address space: such a plan fails to load with an ``OutOfMemoryError``): a shape whose
+upper bounds multiply to more is sized per run from the var values given, like one over an
+unbounded var. Byte counts of such shapes, taken in 64-bit integers, wrapped: two vars bounded
+by 2^31 and 2^33 planned a 128-byte arena that a 64x64 run wrote past."""
+
+
+def is_planned(shape: Iterable[Dim]) -> bool:
+    """Whether a buffer of ``shape`` is sized once, for the upper bounds of its vars: every var
+    bounded and at most ``MAX_PLANNED_ELEMENTS`` elements there (exact integers)."""
+    dims = list(shape)
+    return is_bounded(dims) and math.prod(max(upper(d), 0) for d in dims) <= MAX_PLANNED_ELEMENTS
 
 
 _MULTILINEAR_MAX_ATOMS = 6

@@ -48,6 +48,7 @@ __all__ = [
     "free_vars",
     "from_json",
     "is_bounded",
+    "is_planned",
     "is_dim",
     "prod",
     "render",
@@ -55,6 +56,7 @@ __all__ = [
     "smin",
     "substitute",
     "to_json",
+    "MAX_PLANNED_ELEMENTS",
     "UNBOUNDED",
     "upper",
 ]
@@ -655,5 +657,5 @@ def check_bindings(variables: Iterable[Var], bindings: Mapping[str, int]) -> Non
 
 # the bounds and text functions live in their own modules (this one was too long); imported
 # last, as they build on everything above, and re-exported here
-from ._symbolic_bounds import bounds, is_bounded, upper  # noqa: E402
+from ._symbolic_bounds import MAX_PLANNED_ELEMENTS, bounds, is_bounded, is_planned, upper  # noqa: E402
 from ._symbolic_text import compile_dims, from_json, render, to_json  # noqa: E402

@@ -91,3 +91,40 @@ def test_each_device_has_both_memory_kinds() -> None:
         pinned = d.memory_space("pinned_host")
         assert pinned.device is d and "pinned_host" in repr(pinned)
         assert d.memory_stats() == d.default_memory_space.memory_stats()
+
+
+def test_shapes_too_large_to_plan_are_sized_per_run() -> None:
+    """Vars bounded by 2^31 and 2^33: the buffers' capacity at the bounds (2^64 elements) is not
+    planned (in 64-bit integers it wrapped to 0, and a 64x64 run wrote past a 128-byte arena);
+    they are sized per run from the var values, like buffers over unbounded vars, and every run
+    is right."""
+    from asyncjit import Tensor, Var
+    from asyncjit.compiler import compile
+    from asyncjit.compiler._executable import ArgSpec
+    from asyncjit.dtypes import float32
+    from asyncjit.symbolic import MAX_PLANNED_ELEMENTS, is_planned
+
+    a, b = Var("a", 1, 2**31), Var("b", 1, 2**33)
+    spec = ArgSpec("y", (a, b), float32)
+    assert spec.capacity == 2**64 * 4 and not spec.bounded and not is_planned((a, b))
+    assert is_planned((Var("c", 1, MAX_PLANNED_ELEMENTS),)) and is_planned((0, 2**50))
+    x = Tensor.placeholder((a, b), np.float32, "x")
+    z = x.cumsum(1)  # its own kernel: an intermediate buffer, then read by two more
+    y = z.exp() + z.cumsum(0)
+    exe = compile([y], [x])
+    assert exe.arena_bytes < 1 << 20
+    for shape in [(64, 64), (3, 1000), (1, 1)]:
+        v = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        want = np.exp(np.cumsum(v, 1)) + np.cumsum(np.cumsum(v, 1), 0)
+        np.testing.assert_allclose(exe.run([v])[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_static_dim_over_2_62_is_refused() -> None:
+    """Generated code indexes with 64-bit integers: an empty tensor of dims 0 and 2^70 would
+    wrap its strides, so the graph refuses the dim when the node is made."""
+    from asyncjit import Tensor
+    from asyncjit.errors import TensorError
+
+    x = Tensor.placeholder((0, 4), np.float32, "x")
+    with pytest.raises(TensorError, match="larger than 2\\^62"):
+        x.reshape(0, 2**70)

@@ -117,6 +117,16 @@ def _empty_axes_attribute() -> bytes:
     return _single(node, [2, 3], opset=11)
 
 
+def _space_to_depth_2_40() -> bytes:
+    node = helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2**40)
+    return _single(node, [1, 1, 0, 6])  # empty: the reshape's element counts agreed (0 = 0)
+
+
+def _depth_to_space_uneven() -> bytes:
+    node = helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2)
+    return _single(node, [1, 6, 2, 2])
+
+
 BAD_MODELS = {
     "an op type that is not UTF-8": (_not_utf8, "not UTF-8 text"),
     "an input of element type 0 (UNDEFINED)": (_undefined_elem_type, "element type 0"),
@@ -130,6 +140,8 @@ BAD_MODELS = {
     "a pool window of 2^40": (_pool_window_2_40, "must stay under 2\\^31"),
     "keepdims = 2 (a 0/1 attribute)": (_keepdims_2, "'keepdims' must be 0 or 1, got 2"),
     "an empty axes attribute (opset 11)": (_empty_axes_attribute, "empty axes attribute"),
+    "a SpaceToDepth block of 2^40 on an empty input": (_space_to_depth_2_40, "blocksize 1099511627776 does"),
+    "a DepthToSpace block whose square does not divide the channels": (_depth_to_space_uneven, "channels"),
 }
 
 
@@ -176,10 +188,10 @@ def test_memory_a_plan_cannot_get_is_an_out_of_memory_error() -> None:
     ``OutOfMemoryError`` (a ``MemoryError``) naming the plan, when it is loaded."""
     with pytest.raises(OutOfMemoryError, match="for the test"):
         allocate_array(1 << 62, np.uint8, "the test")
-    n = Var("n", 1, 1 << 50)  # 4 PiB: beyond any address space, whatever the overcommit policy
+    n = Var("n", 1, 1 << 47)  # 512 TiB: beyond x86-64's user address space, whatever the overcommit
     x = Tensor.placeholder((n,), dt.float32)
     exe = compile_graph([x.cumsum(0) * 2.0], [x], name="huge")  # the cumsum is kept in the arena
-    assert exe.arena_bytes >= 4 << 50
+    assert exe.arena_bytes >= 4 << 47
     with pytest.raises(OutOfMemoryError, match="huge") as info:
         exe.run([np.ones(4, np.float32)], {"n": 4})
     assert isinstance(info.value, MemoryError)

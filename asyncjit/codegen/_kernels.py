@@ -28,7 +28,7 @@ from ..passes._fusion import (
     matmul_operand,
     tuned_conv,
 )
-from ..symbolic import Dim, Index, Var, is_bounded, prod, upper
+from ..symbolic import Dim, Index, Var, is_planned, prod, upper
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_index_check, emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
@@ -104,7 +104,7 @@ def scratch_bytes(kernel: Kernel) -> int:
 def _static_pads(node: Node) -> bool:
     """Static pads and bounded sizes: the library conv1d (its im2col scratch is sized for the
     bounds; a size over an unbounded var takes the direct loop, which needs none)."""
-    return all(isinstance(p, int) for p in node.attrs["padding"]) and is_bounded(node.inputs[0].shape)
+    return all(isinstance(p, int) for p in node.attrs["padding"]) and is_planned(node.inputs[0].shape)
 
 
 class _Ctx:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -397,10 +398,7 @@ class CpuExecutable(Executable):
         if not sig.sized_outputs:  # only index checks: the outputs have their shapes already
             return outs
         shapes = sig.output_shapes((*values, *used))
-        return [
-            o.reshape(-1)[: int(np.prod(s, dtype=np.int64))].reshape(s)
-            for o, s in zip(outs, shapes, strict=True)
-        ]
+        return [o.reshape(-1)[: math.prod(s)].reshape(s) for o, s in zip(outs, shapes, strict=True)]
 
     def profile(
         self, inputs: Sequence[np.ndarray], var_values: Mapping[str, int] | None = None

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import attrs
-import numpy as np
 
 from ..dtypes import DType
 from ..errors import (
@@ -27,7 +26,7 @@ from ..errors import (
     VarBoundsError,
 )
 from ..graph._dynamic import index_error, is_index_check
-from ..symbolic import DataVar, Dim, Var, check_bindings, compile_dims, free_vars, is_bounded, render, upper
+from ..symbolic import DataVar, Dim, Var, check_bindings, compile_dims, free_vars, is_planned, render, upper
 
 __all__ = ["ArgSpec", "Executable", "Launcher", "Signature"]
 
@@ -47,13 +46,14 @@ class ArgSpec:
 
     @property
     def bounded(self) -> bool:
-        """Whether the shape has a finite capacity (no unbounded var): else it is sized per run."""
-        return is_bounded(self.shape)
+        """Whether the shape has a capacity planned ahead (``symbolic.is_planned``): else it is
+        sized per run."""
+        return is_planned(self.shape)
 
     @property
     def capacity(self) -> int:
         """Bytes needed to hold this argument at the upper bound of every var."""
-        return int(np.prod(self.max_shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.max_shape) * self.dtype.itemsize
 
 
 @attrs.define(eq=False)

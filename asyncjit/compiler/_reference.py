@@ -8,6 +8,7 @@ given addresses as numpy arrays (shapes from the checked var values), evaluates 
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ __all__ = ["ReferenceExecutable"]
 
 
 def _view(addr: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
     if nbytes == 0:
         return np.empty(shape, dtype)
     buf = (ctypes.c_char * nbytes).from_address(addr)

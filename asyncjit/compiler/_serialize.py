@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -71,7 +72,7 @@ def _check_call(
         raise CompileError("serialized executable has a dispatch call outside its kernels or payloads")
     limit = {"input": layout.n_inputs, "output": layout.n_outputs, "const": layout.n_consts}
     for r in (*call.inputs, *call.outputs):
-        nbytes = int(np.prod([max(upper(d), 0) for d in r.shape], dtype=np.int64)) * r.dtype.itemsize
+        nbytes = math.prod(max(upper(d), 0) for d in r.shape) * r.dtype.itemsize
         ok = (
             r.offset >= 0 and r.offset + nbytes <= arena_bytes
             if r.kind == "arena"
@@ -231,7 +232,7 @@ def build_executable(
     pos = 0
     for c in meta["consts"]:
         stored = c.get("core", c["shape"])
-        count = int(np.prod(stored, dtype=np.int64))
+        count = math.prod(int(d) for d in stored)
         dtype = np.dtype(c["dtype"])
         if count < 0 or pos + count * dtype.itemsize > len(raw):
             raise CompileError(

@@ -22,7 +22,7 @@ from attrs import define, field
 
 from ..dtypes import DType
 from ..errors import ArgumentTypeError, OutOfMemoryError, TensorError, VarBoundsError
-from ..symbolic import Dim, Var, free_vars
+from ..symbolic import UNBOUNDED, Dim, Var, free_vars
 
 __all__ = [
     "Node",
@@ -94,6 +94,9 @@ def make_node(op: str, inputs: Sequence[Node], /, **node_attrs: Any) -> Node:
         raise TensorError(f"unknown op {op!r}") from None
     ins = tuple(inputs)
     shape, dtype = opdef.infer(ins, node_attrs)
+    huge = [d for d in shape if isinstance(d, int) and d > UNBOUNDED]
+    if huge:  # generated code indexes with i64: such a dim (of an empty tensor) would wrap
+        raise TensorError(f"{op}: dim {huge[0]} of {shape_str(tuple(shape))} is larger than 2^62")
     return Node(op, ins, dtype, tuple(shape), MappingProxyType(dict(node_attrs)))
 
 

@@ -444,10 +444,25 @@ def _trilu(n: NodeCtx, ins: list[Value | None]) -> Value:
     return Tensor.select(keep, x, Tensor.zeros(x.shape, x.dtype))
 
 
+def _blocksize(n: NodeCtx, x: Tensor, what: str, dims: tuple[Dim, ...], per: int) -> int:
+    """The ``blocksize`` of a DepthToSpace/SpaceToDepth node on a 4-D ``x``: an int >= 1 whose
+    ``per``-th power divides each static dim of ``dims`` (ONNX requires it; unchecked, a block
+    larger than the tensor made dims of 2^80 for an empty one)."""
+    b = n.attr("blocksize")
+    if x.ndim != 4:
+        raise n.fail(f"needs a 4-D input [N, C, H, W], got rank {x.ndim}")
+    if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+        raise n.fail(f"blocksize must be an int >= 1, got {b!r}")
+    for d in dims:
+        if isinstance(d, int) and d % b**per:
+            raise n.fail(f"blocksize {b} does not divide the {what} of input {list(x.shape)}")
+    return b
+
+
 @op("DepthToSpace")
 def _depth_to_space(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    b = n.attr("blocksize")
+    b = _blocksize(n, x, "channels (squared)", x.shape[1:2], 2)
     N, C, H, W = x.shape
     if n.attr("mode", "DCR") in ("CRD", b"CRD"):
         y = x.reshape(N, C // (b * b), b, b, H, W).permute(0, 1, 4, 2, 5, 3)
@@ -459,7 +474,7 @@ def _depth_to_space(n: NodeCtx, ins: list[Value | None]) -> Value:
 @op("SpaceToDepth")
 def _space_to_depth(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
-    b = n.attr("blocksize")
+    b = _blocksize(n, x, "height and width", tuple(x.shape[2:]), 1)
     N, C, H, W = x.shape
     if n.attr("mode", "DCR") == "CRD":
         y = x.reshape(N, C, H // b, b, W // b, b).permute(0, 1, 3, 5, 2, 4)

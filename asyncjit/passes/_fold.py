@@ -12,6 +12,7 @@ entries keep only the small source, as ONNX Runtime keeps such a weight folded i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 
 import numpy as np
@@ -48,7 +49,7 @@ _MOVEMENT = frozenset({"expand", "reshape", "permute"})
 def _numel(node: Node) -> int | None:
     if not all(isinstance(d, int) for d in node.shape):
         return None
-    return int(np.prod([int(d) for d in node.shape], dtype=np.int64))
+    return math.prod(int(d) for d in node.shape)
 
 
 def _source(node: Node) -> Node | None:

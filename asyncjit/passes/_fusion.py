@@ -21,7 +21,7 @@ import attrs
 
 from ..graph import OPS, Node
 from ..graph._nn import conv_layout
-from ..symbolic import Dim, is_bounded, upper
+from ..symbolic import Dim, is_planned, upper
 from ._graph import Graph
 
 __all__ = [
@@ -188,7 +188,7 @@ def conv1d_takes_kn(node: Node) -> bool:
 
     lib = conv_library()
     x, w = node.inputs
-    if lib is None or not all(isinstance(p, int) for p in node.attrs["padding"]) or not is_bounded(x.shape):
+    if lib is None or not all(isinstance(p, int) for p in node.attrs["padding"]) or not is_planned(x.shape):
         return False
     groups = node.attrs["groups"]
     cout, cin_g = int(w.shape[0]), int(w.shape[1])
@@ -217,7 +217,7 @@ def tuned_conv(node: Node) -> bool:
         node.op == "conv"
         and node.dtype.name == "float32"
         and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
-        and is_bounded(node.shape)
+        and is_planned(node.shape)
     )
 
 

@@ -22,13 +22,13 @@ different buffers, so the plan is correct with and without donation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import attrs
-import numpy as np
 
 from ..graph import OPS, Node
-from ..symbolic import DataVar, Dim, Var, bounds, free_vars, is_bounded, prod, substitute, upper
+from ..symbolic import DataVar, Dim, Var, bounds, free_vars, is_planned, prod, substitute, upper
 from ._fusion import FusionPlan, Kernel
 
 __all__ = ["ALIGN", "MemoryPlan", "Slot", "capacity_bytes", "in_place_kernels", "plan_memory"]
@@ -64,7 +64,7 @@ class MemoryPlan:
 
 def capacity_bytes(node: Node) -> int:
     """Bytes for ``node`` at the upper bound of every var."""
-    numel = int(np.prod([max(upper(d), 0) for d in node.shape], dtype=np.int64))
+    numel = math.prod(max(upper(d), 0) for d in node.shape)
     return numel * node.dtype.itemsize
 
 
@@ -116,7 +116,7 @@ def plan_memory(plan: FusionPlan, scratch_bytes: int = 0, donate: Sequence[int] 
         for n in k.outputs:  # a plugin kernel writes several; none may overlap what it reads
             if n.id in slots:
                 continue
-            if not is_bounded(n.shape):
+            if not is_planned(n.shape):
                 # a data-dependent size takes its bound: the arena is sized before the run
                 nbytes = prod(n.shape) * n.dtype.itemsize
                 data: dict[Var | str, Dim] = {v: v.max for v in free_vars(nbytes) if isinstance(v, DataVar)}

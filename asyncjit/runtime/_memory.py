@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
+import math
 import mmap
 import os
 import threading
@@ -114,7 +115,7 @@ def host_array(shape: tuple[int, ...] | int, dtype: npt.DTypeLike) -> npt.NDArra
     """A zeroed, 64-byte aligned numpy array: ``buffer_from_host`` can alias it without a copy."""
     dt = np.dtype(dtype)
     shp = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+    nbytes = math.prod(int(d) for d in shp) * dt.itemsize
     raw = allocate_array(nbytes + ALIGNMENT, np.uint8, f"a host array {dt.name}{list(shp)}", zeroed=True)
     off = (-raw.ctypes.data) % ALIGNMENT
     return raw[off : off + nbytes].view(dt).reshape(shp)
