@@ -128,3 +128,48 @@ def test_a_static_dim_over_2_62_is_refused() -> None:
     x = Tensor.placeholder((0, 4), np.float32, "x")
     with pytest.raises(TensorError, match="larger than 2\\^62"):
         x.reshape(0, 2**70)
+
+
+def test_a_plugin_never_claims_a_buffer_sized_per_run() -> None:
+    """A dispatch plugin's buffers are views into the arena planned at the bounds: an op over a
+    shape sized per run (here bounded, but over 2^48 elements at the bounds) stays on the CPU
+    compiler. (Claimed, its views pointed at the arena's start: wrong values, then a crash.)"""
+    import sys
+    from pathlib import Path
+
+    from asyncjit import Tensor, Var
+    from asyncjit.compiler import compile
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_partition import NumpyDispatch
+
+    a, b = Var("a", 1, 2**20), Var("b", 1, 2**30)
+    x = Tensor.placeholder((a, b), np.float32, "x")
+    z = x.cumsum(1).relu().cumsum(0)
+    plugin = NumpyDispatch(ops=["relu"])
+    exe = compile([z], [x], plugins=[plugin])
+    assert not plugin.programs  # nothing claimed
+    v = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(
+        exe.run([v])[0], np.cumsum(np.maximum(np.cumsum(v, 1), 0), 0), rtol=1e-4, atol=1e-3
+    )
+
+
+def test_an_unmappable_pinned_output_is_an_out_of_memory_error() -> None:
+    """An output in ``pinned_host`` memory too large to map: a typed ``OutOfMemoryError``, and
+    the space's counters say nothing was allocated."""
+    from asyncjit import Tensor, Var
+    from asyncjit.compiler import compile
+    from asyncjit.errors import OutOfMemoryError
+
+    n = Var("n", 1, 2**61)
+    x = Tensor.placeholder((1,), np.float32, "x")
+    exe = compile([x.expand(n) + 1.0], [x])
+    client = Client("cpu")
+    loaded = client.load(exe, output_memory_kinds={0: "pinned_host"})
+    space = client.devices()[0].memory_space("pinned_host")
+    before = space.memory_stats().bytes_in_use
+    for size in (2**50, 2**61):  # 4 PiB (mmap refuses), 8 EiB (more than a ssize_t)
+        with pytest.raises(OutOfMemoryError):
+            loaded.execute_blocking([client.buffer_from_host(np.ones(1, np.float32))], {"n": size})
+    assert space.memory_stats().bytes_in_use == before

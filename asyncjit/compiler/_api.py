@@ -91,6 +91,8 @@ def _dispatch_program(
 
     def ref(node_id: int, shape: Any, dtype: Any) -> BufferRef:
         s = slots[node_id]
+        if s.kind == "dyn":  # partitioning keeps per-run sizes on the CPU compiler
+            raise CompileError(f"a plugin partition's buffer is sized per run (node {node_id})")
         return BufferRef(s.kind, s.index, s.offset, tuple(shape), dtype)
 
     calls = []

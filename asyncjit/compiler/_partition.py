@@ -25,7 +25,7 @@ import attrs
 from ..errors import ArgumentTypeError, CompileError
 from ..graph import Node
 from ..passes import Graph
-from ..symbolic import DataVar, Var, free_vars
+from ..symbolic import DataVar, Var, free_vars, is_planned
 
 __all__ = [
     "CompiledResult",
@@ -255,10 +255,13 @@ def _supported(plugin: CompilerPlugin, node: Node) -> bool:
 
 
 def _data_dependent(node: Node) -> bool:
-    """Whether ``node`` sets or reads a data-dependent or unbounded size (those stay on the CPU
-    compiler: plugins' buffers are views sized from caller-bound vars with finite bounds), or
-    sets one through its attributes (``prefix``'s size, ``index_check``'s count)."""
+    """Whether ``node`` sets or reads a data-dependent or unbounded size, or one too large to
+    plan (``symbolic.is_planned``): those are sized per run and stay on the CPU compiler, since
+    plugins' buffers are views into the arena planned at the bounds; or sets one through its
+    attributes (``prefix``'s size, ``index_check``'s count)."""
     if any(isinstance(v, DataVar) for v in node.attrs.values()):
+        return True
+    if not all(is_planned(n.shape) for n in (node, *node.inputs)):
         return True
     return any(
         isinstance(v, DataVar) or v.unbounded for n in (node, *node.inputs) for v in free_vars(n.shape)

@@ -212,13 +212,15 @@ def conv1d_kn_weight(node: Node) -> Node | None:
 
 def tuned_conv(node: Node) -> bool:
     """A float32 conv with static pads and bounded sizes: the tuned kernels of ``codegen._convnd``
-    (their scratch is sized at the bounds); other convs run the direct loop."""
-    return (
-        node.op == "conv"
-        and node.dtype.name == "float32"
-        and all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair)
-        and is_planned(node.shape)
-    )
+    (their scratch is sized at the bounds: the input, and ``cin/groups * prod(K)`` rows of
+    every output position, must be plannable too); other convs run the direct loop."""
+    if node.op != "conv" or node.dtype.name != "float32":
+        return False
+    if not all(isinstance(p, int) for pair in node.attrs["pads"] for p in pair):
+        return False
+    x, w = node.inputs[0], node.inputs[1]
+    positions = conv_spatial(node.shape, conv_layout(node.attrs)[1])
+    return is_planned(node.shape) and is_planned(x.shape) and is_planned((*w.shape[1:], *positions))
 
 
 def conv_epilogues(

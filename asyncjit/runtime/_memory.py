@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._log import get_logger
+from ..errors import OutOfMemoryError
 from ..graph._node import allocate_array
 
 if TYPE_CHECKING:
@@ -90,8 +91,14 @@ def _mlock(addr: int, size: int) -> str | None:
 
 
 def _pinned_block(cls: int, space: MemorySpace) -> tuple[Block, bool]:
-    """A block of its own pages (``mmap``), locked unless the limit forbids: (block, locked)."""
-    mm = mmap.mmap(-1, max(cls, 1))
+    """A block of its own pages (``mmap``), locked unless the limit forbids: (block, locked).
+
+    Raises:
+        OutOfMemoryError: the pages cannot be mapped (as ``allocate_array`` says for the rest)."""
+    try:
+        mm = mmap.mmap(-1, max(cls, 1))
+    except (OSError, OverflowError, ValueError) as exc:
+        raise OutOfMemoryError(f"cannot map {cls} bytes of pinned host memory in {space!r}: {exc}") from None
     arr = np.frombuffer(mm, np.uint8, count=cls)  # keeps the mapping alive; unmapped with it
     addr = arr.ctypes.data if cls else 0
     why = _mlock(addr, cls) if cls else None
@@ -193,13 +200,19 @@ class MemorySpace:
                 self._cached -= cls
                 self._reuses += 1
                 return free.pop()
-        if self._pin:
-            block, locked = _pinned_block(cls, self)
-            if locked:
-                with self._lock:
-                    self._pinned += cls
-            return block
-        raw = allocate_array(cls + ALIGNMENT, np.uint8, f"a buffer in {self!r}")
+        try:
+            if self._pin:
+                block, locked = _pinned_block(cls, self)
+                if locked:
+                    with self._lock:
+                        self._pinned += cls
+                return block
+            raw = allocate_array(cls + ALIGNMENT, np.uint8, f"a buffer in {self!r}")
+        except OutOfMemoryError:
+            with self._lock:  # nothing was allocated: the counters say so again
+                self._allocs -= 1
+                self._in_use -= cls
+            raise
         off = (-raw.ctypes.data) % ALIGNMENT
         return Block(raw.ctypes.data + off, cls, raw[off : off + cls], self, external=False)
 
