@@ -195,19 +195,7 @@ done:
 ; every word but the owner (2) and the switch (6): the helpers, their mailboxes and the counters
 define internal void @pool.forget() nounwind {{
   call void @llvm.memset.p0.i64(ptr @pool.boxes, i8 0, i64 {box_bytes}, i1 false)
-  store atomic i64 0, ptr @asyncjit_pool_state seq_cst, align 8
-  %w1 = getelementptr i64, ptr @asyncjit_pool_state, i64 1
-  store atomic i64 0, ptr %w1 seq_cst, align 8
-  %w3 = getelementptr i64, ptr @asyncjit_pool_state, i64 3
-  store atomic i64 0, ptr %w3 seq_cst, align 8
-  %w4 = getelementptr i64, ptr @asyncjit_pool_state, i64 4
-  store atomic i64 0, ptr %w4 seq_cst, align 8
-  %w5 = getelementptr i64, ptr @asyncjit_pool_state, i64 5
-  store atomic i64 0, ptr %w5 seq_cst, align 8
-  %w8 = getelementptr i64, ptr @asyncjit_pool_state, i64 8
-  store atomic i64 0, ptr %w8 seq_cst, align 8
-  %w9 = getelementptr i64, ptr @asyncjit_pool_state, i64 9
-  store atomic i64 0, ptr %w9 seq_cst, align 8
+{forget_words}
   ret void
 }}
 
@@ -382,6 +370,19 @@ finish:
 )
 
 
+_FORGOTTEN_WORDS = (0, 1, 3, 4, 5, 8, 9)
+"""The state words a forked child zeroes: all but the owner (2) and the switch (6)."""
+
+
+def _zero_words(words: tuple[int, ...]) -> str:
+    """IR storing 0 atomically into each of ``words`` of ``@asyncjit_pool_state``."""
+    return "\n".join(
+        f"  %w{i} = getelementptr i64, ptr @asyncjit_pool_state, i64 {i}\n"
+        f"  store atomic i64 0, ptr %w{i} seq_cst, align 8"
+        for i in words
+    )
+
+
 def _ir_text(spin_ns: int) -> str:
     spec = _FUTEX.get(platform.machine().lower()) if platform.system() == "Linux" else None
     if spec is None:
@@ -393,6 +394,7 @@ def _ir_text(spin_ns: int) -> str:
         box_words=box_words,
         box_words_each=_BOX_WORDS,
         box_bytes=8 * box_words,
+        forget_words=_zero_words(_FORGOTTEN_WORDS),
         max_helpers=_MAX_HELPERS,
         caller_spin_ns=_CALLER_SPIN_NS,
         nr=nr,

@@ -261,11 +261,9 @@ def _data_dependent(node: Node) -> bool:
     attributes (``prefix``'s size, ``index_check``'s count)."""
     if any(isinstance(v, DataVar) for v in node.attrs.values()):
         return True
-    if not all(is_planned(n.shape) for n in (node, *node.inputs)):
+    if not all(is_planned(n.shape) for n in (node, *node.inputs)):  # unbounded vars included
         return True
-    return any(
-        isinstance(v, DataVar) or v.unbounded for n in (node, *node.inputs) for v in free_vars(n.shape)
-    )
+    return any(isinstance(v, DataVar) for n in (node, *node.inputs) for v in free_vars(n.shape))
 
 
 def _reason(plugins: Sequence[CompilerPlugin], node: Node) -> str:

@@ -30,10 +30,14 @@ from ._graph import Graph, rebuild, remake
 
 __all__ = ["channels_last", "channels_last_enabled", "kernel_layouts", "set_channels_last"]
 
-TO_LAST = (0, 2, 3, 1)
-"""``permute`` order from ``[N, C, H, W]`` to ``[N, H, W, C]``."""
-TO_FIRST = (0, 3, 1, 2)
-"""...and back."""
+
+def _orders(r: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``permute`` orders from ``[N, C, *S]`` to ``[N, *S, C]`` (``r`` spatial axes), and back."""
+    return (0, *range(2, r + 2), 1), (0, r + 1, *range(1, r + 1))
+
+
+TO_LAST, TO_FIRST = _orders(2)
+"""``[N, C, H, W]`` to ``[N, H, W, C]``, and back."""
 
 _ENABLED = os.environ.get("ASYNCJIT_CHANNELS_LAST", "1").strip().lower() not in ("0", "off", "false", "no")
 
@@ -116,9 +120,7 @@ def _nchw(node: Node, inputs: tuple[Node, ...]) -> Node:
     """A conv given channels-last operands (by a graph built by hand: the pass gives them only to
     convs the panels kernel takes) as permutes around the NCHW conv every kernel computes."""
     last_in, last_out = conv_layout(node.attrs)
-    r = node.ndim - 2
-    to_first = (0, r + 1, *range(1, r + 1))
-    to_last = (0, *range(2, r + 2), 1)
+    to_last, to_first = _orders(node.ndim - 2)
     x = make_node("permute", (inputs[0],), order=to_first) if last_in else inputs[0]
     attrs = {k: v for k, v in node.attrs.items() if k not in ("channels_last_in", "channels_last_out")}
     y = make_node("conv", (x, *inputs[1:]), **attrs)
@@ -147,10 +149,10 @@ def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
         return graph
     nodes = graph.nodes
     want = _wanted(nodes, _candidates(nodes))
+    if not want:  # no conv would take or give a channels-last value
+        return graph
     memo: dict[int, Node] = {}  # node id -> its NCHW value in the new graph
     last: dict[int, Node] = {}  # node id -> its channels-last value, for the wanted ones
-    if not want and not any(_eligible(n) for n in nodes):
-        return graph
 
     def nhwc(i: Node) -> Node:
         if i.id in last:
@@ -161,8 +163,8 @@ def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
 
     for n in nodes:
         inputs = tuple(memo[i.id] for i in n.inputs)
-        if _eligible(n):
-            x_last = n.inputs[0].id in want
+        x_last = bool(n.inputs) and n.inputs[0].id in want
+        if _eligible(n) and (x_last or n.id in want):
             x = last[n.inputs[0].id] if x_last else inputs[0]
             attrs = {**dict(n.attrs), **({"channels_last_in": True} if x_last else {})}
             if n.id in want:
