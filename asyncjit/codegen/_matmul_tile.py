@@ -157,7 +157,9 @@ _MICRO_ARGS: list[tuple[str, ir.Type]] = [
 ]
 
 
-def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = False) -> ir.Function:
+def _micro(
+    vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = False, prefetch: bool = False
+) -> ir.Function:
     """``C[0:mr_eff, 0:nr_eff] (+)= A[0:mr_eff, 0:kc] @ B[0:kc, 0:nr_eff]``, tile in registers.
 
     A element (r, k) at ``a[r*a_rs + k*a_cs]``; B element (k, j) at ``b[k*b_ks + j]``.  Rows
@@ -170,22 +172,31 @@ def _micro(vec: _Vec, mr: int, nr: int, b_padded: bool = False, full: bool = Fal
     ``nr_eff == nr`` and ``mr_eff == mr``) drops every mask, in the B loads and the C stores
     alike, and the clamping of row offsets: A's rows are then ``r * a_rs``, which x86 addressing
     forms from one stride register instead of six offsets held across the k loop.
+    ``prefetch`` (with ``full``) takes one more argument, ``pf``: a B panel laid out as this
+    one, whose row k is asked into L2 beside row k of this one (see ``_prepacked``).
     """
     module = vec.module
-    name = f"asyncjit.matmul.micro{mr}x{nr}{'p' if b_padded else ''}{'f' if full else ''}"
+    suffix = f"{'p' if b_padded else ''}{'f' if full else ''}{'q' if prefetch else ''}"
+    name = f"asyncjit.matmul.micro{mr}x{nr}{suffix}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
-    fn, b = new_function(module, name, _MICRO_ARGS, noalias=("a", "b", "c"), inline="noinline")
-    a, a_rs, a_cs, bp, b_ks, c, c_rs, kc, mr_eff, nr_eff, accumulate = fn.args
+    args = [*_MICRO_ARGS, ("pf", PTR)] if prefetch else _MICRO_ARGS
+    fn, b = new_function(module, name, args, noalias=("a", "b", "c"), inline="noinline")
+    a, a_rs, a_cs, bp, b_ks, c, c_rs, kc, mr_eff, nr_eff, accumulate = fn.args[:11]
     nv = nr // vec.vw
     rows = tile_rows(b, mr, a_rs, mr_eff, full)
     masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
     b_masks = [None if b_padded else m for m in masks]
+    pf_fn = intrinsic(module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32]) if prefetch else None
 
     def step(k: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:
         kb = b.mul(k, b_ks)
         ka = b.mul(k, a_cs)
+        if pf_fn is not None:  # read, into L2 (locality 2: prefetcht1), data
+            for line in range(0, nr, 16):
+                at = b.gep(fn.args[11], [b.add(kb, i64(line))], source_etype=F32)
+                b.call(pf_fn, [at, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
         bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), b_masks[v]) for v in range(nv)]
         out = [list(row) for row in accs]
         for r in range(mr):
