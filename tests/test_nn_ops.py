@@ -179,7 +179,8 @@ def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: py
         (512, 512, 7, 3, 1, True),  # as many tiles as im2col's
         (3, 64, 224, 7, 2, True),  # ResNet's stem
         (384, 384, 13, 3, 1, False),  # 18% more tiles: im2col
-        (128, 128, 56, 3, 2, False),  # stride 2 with many outputs: im2col
+        (128, 128, 56, 3, 2, True),  # stride 2 up to 128 outputs: faster inside a model
+        (128, 160, 56, 3, 2, False),  # stride 2 with more outputs: im2col
         (3, 96, 224, 11, 4, False),  # stride 4: im2col
     ],
 )
@@ -203,7 +204,7 @@ def test_padded_copy_is_chosen_where_it_was_faster(
 
 
 PANELS_CASES = [  # cin, cout, kernel, strides, dilations, pads per axis (lo, hi), bias: one group
-    (64, 96, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), True),  # stride 2 past the padded copy's 64
+    (64, 160, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), True),  # stride 2 past the padded copy's 128
     (24, 32, (3, 3), (3, 2), (1, 2), ((2, 0), (1, 3)), False),  # stride 3: no padded copy; dilated
     (80, 64, (1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), True),  # 1x1: x transposed is X_col^T
     (96, 32, (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)), False),  # strided 1x1
@@ -262,7 +263,7 @@ def test_conv_panels_need_a_constant_weight() -> None:
     """A weight computed at run time is read as it is (no panels: they are laid out by constant
     folding), and a conv the fold laid out keeps its layout through the later folding rounds."""
     x = RNG.standard_normal((1, 64, 7, 7)).astype(np.float32)
-    w = RNG.standard_normal((96, 64, 3, 3)).astype(np.float32)
+    w = RNG.standard_normal((160, 64, 3, 3)).astype(np.float32)
     xt, wt = Tensor.placeholder(x.shape, np.float32, "x"), Tensor.placeholder(w.shape, np.float32, "w")
     y = xt.conv(wt, strides=2, pads=1)
     exe = compile(y, [xt, wt])
@@ -284,7 +285,8 @@ def test_conv_panels_need_a_constant_weight() -> None:
     [
         (512, 512, 7, 3, 1, True),  # above 128 outputs at 7x7: over the padded copy
         (256, 256, 14, 3, 1, True),  # im2col's layer
-        (128, 128, 56, 3, 2, True),
+        (128, 128, 56, 3, 2, False),  # stride 2, up to 128 outputs: the padded copy
+        (128, 160, 56, 3, 2, True),
         (3, 96, 224, 11, 4, True),  # AlexNet's first layer
         (256, 256, 56, 3, 1, False),  # 3,136 positions: the padded copy
         (64, 64, 56, 3, 1, False),  # few outputs: the padded copy

@@ -91,10 +91,12 @@ def taps_eligible(
 
 
 TAPS_SMALL_COUT = 128
-"""Up to this many output channels (stride 1; 64 for stride 2) packing im2col's copy costs more
-than the junk columns: the padded copy is always used. Measured in one process
-(``benchmarks/conv_ab.py``): 32-128 output channels 1.1-2x faster than im2col, 64 at stride 2
-1.0-1.3x, 128 at stride 2 5% slower."""
+"""Up to this many output channels packing im2col's copy costs more than the junk columns: the
+padded copy is always used. Measured in one process (``benchmarks/conv_ab.py``): 32-128 output
+channels 1.1-2x faster than im2col, 64 at stride 2 1.0-1.3x, 128 at stride 2 5% slower alone;
+but inside a model, where the layer's input comes from the previous layer, not warm from its own
+last call, ResNet-50's 128-channel stride-2 3x3 took 2.19-2.30 ms here against 2.47-2.62 ms as
+the panels conv (im2col of a transposed input; ``onnx_models.py --layers``, trees alternated)."""
 
 TAPS_MAX_WASTE = 1.05
 """Above ``TAPS_SMALL_COUT``, the padded copy only where its tiles (output rows ``Wq`` wide, junk
@@ -129,7 +131,7 @@ def taps_chosen(
     if not taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
         return False
     if max(strides) > 1:
-        return cout <= TAPS_SMALL_COUT // 2
+        return cout <= TAPS_SMALL_COUT
     if cout <= TAPS_SMALL_COUT:
         return True
     nr = matmul_tiling().nr

@@ -172,8 +172,9 @@ def _micro(
     ``nr_eff == nr`` and ``mr_eff == mr``) drops every mask, in the B loads and the C stores
     alike, and the clamping of row offsets: A's rows are then ``r * a_rs``, which x86 addressing
     forms from one stride register instead of six offsets held across the k loop.
-    ``prefetch`` (with ``full``) takes one more argument, ``pf``: a B panel laid out as this
-    one, whose row k is asked into L2 beside row k of this one (see ``_prepacked``).
+    ``prefetch`` (with ``full``) takes one more argument, ``pf``: the next B panel (laid out as
+    this one, rows ``b_ks`` apart), whose row k is asked into L2 beside row k of this one: the
+    drivers pass it to the first row tile of each panel (``_prepacked``, ``_matmul._direct``).
     """
     module = vec.module
     suffix = f"{'p' if b_padded else ''}{'f' if full else ''}{'q' if prefetch else ''}"
