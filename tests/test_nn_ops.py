@@ -179,7 +179,8 @@ def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: py
         (512, 512, 7, 3, 1, True),  # as many tiles as im2col's
         (3, 64, 224, 7, 2, True),  # ResNet's stem
         (384, 384, 13, 3, 1, False),  # 18% more tiles: im2col
-        (128, 128, 56, 3, 2, True),  # stride 2 up to 128 outputs: faster inside a model
+        (128, 128, 56, 3, 2, True),  # stride 2 up to 128 outputs at 28x28: faster inside a model
+        (128, 128, 28, 3, 2, False),  # ... but not at 14x14
         (128, 160, 56, 3, 2, False),  # stride 2 with more outputs: im2col
         (3, 96, 224, 11, 4, False),  # stride 4: im2col
     ],

@@ -50,9 +50,11 @@ from ._target import (
     i64,
     intrinsic,
     new_function,
+    relu_value,
     residual_arg,
     smax,
     smin,
+    splat,
 )
 
 __all__ = [
@@ -91,12 +93,18 @@ def taps_eligible(
 
 
 TAPS_SMALL_COUT = 128
-"""Up to this many output channels packing im2col's copy costs more than the junk columns: the
-padded copy is always used. Measured in one process (``benchmarks/conv_ab.py``): 32-128 output
-channels 1.1-2x faster than im2col, 64 at stride 2 1.0-1.3x, 128 at stride 2 5% slower alone;
-but inside a model, where the layer's input comes from the previous layer, not warm from its own
-last call, ResNet-50's 128-channel stride-2 3x3 took 2.19-2.30 ms here against 2.47-2.62 ms as
-the panels conv (im2col of a transposed input; ``onnx_models.py --layers``, trees alternated)."""
+"""Up to this many output channels (stride 1; with a stride of 2 see ``TAPS_STRIDED_MIN_P``)
+packing im2col's copy costs more than the junk columns: the padded copy is always used.
+Measured in one process (``benchmarks/conv_ab.py``): 32-128 output channels 1.1-2x faster than
+im2col, 64 at stride 2 1.0-1.3x, 128 at stride 2 5% slower."""
+
+TAPS_STRIDED_MIN_P = 784
+"""With a stride of 2, up to ``TAPS_SMALL_COUT // 2`` output channels always take the padded
+copy, up to ``TAPS_SMALL_COUT`` from this many output positions: alone, 128 channels ran 5%
+slower than im2col, but inside a model, where the layer's input comes from the previous layer
+rather than warm from its own last call, ResNet-50's 128-channel stride-2 3x3 to 28x28 took
+2.19-2.30 ms against 2.47-2.62 ms as the panels conv (im2col of a transposed input;
+``onnx_models.py --layers``, trees alternated). Smaller outputs keep the measured rule."""
 
 TAPS_MAX_WASTE = 1.05
 """Above ``TAPS_SMALL_COUT``, the padded copy only where its tiles (output rows ``Wq`` wide, junk
@@ -130,12 +138,13 @@ def taps_chosen(
     judged at the upper bounds ``s_max`` of its input's spatial extents."""
     if not taps_eligible(cin=cin, ks=ks, strides=strides, dilations=dilations, groups=groups):
         return False
+    _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
     if max(strides) > 1:
-        return cout <= TAPS_SMALL_COUT
+        many = oh * ow >= TAPS_STRIDED_MIN_P
+        return cout <= TAPS_SMALL_COUT // 2 or (cout <= TAPS_SMALL_COUT and many)
     if cout <= TAPS_SMALL_COUT:
         return True
     nr = matmul_tiling().nr
-    _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
     if oh <= 0 or ow <= 0:
         return True
     return -(-oh * wq // nr) <= TAPS_MAX_WASTE * -(-oh * ow // nr)
@@ -352,6 +361,8 @@ def _emit_runs(
                             tile(i64(r0_tail), size, True)
 
     # the output rows this run covers, each from its first to its last column in the run
+    vw = t.vw
+    vty = ir.VectorType(F32, vw)
     r_lo = b.sdiv(j0, wq)
     r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
     with for_range(b, i64(0), i64(cout), name="oc") as oc:
@@ -365,11 +376,22 @@ def _emit_runs(
             at = b.add(ybase, b.mul(orow, ow_arg))
             dst = b.gep(y, [at], source_etype=F32)
             res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-            with for_range(b, c_lo, c_hi, name="ocol") as j:
-                v = b.load(b.gep(src, [j], source_etype=F32), typ=F32, align=4)
-                if bv is not None:
-                    v = b.fadd(v, bv)
+            # vectors of the host's width, the row's last columns under a mask (the copy-out
+            # as a loop of scalars was 7% of a 64-channel 3x3 layer at 56x56; in vectors the
+            # padded-copy layers of benchmarks/conv_ab.py ran 1-5% faster)
+            whole = b.add(c_lo, b.mul(b.sdiv(b.sub(c_hi, c_lo), i64(vw)), i64(vw)))
+            bvec = None if bv is None else splat(b, bv, vw)
+            with for_range(b, c_lo, whole, vw, name="ocol") as j:
+                v = b.load(b.gep(src, [j], source_etype=F32), typ=vty, align=4)
+                v = v if bvec is None else b.fadd(v, bvec)
                 b.store(conv_epilogue(b, v, res_row, j, relu), b.gep(dst, [j], source_etype=F32), align=4)
+            with b.if_then(b.icmp_signed("<", whole, c_hi)):
+                mask = vec.lane_mask(b, b.sub(c_hi, whole), 0)
+                v = vec.load(b, src, whole, mask)
+                v = v if bvec is None else b.fadd(v, bvec)
+                if res_row is not None:
+                    v = b.fadd(v, vec.load(b, res_row, whole, mask))
+                vec.store(b, relu_value(b, v) if relu else v, dst, whole, mask)
     b.branch(claim)
     b.position_at_end(done)
     b.ret_void()
