@@ -170,6 +170,30 @@ def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: py
         np.testing.assert_allclose(got, reference.evaluate(y, {xt: x}, bind), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("cout", "hw"), [(96, 56), (128, 57)])
+def test_a_strided_conv_with_many_outputs_on_the_padded_copy(cout: int, hw: int) -> None:
+    """A stride-2 3x3 with 65-128 outputs over 784 or more positions runs on the padded copy,
+    its bias, residual add and relu applied as each run is copied out (output rows of 28 and 29
+    columns: a whole vector and a masked tail on either host), equal to the reference."""
+    from asyncjit.codegen._convtaps import TAPS_STRIDED_MIN_P, taps_chosen
+
+    cin, out_hw = 16, (hw + 2 - 3) // 2 + 1
+    assert out_hw * out_hw >= TAPS_STRIDED_MIN_P
+    pads = ((1, 1), (1, 1))
+    assert taps_chosen(cin=cin, cout=cout, ks=(3, 3), strides=(2, 2), dilations=(1, 1), pads=pads,
+                       groups=1, s_max=(hw, hw))  # fmt: skip
+    w = (RNG.standard_normal((cout, cin, 3, 3)) / 12).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    x = RNG.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    r = RNG.standard_normal((1, cout, out_hw, out_hw)).astype(np.float32)
+    xt, rt = Tensor.placeholder(x.shape, np.float32, "x"), Tensor.placeholder(r.shape, np.float32, "r")
+    y = (xt.conv(Tensor.const(w), Tensor.const(b), strides=2, pads=1) + rt).relu()
+    exe = compile(y, [xt, rt])
+    ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
+    assert "asyncjit.conv.taps" in ir_text
+    check_compiled(y, [xt, rt], [x, r])
+
+
 @pytest.mark.parametrize(
     ("cin", "cout", "hw", "k", "stride", "chosen"),
     [

@@ -232,16 +232,18 @@ def emit_convnd(
 
     def finish(n: ir.Value, p0: ir.Value, plen: ir.Value) -> None:
         """Positions ``p0 .. p0+plen`` of every output row of sample ``n``: + bias (+ residual),
-        then relu, eight lanes at a time (a scalar llvm.maximum loop is not vectorised on AVX2)."""
-        vty = ir.VectorType(F32, 8)
-        whole = b.mul(b.sdiv(plen, i64(8)), i64(8))
+        then relu, in vectors of the host's width (a scalar llvm.maximum loop is not vectorised
+        on AVX2; 16 lanes rather than 8 on AVX-512)."""
+        vw = matmul_tiling().vw
+        vty = ir.VectorType(F32, vw)
+        whole = b.mul(b.sdiv(plen, i64(vw)), i64(vw))
         with for_range(b, i64(0), i64(cout), name="bc") as c:
             bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4) if has_bias else None
-            bvec = None if bv is None else splat(b, bv, 8)
+            bvec = None if bv is None else splat(b, bv, vw)
             at = b.add(b.mul(b.add(b.mul(n, i64(cout)), c), p), p0)
             row = b.gep(y, [at], source_etype=F32)
             res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-            for lo, hi, step, ty, add in ((i64(0), whole, 8, vty, bvec), (whole, plen, 1, F32, bv)):
+            for lo, hi, step, ty, add in ((i64(0), whole, vw, vty, bvec), (whole, plen, 1, F32, bv)):
                 with for_range(b, lo, hi, step, name="bp") as j:
                     ptr = b.gep(row, [j], source_etype=F32)
                     v = b.load(ptr, typ=ty, align=4)
