@@ -41,15 +41,13 @@ from ._target import (
     CONV_NOALIAS,
     F32,
     I1,
-    I32,
     I64,
     PTR,
-    VOID,
     conv_epilogue,
     for_range,
     i64,
-    intrinsic,
     new_function,
+    prefetch_line,
     relu_value,
     residual_arg,
     smax,
@@ -235,10 +233,8 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
     offs = [b.add(b.add(b.mul(i64(p), plane), b.mul(i64(r), wq)), i64(col)) for p, r, col in taps]
     # the tile's rows of Y' wait in L2 (a run of positions), not L1: ask for them now, so that
     # they arrive while the FMAs run rather than stall the stores after them
-    prefetch = intrinsic(module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
     for r in range(mr):
-        row_ptr = b.gep(c, [b.mul(i64(r), c_rs)], source_etype=F32)
-        b.call(prefetch, [row_ptr, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        prefetch_line(b, b.gep(c, [b.mul(i64(r), c_rs)], source_etype=F32), write=True, locality=3)
 
     def step(ch: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:
         xbase = b.mul(ch, chan)

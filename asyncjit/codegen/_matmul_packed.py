@@ -230,6 +230,7 @@ def _prepacked(vec: _Vec, t: MatmulTiling) -> ir.Function:
             with for_range(b, i64(0), n, t.nr, name="jr") as jr:
                 nr_eff = smin(b, i64(t.nr), b.sub(n, jr))
                 panel = b.gep(bp, [b.add(b.mul(jr, b_cs), b.mul(pc, b_rs))], source_etype=F32)
+                next_panel = b.gep(panel, [b.mul(b_cs, i64(t.nr))], source_etype=F32)  # NR columns on
                 whole = b.icmp_signed("==", nr_eff, i64(t.nr))
 
                 def tile(rows: int, r: ir.Value, full: bool, prefetch: bool = False) -> None:
@@ -252,8 +253,7 @@ def _prepacked(vec: _Vec, t: MatmulTiling) -> ir.Function:
                     with b.if_else(whole) as (all_columns, last_panel):
                         with all_columns:
                             micro = _micro(vec, rows, t.nr, b_padded=True, full=True, prefetch=prefetch)
-                            nxt = b.gep(panel, [b.mul(b_cs, i64(t.nr))], source_etype=F32)
-                            b.call(micro, [*args, nxt] if prefetch else args)
+                            b.call(micro, [*args, next_panel] if prefetch else args)
                         with last_panel:
                             b.call(_micro(vec, rows, t.nr, b_padded=True), args)
 

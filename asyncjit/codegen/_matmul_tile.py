@@ -13,7 +13,20 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from ._target import F32, I1, I32, I64, PTR, VOID, i64, intrinsic, new_function, smin, vector_width
+from ._target import (
+    F32,
+    I1,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    i64,
+    intrinsic,
+    new_function,
+    prefetch_line,
+    smin,
+    vector_width,
+)
 
 __all__ = ["MatmulTiling", "matmul_tiling", "store_tile", "tile_loop", "tile_rows"]
 
@@ -189,15 +202,14 @@ def _micro(
     rows = tile_rows(b, mr, a_rs, mr_eff, full)
     masks: list[ir.Value | None] = [None if full else vec.lane_mask(b, nr_eff, v * vec.vw) for v in range(nv)]
     b_masks = [None if b_padded else m for m in masks]
-    pf_fn = intrinsic(module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32]) if prefetch else None
 
     def step(k: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:
         kb = b.mul(k, b_ks)
         ka = b.mul(k, a_cs)
-        if pf_fn is not None:  # read, into L2 (locality 2: prefetcht1), data
+        if prefetch:  # the next panel's row k, into L2
             for line in range(0, nr, 16):
-                at = b.gep(fn.args[11], [b.add(kb, i64(line))], source_etype=F32)
-                b.call(pf_fn, [at, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
+                pf = b.gep(fn.args[11], [b.add(kb, i64(line))], source_etype=F32)
+                prefetch_line(b, pf, write=False, locality=2)
         bv = [vec.load(b, bp, b.add(kb, i64(v * vec.vw)), b_masks[v]) for v in range(nv)]
         out = [list(row) for row in accs]
         for r in range(mr):

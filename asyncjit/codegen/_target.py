@@ -309,6 +309,14 @@ def splat(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
     return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
 
 
+def prefetch_line(b: ir.IRBuilder, ptr: ir.Value, *, write: bool, locality: int) -> None:
+    """Ask for the cache line at ``ptr`` (``llvm.prefetch`` of data; ``locality`` 3 is
+    ``prefetcht0``, into L1, 2 ``prefetcht1``, into L2). Never faults: ``ptr`` may lie past an
+    array's end."""
+    fn = intrinsic(b.module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+    b.call(fn, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
+
 def relu_value(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """``max(v, 0)`` for a float or a vector of floats, as the ``relu`` op computes it (a NaN
     stays NaN, -0.0 gives 0.0): ``v`` where it is greater than 0 or unordered, else 0. A compare
