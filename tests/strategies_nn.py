@@ -201,13 +201,23 @@ def _k_conv2d(b: _Builder) -> None:
     strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
     dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
     wide = b.draw(st.integers(0, 3)) == 0
-    groups = 1 if wide else b.draw(st.sampled_from([1, 2]))
-    if wide:
+    # the width kept at stride 1 (column pads split either way), one group, enough channels for
+    # 16+ products per output: with few outputs on an AVX-512 host, the kernel that reads x in
+    # place under lane masks (``codegen._convdirect``)
+    same = not wide and b.draw(st.integers(0, 2)) == 0
+    groups = 1 if wide or same else b.draw(st.sampled_from([1, 2]))
+    if same:
+        strides = (1, 1)
+        cg, og = b.draw(st.integers(2, 12)), b.draw(st.integers(1, 20))
+    elif wide:
         nr = matmul_tiling().nr
         cg, og = b.draw(st.integers(8, 72)), b.draw(st.sampled_from([nr, 2 * nr]))
     else:
         cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
     pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
+    if same:
+        left = b.draw(st.integers(0, dilations[1] * (kw - 1)))
+        pads = (pads[0], left, pads[2], dilations[1] * (kw - 1) - left)
     extra_h = max(dilations[0] * (kh - 1) - pads[0] - pads[2], 0)
     extra_w = max(dilations[1] * (kw - 1) - pads[1] - pads[3], 0)
     height = _long_enough(b, extra_h)

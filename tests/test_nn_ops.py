@@ -110,6 +110,16 @@ TAPS_CASES = [  # cin, cout, kernel, strides, dilations, ONNX pads, bias: one gr
 ]
 
 
+def _taps_kernel(cout: int, ks: Any, strides: Any, dilations: Any, pads: Any) -> str:
+    """The name prefix of the micro-kernels a conv ``taps_chosen`` accepts compiles to: those
+    reading ``x`` in place (``_convdirect``) where the layer keeps its width at stride 1 with few
+    outputs on an AVX-512 host, else those reading a padded copy."""
+    from asyncjit.codegen._convdirect import direct_eligible
+
+    direct = direct_eligible(cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads)
+    return "asyncjit.conv.direct" if direct else "asyncjit.conv.taps"
+
+
 @pytest.mark.parametrize("case", TAPS_CASES)
 def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
     """2-D one-group convs run on ``_convtaps`` (micro-tiles reading a zero-padded copy of x, in
@@ -131,7 +141,7 @@ def test_conv2d_reads_a_padded_copy_of_the_input(case: tuple[Any, ...]) -> None:
     y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, strides=st, pads=p, dilations=d)
     exe = compile(y, [xt])
     ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
-    assert "asyncjit.conv.taps" in ir_text
+    assert _taps_kernel(cout, k, st, d, pads) in ir_text
     for hv, wv in ((9, 21), (hmin, wmin), (max(hmin, 4), 17), (9, max(wmin, 2))):
         bind = {"h": hv, "w": wv}
         x = RNG.standard_normal((2, cin, hv, wv)).astype(np.float32)
@@ -162,7 +172,8 @@ def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: py
     xt = Tensor.placeholder((2, cin, h, w_), np.float32, "x")
     y = xt.conv(Tensor.const(w), Tensor.const(b) if with_bias else None, strides=st, pads=p, dilations=d)
     exe = compile(y, [xt], name="taps_in_runs", cache_dir="off")  # not a plan made with long runs
-    assert "asyncjit.conv.taps" in (exe.ir_text() if callable(exe.ir_text) else exe.ir_text)
+    kernel = _taps_kernel(cout, k, st, d, ((p[0], p[2]), (p[1], p[3])))
+    assert kernel in (exe.ir_text() if callable(exe.ir_text) else exe.ir_text)
     for hv, wv in ((13, 29), (11, 23), (9, 17)):
         x = RNG.standard_normal((2, cin, hv, wv)).astype(np.float32)
         bind = {"h": hv, "w": wv}
@@ -214,7 +225,8 @@ def test_padded_copy_is_chosen_where_it_was_faster(
 ) -> None:
     """The 2-D strategy follows the measured rule (``_convtaps.TAPS_SMALL_COUT``/``TAPS_MAX_WASTE``),
     and the kernel compiled for the layer is the one chosen (unless the weight in matmul panels
-    does better: 512 channels at 7x7)."""
+    does better: 512 channels at 7x7; with few outputs at stride 1 on AVX-512 the variant that
+    reads ``x`` in place, ``_convdirect``)."""
     from asyncjit.codegen._convtaps import taps_chosen
 
     pads = ((k // 2, k // 2),) * 2
@@ -225,7 +237,8 @@ def test_padded_copy_is_chosen_where_it_was_faster(
     exe = compile(xt.conv(Tensor.const(w), strides=stride, pads=k // 2), [xt])
     ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
     panels = _panels_chosen_here(cin, cout, (k, k), (stride, stride), (1, 1), pads, (hw, hw))
-    assert ("asyncjit.conv.taps" in ir_text) is (chosen and not panels)
+    kernel = _taps_kernel(cout, (k, k), (stride, stride), (1, 1), pads)
+    assert (kernel in ir_text) is (chosen and not panels)
 
 
 PANELS_CASES = [  # cin, cout, kernel, strides, dilations, pads per axis (lo, hi), bias: one group

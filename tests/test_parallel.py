@@ -300,7 +300,8 @@ def test_a_padded_copy_conv_splits_its_runs_bit_for_bit(
 ) -> None:
     """The padded-copy conv (``_convtaps``) hands its runs of positions to the threads, each in
     its own run buffer: every thread count gives one thread's bits, with the bias, a residual
-    and the relu applied as each run is copied out."""
+    and the relu applied as each run is copied out (on AVX-512 the 64-channel layer reads ``x``
+    in place, ``_convdirect``, each thread finishing its runs in ``y``)."""
     from asyncjit.codegen._convtaps import taps_chosen
 
     pads = ((1, 1), (1, 1))

@@ -26,6 +26,10 @@ out once its channel blocks are done, so ``Y'`` is one run long and never leaves
 ``PARALLEL_MIN_MACS`` or more hands its runs to the intra-op threads (``_emit_runs``: runs
 claimed from a counter, each part in its own run buffer), shortening them, in whole panels, when
 there are fewer runs than threads; the tiles, and so the bits, are those of one thread.
+
+A stride-1 layer that keeps its width with few outputs goes, on AVX-512 hosts, to
+``_convdirect``, the same loops over ``x`` itself with the padding's lanes masked off: no copy,
+no junk columns, no copy-out (``emit_conv_taps`` hands it over; ``taps_chosen`` covers both).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
+from ._convdirect import direct_eligible, emit_conv_direct
 from ._matmul import PARALLEL_MIN_MACS
 from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
 from ._parallel import MAX_THREADS, emit_parallel_for, new_part_function, threads_value
@@ -191,7 +196,10 @@ def taps_scratch_bytes(
     s_max: Sequence[int],
 ) -> int:
     """Scratch for inputs of at most ``s_max`` (H, W): the padded copy, its slack and a run of
-    ``Y'`` per intra-op thread (each part computes its runs in its own)."""
+    ``Y'`` per intra-op thread (each part computes its runs in its own); none for a layer
+    ``_convdirect`` takes."""
+    if direct_eligible(cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads):
+        return 64
     nr = matmul_tiling().nr
     hq, wq, oh, _ow = _frame([max(v, 0) for v in s_max], ks, strides, dilations, pads)
     planes = len(_phases(ks, strides, dilations))
@@ -253,6 +261,50 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
     accs = tile_loop(vec, b, mr, nv, nch, step, "ch")
     store_tile(vec, b, accs, c, c_rs, accumulate, mr_eff, [None] * nv, full)
     return fn
+
+
+def run_length(b: ir.IRBuilder, positions: ir.Value, cout: int, kk: int) -> tuple[ir.Value, ir.Value]:
+    """(positions per run, parts): runs of ``TAPS_CHUNK_BYTES`` of output, or shorter ones for a
+    layer of ``PARALLEL_MIN_MACS`` or more with fewer runs than threads (a 256-channel 14x14
+    layer is one run), in whole NR panels either way, so the same tiles and bits; parts: the
+    threads that claim them (one below that size)."""
+    nr = matmul_tiling().nr
+    padded = b.mul(b.sdiv(b.add(positions, i64(nr - 1)), i64(nr)), i64(nr))
+    macs = b.mul(b.mul(positions, i64(cout)), i64(kk))
+    want = b.select(b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), threads_value(b), i64(1))
+    share = b.sdiv(b.add(padded, b.sub(want, i64(1))), want)
+    run = smin(b, i64(_chunk(cout, nr)), b.mul(b.sdiv(b.add(share, i64(nr - 1)), i64(nr)), i64(nr)))
+    n_runs = b.sdiv(b.add(padded, b.sub(run, i64(1))), run)
+    return run, smin(b, want, n_runs)
+
+
+def row_epilogue(
+    b: ir.IRBuilder,
+    vec: _Vec,
+    src: ir.Value,
+    dst: ir.Value,
+    res: ir.Value | None,
+    lo: ir.Value,
+    hi: ir.Value,
+    bias: ir.Value | None,
+    relu: bool,
+) -> None:
+    """``dst[j] = src[j] (+ bias) (+ res[j])``, then relu, for ``lo <= j < hi`` (``dst`` may be
+    ``src``): vectors of the host's width, the last columns under a mask (as scalars, the
+    padded-copy kernel's copy-out was 7% of a 64-channel 3x3 layer at 56x56)."""
+    vw = vec.vw
+    whole = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), i64(vw)), i64(vw)))
+    with for_range(b, lo, whole, vw, name="ep") as j:
+        v = b.load(b.gep(src, [j], source_etype=F32), typ=vec.vty, align=4)
+        v = v if bias is None else b.fadd(v, bias)
+        b.store(conv_epilogue(b, v, res, j, relu), b.gep(dst, [j], source_etype=F32), align=4)
+    with b.if_then(b.icmp_signed("<", whole, hi)):
+        mask = vec.lane_mask(b, b.sub(hi, whole), 0)
+        v = vec.load(b, src, whole, mask)
+        v = v if bias is None else b.fadd(v, bias)
+        if res is not None:
+            v = b.fadd(v, vec.load(b, res, whole, mask))
+        vec.store(b, relu_value(b, v) if relu else v, dst, whole, mask)
 
 
 _RUN_FIELDS = (
@@ -358,7 +410,6 @@ def _emit_runs(
 
     # the output rows this run covers, each from its first to its last column in the run
     vw = t.vw
-    vty = ir.VectorType(F32, vw)
     r_lo = b.sdiv(j0, wq)
     r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
     with for_range(b, i64(0), i64(cout), name="oc") as oc:
@@ -372,22 +423,8 @@ def _emit_runs(
             at = b.add(ybase, b.mul(orow, ow_arg))
             dst = b.gep(y, [at], source_etype=F32)
             res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-            # vectors of the host's width, the row's last columns under a mask (the copy-out
-            # as a loop of scalars was 7% of a 64-channel 3x3 layer at 56x56; in vectors the
-            # padded-copy layers of benchmarks/conv_ab.py ran 1-5% faster)
-            whole = b.add(c_lo, b.mul(b.sdiv(b.sub(c_hi, c_lo), i64(vw)), i64(vw)))
             bvec = None if bv is None else splat(b, bv, vw)
-            with for_range(b, c_lo, whole, vw, name="ocol") as j:
-                v = b.load(b.gep(src, [j], source_etype=F32), typ=vty, align=4)
-                v = v if bvec is None else b.fadd(v, bvec)
-                b.store(conv_epilogue(b, v, res_row, j, relu), b.gep(dst, [j], source_etype=F32), align=4)
-            with b.if_then(b.icmp_signed("<", whole, c_hi)):
-                mask = vec.lane_mask(b, b.sub(c_hi, whole), 0)
-                v = vec.load(b, src, whole, mask)
-                v = v if bvec is None else b.fadd(v, bvec)
-                if res_row is not None:
-                    v = b.fadd(v, vec.load(b, res_row, whole, mask))
-                vec.store(b, relu_value(b, v) if relu else v, dst, whole, mask)
+            row_epilogue(b, vec, src, dst, res_row, c_lo, c_hi, bvec, relu)
     b.branch(claim)
     b.position_at_end(done)
     b.ret_void()
@@ -412,7 +449,11 @@ def emit_conv_taps(
     OW`` [, ``res``]) for a layer :func:`taps_eligible` accepts; it uses at most
     :func:`taps_scratch_bytes` of ``scratch`` and touches ``x``/``w``/``bias``/``y`` only inside
     their extents. ``residual``: ``res`` (``y``'s shape) is added; ``relu``: ``max(y, 0)`` is
-    stored (the copy-out applies both)."""
+    stored (the copy-out applies both). A layer ``_convdirect`` takes (stride 1, the width kept,
+    few outputs, AVX-512) reads ``x`` in place there instead, with no copy."""
+    if direct_eligible(cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads):
+        return emit_conv_direct(module, name, cin=cin, cout=cout, ks=ks, dilations=dilations, pads=pads,
+                                has_bias=has_bias, relu=relu, residual=residual)  # fmt: skip
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
     nr = t.nr
@@ -463,17 +504,9 @@ def emit_conv_taps(
 
     # the slack past the copy is read by the last panels' junk positions only: zeros, not NaN
     fill(xp, b.mul(i64(cin), chan), xp_elems)
-    # runs of TAPS_CHUNK_BYTES, or shorter ones for a big layer with fewer runs than threads (a
-    # 256-channel 14x14 layer is one run): whole panels either way, so the same tiles and bits
-    jc = _chunk(cout, nr)
-    macs = b.mul(b.mul(frame, i64(cout)), i64(kk))
-    want = b.select(b.icmp_signed(">=", macs, i64(PARALLEL_MIN_MACS)), threads_value(b), i64(1))
-    share = b.sdiv(b.add(pr_, b.sub(want, i64(1))), want)
-    run = smin(b, i64(jc), b.mul(b.sdiv(b.add(share, i64(nr - 1)), i64(nr)), i64(nr)))
+    run, parts = run_length(b, frame, cout, kk)
     ys = smin(b, run, pr_)  # Y' row stride: one run of positions per output channel
     region = b.and_(b.add(b.mul(i64(cout), ys), i64(15)), i64(-16))  # a part's run buffer, floats
-    n_runs = b.sdiv(b.add(pr_, b.sub(run, i64(1))), run)
-    parts = smin(b, want, n_runs)
     job = b.alloca(I64, size=len(_RUN_FIELDS))
     runs = _emit_runs(module, name, vec=vec, cin=cin, cout=cout, taps=taps, has_bias=has_bias, relu=relu,
                       residual=residual)  # fmt: skip
