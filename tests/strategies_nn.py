@@ -191,6 +191,8 @@ def _k_conv2d(b: _Builder) -> None:
     # One group of up to 6 channels and up to 8 outputs per group: stride-1 layers with 16+
     # products per output take the padded-input kernel (``codegen._convtaps``), with row tiles
     # of 4/2/1 output channels beside the full ones; symbolic widths move its padded frame.
+    # A layer that keeps its width (2-12 channels, 1-20 outputs) reads x in place under masks
+    # on an AVX-512 host (``codegen._convdirect``).
     # A wide layer (one group, one or two whole matmul tiles of outputs, up to 72 channels) with
     # 64+ products per output and stride 3 rows, or a 1x1 kernel, or few positions, runs on its
     # weight laid out in matmul panels (``codegen._convpanels``: both transposes' 8x8 blocks and

@@ -174,10 +174,17 @@ _GUARD_SCRIPT = textwrap.dedent(
         return out
 
     rng = np.random.default_rng(3)
-    for cin, cout, k, p in [(3, 16, 3, 1), (4, 9, 5, 2)]:
+    # cin, cout, kernel, dilations, pads ((top, bottom), (left, right))
+    for cin, cout, ks, dil, pads in [
+        (3, 16, (3, 3), (1, 1), ((1, 1), (1, 1))),
+        (4, 9, (5, 5), (1, 1), ((2, 2), (2, 2))),
+        (6, 13, (3, 3), (2, 1), ((4, 0), (2, 0))),  # row pads past the kernel on one side, columns too
+        (5, 7, (3, 3), (1, 2), ((0, 3), (0, 4))),  # dilated columns, all column pads on the right
+    ]:
+        (kh, kw), (dh, dw), ((pt, pb), (pl, pr)) = ks, dil, pads
         module = ir.Module("guard")
-        kern = emit_conv_taps(module, "conv", cin=cin, cout=cout, ks=(k, k), strides=(1, 1), dilations=(1, 1),
-                              pads=((p, p), (p, p)), has_bias=True, relu=True, residual=True)
+        kern = emit_conv_taps(module, "conv", cin=cin, cout=cout, ks=ks, strides=(1, 1), dilations=dil,
+                              pads=pads, has_bias=True, relu=True, residual=True)
         assert "asyncjit.conv.direct" in str(module)
         fn, b = new_function(module, "entry", [("args", PTR)], linkage="external")
         vals = []
@@ -188,14 +195,18 @@ _GUARD_SCRIPT = textwrap.dedent(
         b.ret_void()
         obj = load_object(compile_to_object(str(module)))
         call = obj.cfunc("entry", None, ctypes.c_void_p)
-        for h, w in [(1, 1), (2, 7), (5, 1), (9, 33), (4, 64)]:
+        # one column; rows of 7 (several per panel); 33 and 64; 70 (panels inside a row: unmasked)
+        for h, w in [(1, 1), (2, 7), (5, 1), (9, 33), (4, 64), (6, 70)]:
+            oh = h + pt + pb - dh * (kh - 1)
+            if oh <= 0:
+                continue
             x = rng.standard_normal((2, cin, h, w)).astype(np.float32)
-            wt = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+            wt = rng.standard_normal((cout, cin, kh, kw)).astype(np.float32)
             bias = rng.standard_normal(cout).astype(np.float32)
-            oh = h + 2 * p - k + 1
             r = rng.standard_normal((2, cout, oh, w)).astype(np.float32)
-            xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p))).astype(np.float64)
-            win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
+            xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))).astype(np.float64)
+            span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+            win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))[..., ::dh, ::dw]
             want = np.einsum("ncijhw,ochw->noij", win, wt.astype(np.float64)) + bias[None, :, None, None] + r
             want = np.maximum(want, 0)
             for at_end in (False, True):
@@ -204,7 +215,7 @@ _GUARD_SCRIPT = textwrap.dedent(
                 args = [a.ctypes.data for a in (gx, wt, bias, gy, scratch)] + [2, h, w, oh, w, gr.ctypes.data]
                 block = np.array(args, dtype=np.int64)
                 call(block.ctypes.data)
-                assert np.allclose(gy, want, rtol=1e-4, atol=1e-4), (cin, cout, h, w, at_end)
+                assert np.allclose(gy, want, rtol=1e-4, atol=1e-4), (cin, cout, ks, h, w, at_end)
     print("ok")
     """
 )
@@ -212,6 +223,8 @@ _GUARD_SCRIPT = textwrap.dedent(
 
 def test_conv2d_in_place_never_touches_memory_past_its_operands() -> None:
     """``x``, ``y`` and the residual end at (or start right after) a PROT_NONE page: a lane outside
-    them read unmasked, or a store past ``y``, would fault the process."""
+    them read unmasked, or a store past ``y``, would fault the process. Pads on one side, past
+    the kernel, dilations; widths from one column (every tap of a moved column masked) to 70
+    (clean tiles, loaded unmasked, beside inner and edge ones)."""
     proc = subprocess.run([sys.executable, "-c", _GUARD_SCRIPT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

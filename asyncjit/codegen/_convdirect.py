@@ -7,20 +7,22 @@ any Kx1 without column pads) needs none of it: its frame is the output itself, p
 oh*W + ow``, and tap ``(kh, kw)`` of channel ``c`` reads ``x[c*H*W + p + (kh*dh - pt)*W + (kw*dw
 - pl)]``, a run in ``p`` again. That index is right wherever the tap lands inside the image;
 where it lands in the padding (a row above or below, or a column left or right, which in the
-flat index is the end of the neighbouring row) the lane is masked off and reads zero. AVX-512
-masked loads cost what plain ones do and never touch masked lanes' memory, so nothing is copied:
-no padded copy (8% of a 64-channel 224x224 layer), no junk columns (7% more tiles at 28x28, 14%
-at 14x14), no copy-out: tiles accumulate in ``y`` itself, and each run of positions gets its bias,
-residual and relu in place while it is still in L2.
+flat index is the end of the neighbouring row) the lane is masked off and reads zero: a masked
+load never touches a masked lane's memory, so nothing is copied: no padded copy (8% of a
+64-channel 224x224 layer), no junk columns (7% more tiles at 28x28, 14% at 14x14), no copy-out:
+tiles accumulate in ``y`` itself, and each run of positions gets its bias, residual and relu in
+place while it is still in L2.
 
-A tile finds its lanes' rows and columns from its first position (a float64 multiply by
-``1/W``: exact below 2^51 positions). An *inner* tile (every lane inside the output, every tap's
-row inside the image) masks only the taps whose column moves (``kw*dw != pl``), four masks for a
-3x3; an *edge* tile (the first or last rows, the end of the output) masks every tap by row and
-column and stores only its lanes inside the output. Loops as in ``_convtaps``: runs of
-``TAPS_CHUNK_BYTES`` of output (claimed by the intra-op threads for a big layer), K blocks of
-``kc // (KH*KW)`` channels, MC-row blocks, NR-position panels, MR-row tiles: the same tiles, and
-bits, on any number of threads.
+A zero-masked load takes an FMA port besides its load, so masks are kept to the tiles that need
+them. The driver finds each panel's lanes' rows and columns (``_lane_masks``: a float64 multiply
+by ``1/W``, exact below 2^51 positions) and picks one of three tiles: a *clean* tile (its lanes in
+one row, far enough from both ends for every tap) loads unmasked; an *inner* tile (every lane
+inside the output, every tap's row inside the image) masks only the taps whose column moves
+(``kw*dw != pl``), four masks for a 3x3; an *edge* tile (the first or last rows, the end of the
+output) masks every tap by row and column and stores only its lanes inside the output. Loops as
+in ``_convtaps``: runs of ``TAPS_CHUNK_BYTES`` of output (claimed by the intra-op threads for a
+big layer), K blocks of ``kc // (KH*KW)`` channels, MC-row blocks, NR-position panels, MR-row
+tiles: the same tiles, and bits, on any number of threads.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ DIRECT_MAX_COUT = 64
 """Up to this many output channels. A zero-masked load takes an FMA port besides its load (the
 inner tile of a 3x3 ran 8% slower than the padded copy's, operands hot), and the copies it saves
 cost per position about ``cin + cout`` against ``cin * cout`` multiply-adds: measured in one
-process (``benchmarks/conv_ab.py``, 300 calls each, three runs), 3->64 channels at 224x224 18%
-faster, 64 at 224x224 7%, 128->32 at 56x56 5%, 64 at 56x56 1-3%; 128 at 28x28 and 112x112 and
-256 at 56x56 even to 2% slower."""
+process (``benchmarks/conv_ab.py``, per-call minima, five runs), 3->64 channels at 224x224
+18-35% faster, 64 at 224x224 6-8% (one run in a burst of the host even), 128->32 at 56x56 5-12%,
+64 at 56x56 3-6%; 128 at 28x28 and 112x112 and 256 at 56x56 even to 2% slower."""
 
 
 def direct_eligible(
@@ -167,7 +169,10 @@ def _lane_masks(
     """``out[t]`` (i32 lane bits) for the panel of positions ``p0 .. p0+nr``: lane ``j`` set when
     tap ``t`` reads inside the image there and ``p0 + j`` is inside the output; ``out[T]``: the
     lanes inside the output. Rows and columns by a float64 multiply by ``1/W`` (exact below 2^51
-    positions), once per panel rather than in every tile."""
+    positions), once per panel of each K and M block rather than in every tile (in the tile, a
+    divide and multiplies ahead of its FMAs cost 5%)."""
+    if nr > 32:
+        raise ValueError(f"conv: lane masks are packed in an i32, not {nr} lanes")
     i64v = ir.VectorType(I64, nr)
     pv = b.add(splat(b, p0, nr), ir.Constant(i64v, list(range(nr))))
     inv_w = b.fdiv(ir.Constant(F64, 1.0), b.sitofp(wd, F64))

@@ -196,8 +196,8 @@ def taps_scratch_bytes(
     s_max: Sequence[int],
 ) -> int:
     """Scratch for inputs of at most ``s_max`` (H, W): the padded copy, its slack and a run of
-    ``Y'`` per intra-op thread (each part computes its runs in its own); none for a layer
-    ``_convdirect`` takes."""
+    ``Y'`` per intra-op thread (each part computes its runs in its own); for a layer
+    ``_convdirect`` takes, only the 64 bytes every path reserves."""
     if direct_eligible(cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads):
         return 64
     nr = matmul_tiling().nr
