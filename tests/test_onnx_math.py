@@ -62,3 +62,19 @@ def test_within_two_ulps_of_numpy_everywhere(op: str, dtype: type) -> None:
 def test_odd_functions_keep_the_sign_of_zero(op: str) -> None:
     got = _session(op, np.float32).run(None, {"x": np.array([-0.0, 0.0], np.float32)})[0]
     assert np.signbit(got).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 2.5, -1.0, 0.0])
+def test_celu_applies_alpha_inside_the_minimum(alpha: float) -> None:
+    """``Celu = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` as the spec writes it: a
+    negative alpha flips the sign before the minimum (``alpha * min(...)`` gave ``x + 0.63`` for
+    ``x = 1, alpha = -1``), alpha = 0 gives NaN where ``x / 0`` is infinite, as ONNX Runtime and
+    ONNX's reference do (``python tests/fuzz.py --onnx`` found alpha = 0)."""
+    ort = pytest.importorskip("onnxruntime")
+    x = np.array([-30.0, -2.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 1.0, 3.0, 30.0], np.float32)
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [x.size]) for n in ("x", "y")]
+    graph = helper.make_graph([helper.make_node("Celu", ["x"], ["y"], alpha=alpha)], "g", info[:1], info[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    got = ao.InferenceSession(model).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -399,7 +399,9 @@ def _elu(n: NodeCtx, ins: list[Value | None]) -> Value:
 def _celu(n: NodeCtx, ins: list[Value | None]) -> Value:
     x = n.t(ins[0])
     alpha = n.attr("alpha", 1.0)
-    return x.maximum(0.0) + ((x / alpha).exp() - 1.0).minimum(0.0) * alpha  # type: ignore[no-any-return]
+    # alpha inside the minimum, as the spec writes it: the same for alpha > 0, but a negative
+    # alpha flips the sign before the minimum, and alpha = 0 gives 0 * inf = NaN there
+    return x.maximum(0.0) + (((x / alpha).exp() - 1.0) * alpha).minimum(0.0)  # type: ignore[no-any-return]
 
 
 @op("Selu")
