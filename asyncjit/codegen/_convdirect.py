@@ -31,8 +31,8 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ._matmul_tile import _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
-from ._parallel import emit_parallel_for, new_part_function
+from ._matmul_tile import _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
+from ._parallel import new_part_function
 from ._target import (
     CONV_NOALIAS,
     F32,
@@ -218,13 +218,11 @@ def _emit_runs(
 ) -> ir.Function:
     """``part(job, p, parts)``: claim runs of positions of one sample from ``next`` until none is
     left; each over every K block, accumulated in ``y``, then finished in place."""
-    from ._convtaps import row_epilogue
+    from ._convtaps import TileCall, row_epilogue, tiled_runs
 
-    t = matmul_tiling()
-    mr, nr = t.mr, t.nr
+    nr = matmul_tiling().nr
     n_taps = len(taps)
     kk = cin * n_taps
-    cb = max(1, t.kc // n_taps)
     fn, b = new_part_function(module, f"{name}.runs")
     job = fn.args[0]
     lane_bits = b.alloca(I32, size=n_taps + 1)  # the panel's masks (_lane_masks)
@@ -239,83 +237,57 @@ def _emit_runs(
     x, w, bias, y, res_p = (pointer(f) for f in ("x", "w", "bias", "y", "res"))
     chan, wd, hd, frame, ys, lo, hi, run = (field(f) for f in _FIELDS[5:13])
     co_min, co_max = min(co for _, co in taps), max(co for _, co in taps)
-    m_full = cout // mr * mr
-    tails = []
-    row = m_full
-    for size in _row_sizes(mr):
-        if cout - row >= size:
-            tails.append((row, size))
-            row += size
-    blocks = max(1, -(-m_full // t.mc)) if m_full else 1
-    claim = b.append_basic_block("claim")
-    work = b.append_basic_block("work")
-    done = b.append_basic_block("done")
-    b.branch(claim)
-    b.position_at_end(claim)
-    j0 = b.mul(b.atomic_rmw("add", slot["next"], i64(1), "monotonic"), run)
-    b.cbranch(b.icmp_signed("<", j0, frame), work, done)
-    b.position_at_end(work)
-    j_end = smin(b, b.add(j0, run), frame)
-    with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
-        nch = smin(b, i64(cb), b.sub(i64(cin), c0))
-        acc = b.icmp_signed(">", c0, i64(0))
-        with for_range(b, i64(0), i64(blocks), name="mb") as blk:
-            ic = b.mul(blk, i64(t.mc))
-            ic_end = smin(b, b.add(ic, i64(t.mc)), i64(m_full))
-            last = b.icmp_signed("==", blk, i64(blocks - 1))
-            with for_range(b, j0, j_end, i64(nr), name="jr") as jr:
-                inner = b.and_(b.icmp_signed(">=", jr, lo), b.icmp_signed("<=", b.add(jr, i64(nr)), hi))
-                # clean: inner, and the panel's columns far enough from both ends of one row
-                ow0 = b.srem(jr, wd)
-                clean = b.and_(
-                    inner,
-                    b.and_(
-                        b.icmp_signed(">=", ow0, i64(-co_min)),
-                        b.icmp_signed("<", b.add(ow0, i64(nr - 1 + co_max)), wd),
-                    ),
-                )
-                _lane_masks(b, lane_bits, jr, wd, hd, frame, taps, nr)
-                xb = b.gep(x, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
-                w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
-                y_run = b.gep(y, [jr], source_etype=F32)
 
-                def tile(r0: ir.Value, height: int) -> None:
-                    clean_fn, inner_fn, edge_fn = (
-                        _micro_direct(vec, height, nr, taps, kind) for kind in ("clean", "inner", "edge")
-                    )
-                    micro = b.select(clean, clean_fn, b.select(inner, inner_fn, edge_fn))
-                    b.call(
-                        micro,
-                        [
-                            b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
-                            i64(kk),
-                            xb,
-                            chan,
-                            wd,
-                            lane_bits,
-                            b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
-                            ys,
-                            nch,
-                            acc,
-                        ],
-                    )
+    def panel(_j0: ir.Value, jr: ir.Value, c0: ir.Value, nch: ir.Value, acc: ir.Value) -> TileCall:
+        inner = b.and_(b.icmp_signed(">=", jr, lo), b.icmp_signed("<=", b.add(jr, i64(nr)), hi))
+        # clean: inner, and the panel's columns far enough from both ends of one row
+        ow0 = b.srem(jr, wd)
+        clean = b.and_(
+            inner,
+            b.and_(
+                b.icmp_signed(">=", ow0, i64(-co_min)),
+                b.icmp_signed("<", b.add(ow0, i64(nr - 1 + co_max)), wd),
+            ),
+        )
+        _lane_masks(b, lane_bits, jr, wd, hd, frame, taps, nr)
+        xb = b.gep(x, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
+        w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
+        y_run = b.gep(y, [jr], source_etype=F32)
 
-                with for_range(b, ic, ic_end, i64(mr), name="ir") as r0:
-                    tile(r0, mr)
-                if tails:
-                    with b.if_then(last):
-                        for r0_tail, size in tails:
-                            tile(i64(r0_tail), size)
-    if has_bias or relu or residual:
-        bias_vec = None
-        with for_range(b, i64(0), i64(cout), name="oc") as oc:
-            if has_bias:
-                bias_vec = splat(b, b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4), vec.vw)
-            yrow = b.gep(y, [b.mul(oc, ys)], source_etype=F32)
-            rrow = b.gep(res_p, [b.mul(oc, ys)], source_etype=F32) if residual else None
-            row_epilogue(b, vec, yrow, yrow, rrow, j0, j_end, bias_vec, relu)
-    b.branch(claim)
-    b.position_at_end(done)
+        def tile(r0: ir.Value, height: int) -> None:
+            clean_fn, inner_fn, edge_fn = (
+                _micro_direct(vec, height, nr, taps, kind) for kind in ("clean", "inner", "edge")
+            )
+            micro = b.select(clean, clean_fn, b.select(inner, inner_fn, edge_fn))
+            b.call(
+                micro,
+                [
+                    b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
+                    i64(kk),
+                    xb,
+                    chan,
+                    wd,
+                    lane_bits,
+                    b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
+                    ys,
+                    nch,
+                    acc,
+                ],
+            )
+
+        return tile
+
+    loops = tiled_runs(b, next_slot=slot["next"], run=run, limit=frame, cin=cin, cout=cout, n_taps=n_taps,
+                       panel=panel)  # fmt: skip
+    with loops as (j0, j_end):
+        if has_bias or relu or residual:
+            bias_vec = None
+            with for_range(b, i64(0), i64(cout), name="oc") as oc:
+                if has_bias:
+                    bias_vec = splat(b, b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4), vec.vw)
+                yrow = b.gep(y, [b.mul(oc, ys)], source_etype=F32)
+                rrow = b.gep(res_p, [b.mul(oc, ys)], source_etype=F32) if residual else None
+                row_epilogue(b, vec, yrow, yrow, rrow, j0, j_end, bias_vec, relu)
     b.ret_void()
     return fn
 
@@ -336,7 +308,7 @@ def emit_conv_direct(
     """The conv kernel ``name`` with ``_convnd``'s ABI (``x, w, bias, y, scratch, N, H, W, OH,
     OW`` [, ``res``]) for a layer :func:`direct_eligible` accepts; no scratch; it touches
     ``x``/``w``/``bias``/``y`` only inside their extents (a lane outside ``x`` is masked)."""
-    from ._convtaps import run_length
+    from ._convtaps import hand_out, run_length
 
     t = matmul_tiling()
     vec = _Vec(module, t.vw)
@@ -380,13 +352,6 @@ def emit_conv_direct(
             "chan": chan, "wd": wd, "hd": h, "frame": frame, "ys": ys, "lo": lo, "hi": hi, "run": run,
             "next": i64(0),
         }  # fmt: skip
-        for f, v in fields.items():
-            slot = b.gep(job, [i64(_FIELDS.index(f))], source_etype=I64)
-            b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
-        with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
-            with split:
-                emit_parallel_for(b, runs, job, parts)
-            with alone:
-                b.call(runs, [job, i64(0), i64(1)])
+        hand_out(b, job, _FIELDS, fields, runs, parts)
     b.ret_void()
     return fn

@@ -34,7 +34,8 @@ no junk columns, no copy-out (``emit_conv_taps`` hands it over; ``taps_chosen`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 from llvmlite import ir
 
@@ -307,6 +308,90 @@ def row_epilogue(
         vec.store(b, relu_value(b, v) if relu else v, dst, whole, mask)
 
 
+TileCall = Callable[[ir.Value, int], None]
+"""Emits one MR-row (or tail) tile's call: ``(first row, height)``."""
+
+
+@contextlib.contextmanager
+def tiled_runs(
+    b: ir.IRBuilder,
+    *,
+    next_slot: ir.Value,
+    run: ir.Value,
+    limit: ir.Value,
+    cin: int,
+    cout: int,
+    n_taps: int,
+    panel: Callable[[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value], TileCall],
+) -> Iterator[tuple[ir.Value, ir.Value]]:
+    """The loops both run kernels share: claim runs ``[j0, j_end)`` of ``run`` positions from the
+    counter at ``next_slot`` until ``limit``; in each, K blocks of ``kc // n_taps`` channels,
+    MC-row blocks, NR-position panels and MR-row tiles (the rows after the whole tiles, in the
+    last block, as 4/2/1-row tiles), each tile emitted by ``panel(j0, jr, c0, nch, accumulate)``
+    (the run's start, the panel's, the K block's first channel, its channels, and whether to add
+    to the tile's earlier sums); then the body of the ``with`` (the run's finish, at ``(j0,
+    j_end)``), and the next claim."""
+    t = matmul_tiling()
+    mr, nr = t.mr, t.nr
+    cb = max(1, t.kc // n_taps)  # channels per K block
+    m_full = cout // mr * mr
+    tails = []
+    row = m_full
+    for size in _row_sizes(mr):
+        if cout - row >= size:
+            tails.append((row, size))
+            row += size
+    blocks = max(1, -(-m_full // t.mc)) if m_full else 1
+    claim = b.append_basic_block("claim")
+    work = b.append_basic_block("work")
+    done = b.append_basic_block("done")
+    b.branch(claim)
+    b.position_at_end(claim)
+    j0 = b.mul(b.atomic_rmw("add", next_slot, i64(1), "monotonic"), run)
+    b.cbranch(b.icmp_signed("<", j0, limit), work, done)
+    b.position_at_end(work)
+    j_end = smin(b, b.add(j0, run), limit)
+    with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
+        nch = smin(b, i64(cb), b.sub(i64(cin), c0))
+        acc = b.icmp_signed(">", c0, i64(0))
+        with for_range(b, i64(0), i64(blocks), name="mb") as blk:
+            ic = b.mul(blk, i64(t.mc))
+            ic_end = smin(b, b.add(ic, i64(t.mc)), i64(m_full))
+            last = b.icmp_signed("==", blk, i64(blocks - 1))
+            with for_range(b, j0, j_end, i64(nr), name="jr") as jr:
+                tile = panel(j0, jr, c0, nch, acc)
+                with for_range(b, ic, ic_end, i64(mr), name="ir") as r0:
+                    tile(r0, mr)
+                if tails:
+                    with b.if_then(last):
+                        for r0_tail, size in tails:
+                            tile(i64(r0_tail), size)
+    yield j0, j_end
+    b.branch(claim)
+    b.position_at_end(done)
+
+
+def hand_out(
+    b: ir.IRBuilder,
+    job: ir.Value,
+    names: Sequence[str],
+    fields: dict[str, ir.Value],
+    runs: ir.Function,
+    parts: ir.Value,
+) -> None:
+    """Write ``fields`` into the i64 job block ``job`` (each at its index in ``names``, pointers
+    as integers) and run the part function ``runs`` on ``parts`` parts: the intra-op threads,
+    or this thread alone."""
+    for f, v in fields.items():
+        slot = b.gep(job, [i64(names.index(f))], source_etype=I64)
+        b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
+    with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
+        with split:
+            emit_parallel_for(b, runs, job, parts)
+        with alone:
+            b.call(runs, [job, i64(0), i64(1)])
+
+
 _RUN_FIELDS = (
     "xp", "w", "bias", "y", "res", "yp", "n", "chan", "plane", "wq", "oh", "ow", "oh_arg", "ow_arg",
     "pr", "ys", "region", "run", "next",
@@ -333,10 +418,9 @@ def _emit_runs(
     so a run's outputs are the same whichever part computed it, and a part whose thread starts
     late leaves its runs to the others."""
     t = matmul_tiling()
-    mr, nr = t.mr, t.nr
+    nr = t.nr
     n_taps = len(taps)
     kk = cin * n_taps
-    cb = max(1, t.kc // n_taps)  # channels per K block
     fn, b = new_part_function(module, f"{name}.runs")
     job, part, _ = fn.args
     slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(_RUN_FIELDS)}
@@ -353,80 +437,53 @@ def _emit_runs(
     oh_arg, ow_arg, pr_, ys, region = (field(f) for f in ("oh_arg", "ow_arg", "pr", "ys", "region"))
     ohw = b.mul(oh_arg, ow_arg)  # y's own layout
     yp = b.gep(pointer("yp"), [b.mul(part, region)], source_etype=F32)
-    m_full = cout // mr * mr
-    tails = []
-    row = m_full
-    for size in _row_sizes(mr):
-        if cout - row >= size:
-            tails.append((row, size))
-            row += size
-    blocks = max(1, -(-m_full // t.mc)) if m_full else 1
     run = field("run")  # positions per run, a multiple of NR
-    claim = b.append_basic_block("claim")
-    work = b.append_basic_block("work")
-    done = b.append_basic_block("done")
-    b.branch(claim)
-    b.position_at_end(claim)
-    j0 = b.mul(b.atomic_rmw("add", slot["next"], i64(1), "monotonic"), run)
-    b.cbranch(b.icmp_signed("<", j0, pr_), work, done)
-    b.position_at_end(work)
-    j_end = smin(b, b.add(j0, run), pr_)
-    with for_range(b, i64(0), i64(cin), i64(cb), name="cb") as c0:
-        nch = smin(b, i64(cb), b.sub(i64(cin), c0))
-        acc = b.icmp_signed(">", c0, i64(0))
-        with for_range(b, i64(0), i64(blocks), name="mb") as blk:
-            ic = b.mul(blk, i64(t.mc))
-            ic_end = smin(b, b.add(ic, i64(t.mc)), i64(m_full))
-            last = b.icmp_signed("==", blk, i64(blocks - 1))
-            with for_range(b, j0, j_end, i64(nr), name="jr") as jr:
-                xb = b.gep(xp, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
-                w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
-                y_run = b.gep(yp, [b.sub(jr, j0)], source_etype=F32)
 
-                def tile(r0: ir.Value, height: int, full: bool) -> None:
-                    b.call(
-                        _micro_taps(vec, height, nr, taps, full),
-                        [
-                            b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
-                            i64(kk),
-                            xb,
-                            chan,
-                            plane,
-                            wq,
-                            b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
-                            ys,
-                            nch,
-                            i64(height),
-                            acc,
-                        ],
-                    )
+    def panel(j0: ir.Value, jr: ir.Value, c0: ir.Value, nch: ir.Value, acc: ir.Value) -> TileCall:
+        xb = b.gep(xp, [b.add(b.mul(c0, chan), jr)], source_etype=F32)
+        w_blk = b.gep(w, [b.mul(c0, i64(n_taps))], source_etype=F32)
+        y_run = b.gep(yp, [b.sub(jr, j0)], source_etype=F32)
 
-                with for_range(b, ic, ic_end, i64(mr), name="ir") as r0:
-                    tile(r0, mr, True)
-                if tails:
-                    with b.if_then(last):
-                        for r0_tail, size in tails:
-                            tile(i64(r0_tail), size, True)
+        def tile(r0: ir.Value, height: int) -> None:
+            b.call(
+                _micro_taps(vec, height, nr, taps, True),
+                [
+                    b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
+                    i64(kk),
+                    xb,
+                    chan,
+                    plane,
+                    wq,
+                    b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
+                    ys,
+                    nch,
+                    i64(height),
+                    acc,
+                ],
+            )
 
-    # the output rows this run covers, each from its first to its last column in the run
-    vw = t.vw
-    r_lo = b.sdiv(j0, wq)
-    r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
-    with for_range(b, i64(0), i64(cout), name="oc") as oc:
-        bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
-        ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
-        with for_range(b, r_lo, r_hi, name="orow") as orow:
-            start = b.mul(orow, wq)  # the row's first position in the frame
-            c_lo = smax(b, b.sub(j0, start), i64(0))
-            c_hi = smin(b, b.sub(j_end, start), ow)
-            src = b.gep(yp, [b.add(b.mul(oc, ys), b.sub(start, j0))], source_etype=F32)
-            at = b.add(ybase, b.mul(orow, ow_arg))
-            dst = b.gep(y, [at], source_etype=F32)
-            res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-            bvec = None if bv is None else splat(b, bv, vw)
-            row_epilogue(b, vec, src, dst, res_row, c_lo, c_hi, bvec, relu)
-    b.branch(claim)
-    b.position_at_end(done)
+        return tile
+
+    loops = tiled_runs(b, next_slot=slot["next"], run=run, limit=pr_, cin=cin, cout=cout, n_taps=n_taps,
+                       panel=panel)  # fmt: skip
+    with loops as (j0, j_end):
+        # the output rows this run covers, each from its first to its last column in the run
+        vw = t.vw
+        r_lo = b.sdiv(j0, wq)
+        r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
+        with for_range(b, i64(0), i64(cout), name="oc") as oc:
+            bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
+            ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
+            with for_range(b, r_lo, r_hi, name="orow") as orow:
+                start = b.mul(orow, wq)  # the row's first position in the frame
+                c_lo = smax(b, b.sub(j0, start), i64(0))
+                c_hi = smin(b, b.sub(j_end, start), ow)
+                src = b.gep(yp, [b.add(b.mul(oc, ys), b.sub(start, j0))], source_etype=F32)
+                at = b.add(ybase, b.mul(orow, ow_arg))
+                dst = b.gep(y, [at], source_etype=F32)
+                res_row = None if res is None else b.gep(res, [at], source_etype=F32)
+                bvec = None if bv is None else splat(b, bv, vw)
+                row_epilogue(b, vec, src, dst, res_row, c_lo, c_hi, bvec, relu)
     b.ret_void()
     return fn
 
@@ -547,13 +604,6 @@ def emit_conv_taps(
             "n": n, "chan": chan, "plane": plane, "wq": wq, "oh": oh, "ow": ow, "oh_arg": oh_arg,
             "ow_arg": ow_arg, "pr": pr_, "ys": ys, "region": region, "run": run, "next": i64(0),
         }  # fmt: skip
-        for f, v in fields.items():
-            slot = b.gep(job, [i64(_RUN_FIELDS.index(f))], source_etype=I64)
-            b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
-        with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
-            with split:
-                emit_parallel_for(b, runs, job, parts)
-            with alone:
-                b.call(runs, [job, i64(0), i64(1)])
+        hand_out(b, job, _RUN_FIELDS, fields, runs, parts)
     b.ret_void()
     return fn
