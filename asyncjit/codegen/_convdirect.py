@@ -135,12 +135,13 @@ def _micro_direct(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int]], 
         picks = [ir.Constant(ir.VectorType(I32, vw), list(range(v * vw, (v + 1) * vw))) for v in range(nv)]
         return [b.shuffle_vector(whole, whole, pick) for pick in picks]
 
+    masks: list[list[ir.Value | None]] = [[None] * nv for _ in taps]
     if edge:
         masks = [lanes(t) for t in range(n_taps)]
-    else:  # all rows inside: a tap's mask is its column's, the same for every tap of a column
+    elif kind == "inner":  # all rows inside: a tap's mask is its column's, the same for every tap of it
         first = {co: t for t, (_ro, co) in reversed(list(enumerate(taps)))}
-        by_col = {co: lanes(t) for co, t in first.items() if co != 0 and kind == "inner"}
-        masks = [by_col.get(co, [None] * nv) if kind == "inner" else [None] * nv for _ro, co in taps]
+        by_col = {co: lanes(t) for co, t in first.items() if co != 0}
+        masks = [by_col.get(co, [None] * nv) for _ro, co in taps]
     store_masks: list[ir.Value | None] = list(lanes(n_taps)) if edge else [None] * nv
 
     def step(ch: ir.Value, accs: list[list[ir.Value]]) -> list[list[ir.Value]]:

@@ -32,9 +32,9 @@ from llvmlite import ir
 
 from ._conv import _valid_range
 from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
-from ._convtaps import _chunk, emit_conv_taps, taps_chosen, taps_scratch_bytes
+from ._convtaps import _chunk, emit_conv_taps, row_epilogue, taps_chosen, taps_scratch_bytes
 from ._matmul import PARALLEL_MIN_MACS, emit_matmul, matmul_scratch_bytes
-from ._matmul_tile import matmul_tiling
+from ._matmul_tile import _Vec, matmul_tiling
 from ._parallel import threads_value
 from ._target import (
     CONV_NOALIAS,
@@ -232,23 +232,16 @@ def emit_convnd(
 
     def finish(n: ir.Value, p0: ir.Value, plen: ir.Value) -> None:
         """Positions ``p0 .. p0+plen`` of every output row of sample ``n``: + bias (+ residual),
-        then relu, in vectors of the host's width (a scalar llvm.maximum loop is not vectorised
-        on AVX2; 16 lanes rather than 8 on AVX-512)."""
-        vw = matmul_tiling().vw
-        vty = ir.VectorType(F32, vw)
-        whole = b.mul(b.sdiv(plen, i64(vw)), i64(vw))
+        then relu, in place (``_convtaps.row_epilogue``: vectors of the host's width, the last
+        columns under a mask)."""
+        vec = _Vec(module, matmul_tiling().vw)
         with for_range(b, i64(0), i64(cout), name="bc") as c:
             bv = b.load(b.gep(bias, [c], source_etype=F32), typ=F32, align=4) if has_bias else None
-            bvec = None if bv is None else splat(b, bv, vw)
+            bvec = None if bv is None else splat(b, bv, vec.vw)
             at = b.add(b.mul(b.add(b.mul(n, i64(cout)), c), p), p0)
             row = b.gep(y, [at], source_etype=F32)
             res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-            for lo, hi, step, ty, add in ((i64(0), whole, vw, vty, bvec), (whole, plen, 1, F32, bv)):
-                with for_range(b, lo, hi, step, name="bp") as j:
-                    ptr = b.gep(row, [j], source_etype=F32)
-                    v = b.load(ptr, typ=ty, align=4)
-                    v = v if add is None else b.fadd(v, add)
-                    b.store(conv_epilogue(b, v, res_row, j, relu), ptr, align=4)
+            row_epilogue(b, vec, row, row, res_row, i64(0), plen, bvec, relu)
 
     if _pointwise(ks, strides, pads):
 

@@ -473,6 +473,7 @@ def _emit_runs(
         r_hi = smin(b, b.sdiv(b.add(j_end, b.sub(wq, i64(1))), wq), oh)
         with for_range(b, i64(0), i64(cout), name="oc") as oc:
             bv = b.load(b.gep(bias, [oc], source_etype=F32), typ=F32, align=4) if has_bias else None
+            bvec = None if bv is None else splat(b, bv, vw)
             ybase = b.mul(b.add(b.mul(n, i64(cout)), oc), ohw)
             with for_range(b, r_lo, r_hi, name="orow") as orow:
                 start = b.mul(orow, wq)  # the row's first position in the frame
@@ -482,7 +483,6 @@ def _emit_runs(
                 at = b.add(ybase, b.mul(orow, ow_arg))
                 dst = b.gep(y, [at], source_etype=F32)
                 res_row = None if res is None else b.gep(res, [at], source_etype=F32)
-                bvec = None if bv is None else splat(b, bv, vw)
                 row_epilogue(b, vec, src, dst, res_row, c_lo, c_hi, bvec, relu)
     b.ret_void()
     return fn
