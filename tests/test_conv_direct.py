@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,13 +149,15 @@ def test_direct_needs_an_avx512_host(monkeypatch: pytest.MonkeyPatch) -> None:
 
 _GUARD_SCRIPT = textwrap.dedent(
     """
-    import ctypes, mmap
+    import ctypes, mmap, sys
     import numpy as np
     from llvmlite import ir
     from asyncjit.codegen import _convdirect
     _convdirect.DIRECT_MIN_VW = 8
     from asyncjit.codegen._convtaps import emit_conv_taps
-    from asyncjit.codegen._target import I64, PTR, compile_to_object, load_object, new_function
+    from asyncjit.codegen._target import compile_to_object, load_object
+    sys.path.insert(0, sys.argv[1])
+    from test_codegen_kernels import _add_entry
     PAGE = mmap.PAGESIZE
     libc = ctypes.CDLL(None)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -186,13 +189,7 @@ _GUARD_SCRIPT = textwrap.dedent(
         kern = emit_conv_taps(module, "conv", cin=cin, cout=cout, ks=ks, strides=(1, 1), dilations=dil,
                               pads=pads, has_bias=True, relu=True, residual=True)
         assert "asyncjit.conv.direct" in str(module)
-        fn, b = new_function(module, "entry", [("args", PTR)], linkage="external")
-        vals = []
-        for i, arg in enumerate(kern.args):
-            v = b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], source_etype=I64), typ=I64)
-            vals.append(b.inttoptr(v, PTR) if arg.type == PTR else v)
-        b.call(kern, vals)
-        b.ret_void()
+        _add_entry(module, "entry", kern)
         obj = load_object(compile_to_object(str(module)))
         call = obj.cfunc("entry", None, ctypes.c_void_p)
         # one column; rows of 7 (several per panel); 33 and 64; 70 (panels inside a row: unmasked)
@@ -226,5 +223,8 @@ def test_conv2d_in_place_never_touches_memory_past_its_operands() -> None:
     them read unmasked, or a store past ``y``, would fault the process. Pads on one side, past
     the kernel, dilations; widths from one column (every tap of a moved column masked) to 70
     (clean tiles, loaded unmasked, beside inner and edge ones)."""
-    proc = subprocess.run([sys.executable, "-c", _GUARD_SCRIPT], capture_output=True, text=True, timeout=120)
+    tests_dir = str(Path(__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", _GUARD_SCRIPT, tests_dir], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
