@@ -267,10 +267,14 @@ def _acosh(x: Tensor) -> Tensor:
 
 
 def _atanh(x: Tensor) -> Tensor:
-    """``0.5 log1p(2a / (1 - a))`` of ``a = |x|`` with ``x``'s sign: exact for small ``x``."""
+    """``0.5 log1p(2a / (1 - a))`` of ``a = |x|`` with ``x``'s sign, the argument written
+    ``2a + 2a^2 / (1 - a)`` below one half: ``2a`` is exact and the rounded division lands only
+    in the small second term (the one-division form was 3 ulps off near 1e-8)."""
     xf = _wide(x)
     a = xf.abs()
-    return _odd(xf, log1p(a * 2.0 / (1.0 - a)) * 0.5).cast(x.dtype)
+    t = a + a
+    u = Tensor.select(a < 0.5, t + t * a / (1.0 - a), t / (1.0 - a))
+    return _odd(xf, log1p(u) * 0.5).cast(x.dtype)
 
 
 def softplus(x: Tensor) -> Tensor:
