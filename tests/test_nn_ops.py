@@ -182,11 +182,18 @@ def test_conv2d_taps_in_runs_of_positions(case: tuple[Any, ...], monkeypatch: py
 
 
 @pytest.mark.parametrize(("cout", "hw"), [(96, 56), (128, 57)])
-def test_a_strided_conv_with_many_outputs_on_the_padded_copy(cout: int, hw: int) -> None:
-    """A stride-2 3x3 with 65-128 outputs over 784 or more positions runs on the padded copy,
-    its bias, residual add and relu applied as each run is copied out (output rows of 28 and 29
+def test_a_strided_conv_with_many_outputs_on_the_padded_copy(
+    cout: int, hw: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stride-2 3x3 with 65-128 outputs over 784 or more positions runs on the padded copy
+    (on AVX-512 hosts; forced here on AVX2 ones, plans compiled without the disk cache), its
+    bias, residual add and relu applied as each run is copied out (output rows of 28 and 29
     columns: a whole vector and a masked tail on either host), equal to the reference."""
+    from asyncjit.codegen import _convtaps
     from asyncjit.codegen._convtaps import TAPS_STRIDED_MIN_P, taps_chosen
+
+    monkeypatch.setattr(_convtaps, "TAPS_STRIDED_MIN_VW", 8)
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "")
 
     cin, out_hw = 16, (hw + 2 - 3) // 2 + 1
     assert out_hw * out_hw >= TAPS_STRIDED_MIN_P
@@ -214,21 +221,25 @@ def test_a_strided_conv_with_many_outputs_on_the_padded_copy(cout: int, hw: int)
         (512, 512, 7, 3, 1, True),  # as many tiles as im2col's
         (3, 64, 224, 7, 2, True),  # ResNet's stem
         (384, 384, 13, 3, 1, False),  # 18% more tiles: im2col
-        (128, 128, 56, 3, 2, True),  # stride 2 up to 128 outputs at 28x28: faster inside a model
+        (128, 128, 56, 3, 2, "avx512"),  # stride 2 up to 128 outputs at 28x28: faster inside a
+        # model on AVX-512 hosts; on AVX2 ones the panels conv was
         (128, 128, 28, 3, 2, False),  # ... but not at 14x14
         (128, 160, 56, 3, 2, False),  # stride 2 with more outputs: im2col
         (3, 96, 224, 11, 4, False),  # stride 4: im2col
     ],
 )
 def test_padded_copy_is_chosen_where_it_was_faster(
-    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool
+    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool | str
 ) -> None:
     """The 2-D strategy follows the measured rule (``_convtaps.TAPS_SMALL_COUT``/``TAPS_MAX_WASTE``),
     and the kernel compiled for the layer is the one chosen (unless the weight in matmul panels
     does better: 512 channels at 7x7; with few outputs at stride 1 on AVX-512 the variant that
     reads ``x`` in place, ``_convdirect``)."""
-    from asyncjit.codegen._convtaps import taps_chosen
+    from asyncjit.codegen._convtaps import TAPS_STRIDED_MIN_VW, taps_chosen
+    from asyncjit.codegen._target import vector_width
 
+    if chosen == "avx512":
+        chosen = vector_width() >= TAPS_STRIDED_MIN_VW
     pads = ((k // 2, k // 2),) * 2
     kw = dict(cin=cin, cout=cout, ks=(k, k), strides=(stride, stride), dilations=(1, 1), pads=pads, groups=1)
     assert taps_chosen(**kw, s_max=(hw, hw)) is chosen  # type: ignore[arg-type]
@@ -323,7 +334,7 @@ def test_conv_panels_need_a_constant_weight() -> None:
     [
         (512, 512, 7, 3, 1, True),  # above 128 outputs at 7x7: over the padded copy
         (256, 256, 14, 3, 1, True),  # im2col's layer
-        (128, 128, 56, 3, 2, False),  # stride 2, up to 128 outputs: the padded copy
+        (128, 128, 56, 3, 2, "avx2"),  # stride 2, up to 128 outputs: the padded copy on AVX-512
         (128, 160, 56, 3, 2, True),
         (3, 96, 224, 11, 4, True),  # AlexNet's first layer
         (256, 256, 56, 3, 1, False),  # 3,136 positions: the padded copy
@@ -332,17 +343,26 @@ def test_conv_panels_need_a_constant_weight() -> None:
         (832, 32, 6, 1, 1, True),  # 1x1 at 6x6, few outputs
         (480, 16, 13, 1, 1, False),  # 1x1 at 13x13, few outputs: x read in place
         (512, 64, 13, 1, 1, True),
-        (64, 256, 56, 1, 1, False),  # 1x1 at 56x56: x read in place
-        (256, 512, 56, 1, 2, False),  # strided 1x1 from 56x56
+        (64, 256, 56, 1, 1, True),  # 1x1 at 56x56 with 256 channels on one side
+        (256, 64, 56, 1, 1, True),
+        (128, 128, 56, 1, 1, False),  # ... fewer on both: x read in place
+        (256, 256, 112, 1, 1, False),  # 1x1 at 112x112: x read in place
+        (128, 128, 28, 1, 1, True),  # 1x1 at 28x28
+        (256, 512, 56, 1, 2, True),  # strided 1x1 from 56x56 (to 28x28)
         (512, 1000, 13, 1, 1, False),  # not whole tiles
         (3, 64, 224, 3, 1, False),  # 27 products per output
     ],
 )
 def test_panels_are_chosen_where_they_were_faster(
-    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool
+    cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool | str
 ) -> None:
     """The panels strategy follows the measured rule (``_convpanels.panels_chosen``)."""
+    from asyncjit.codegen._convtaps import TAPS_STRIDED_MIN_VW
     from asyncjit.codegen._matmul_tile import matmul_tiling
+    from asyncjit.codegen._target import vector_width
+
+    if chosen == "avx2":
+        chosen = vector_width() < TAPS_STRIDED_MIN_VW
 
     if cout % matmul_tiling().nr and chosen:
         pytest.skip(f"{cout} output channels are not whole tiles of this host's width")

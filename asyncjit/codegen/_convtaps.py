@@ -59,6 +59,7 @@ from ._target import (
     smax,
     smin,
     splat,
+    vector_width,
 )
 
 __all__ = [
@@ -66,6 +67,8 @@ __all__ = [
     "TAPS_MAX_WASTE",
     "TAPS_MIN_K",
     "TAPS_SMALL_COUT",
+    "TAPS_STRIDED_MIN_P",
+    "TAPS_STRIDED_MIN_VW",
     "emit_conv_taps",
     "taps_chosen",
     "taps_eligible",
@@ -108,7 +111,14 @@ copy, up to ``TAPS_SMALL_COUT`` from this many output positions: alone, 128 chan
 slower than im2col, but inside a model, where the layer's input comes from the previous layer
 rather than warm from its own last call, ResNet-50's 128-channel stride-2 3x3 to 28x28 took
 2.19-2.30 ms against 2.47-2.62 ms as the panels conv (im2col of a transposed input;
-``onnx_models.py --layers``, trees alternated). Smaller outputs keep the measured rule."""
+``onnx_models.py --layers``, trees alternated). Smaller outputs keep the measured rule. On
+hosts under ``TAPS_STRIDED_MIN_VW`` lanes the panels conv keeps the layer."""
+
+TAPS_STRIDED_MIN_VW = 16
+"""``TAPS_STRIDED_MIN_P`` holds on AVX-512 hosts, where it was measured. On AVX2 (8 lanes) the
+same layer inside ResNet-50 took 3.9-4.3 ms on the padded copy and 3.2-3.3 ms as the panels
+conv, whose channels-last output also feeds the next 1x1 conv untransposed (one process per
+tree, ``onnx_models.py --layers``); alone, warm, 4.64 against 3.46 ms (``conv_ab.py``)."""
 
 TAPS_MAX_WASTE = 1.05
 """Above ``TAPS_SMALL_COUT``, the padded copy only where its tiles (output rows ``Wq`` wide, junk
@@ -144,7 +154,7 @@ def taps_chosen(
         return False
     _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
     if max(strides) > 1:
-        many = oh * ow >= TAPS_STRIDED_MIN_P
+        many = oh * ow >= TAPS_STRIDED_MIN_P and vector_width() >= TAPS_STRIDED_MIN_VW
         return cout <= TAPS_SMALL_COUT // 2 or (cout <= TAPS_SMALL_COUT and many)
     if cout <= TAPS_SMALL_COUT:
         return True
