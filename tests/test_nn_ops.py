@@ -220,6 +220,7 @@ def test_a_strided_conv_with_many_outputs_on_the_padded_copy(
         (256, 256, 56, 3, 1, True),  # many outputs, 4% more tiles
         (512, 512, 7, 3, 1, True),  # as many tiles as im2col's
         (3, 64, 224, 7, 2, True),  # ResNet's stem
+        (3, 96, 224, 7, 2, True),  # ZFNet's: stride 2, 96 outputs from 3 channels, on every host
         (384, 384, 13, 3, 1, False),  # 18% more tiles: im2col
         (128, 128, 56, 3, 2, "avx512"),  # stride 2 up to 128 outputs at 28x28: faster inside a
         # model on AVX-512 hosts; on AVX2 ones the panels conv was

@@ -69,6 +69,7 @@ __all__ = [
     "TAPS_SMALL_COUT",
     "TAPS_STRIDED_MIN_P",
     "TAPS_STRIDED_MIN_VW",
+    "TAPS_STRIDED_NARROW_CIN",
     "emit_conv_taps",
     "taps_chosen",
     "taps_eligible",
@@ -112,13 +113,18 @@ slower than im2col, but inside a model, where the layer's input comes from the p
 rather than warm from its own last call, ResNet-50's 128-channel stride-2 3x3 to 28x28 took
 2.19-2.30 ms against 2.47-2.62 ms as the panels conv (im2col of a transposed input;
 ``onnx_models.py --layers``, trees alternated). Smaller outputs keep the measured rule. On
-hosts under ``TAPS_STRIDED_MIN_VW`` lanes the panels conv keeps the layer."""
+hosts under ``TAPS_STRIDED_MIN_VW`` lanes only layers reading fewer than
+``TAPS_STRIDED_NARROW_CIN`` channels take it."""
 
 TAPS_STRIDED_MIN_VW = 16
+TAPS_STRIDED_NARROW_CIN = 64
 """``TAPS_STRIDED_MIN_P`` holds on AVX-512 hosts, where it was measured. On AVX2 (8 lanes) the
 same layer inside ResNet-50 took 3.9-4.3 ms on the padded copy and 3.2-3.3 ms as the panels
 conv, whose channels-last output also feeds the next 1x1 conv untransposed (one process per
-tree, ``onnx_models.py --layers``); alone, warm, 4.64 against 3.46 ms (``conv_ab.py``)."""
+tree, ``onnx_models.py --layers``); alone, warm, 4.64 against 3.46 ms (``conv_ab.py``). But
+ZFNet's 7x7 stride-2 stem from 3 channels to 96 took 5.3 ms on the padded copy against 7.9 as
+the panels conv, whose transposed im2col copies 3 floats per position and tap: below this many
+input channels the padded copy keeps such layers on AVX2 too (between 3 and 128, unmeasured)."""
 
 TAPS_MAX_WASTE = 1.05
 """Above ``TAPS_SMALL_COUT``, the padded copy only where its tiles (output rows ``Wq`` wide, junk
@@ -154,7 +160,8 @@ def taps_chosen(
         return False
     _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
     if max(strides) > 1:
-        many = oh * ow >= TAPS_STRIDED_MIN_P and vector_width() >= TAPS_STRIDED_MIN_VW
+        narrow = vector_width() >= TAPS_STRIDED_MIN_VW or cin < TAPS_STRIDED_NARROW_CIN
+        many = oh * ow >= TAPS_STRIDED_MIN_P and narrow
         return cout <= TAPS_SMALL_COUT // 2 or (cout <= TAPS_SMALL_COUT and many)
     if cout <= TAPS_SMALL_COUT:
         return True
