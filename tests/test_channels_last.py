@@ -19,7 +19,7 @@ from asyncjit.compiler import compile
 from asyncjit.graph import make_node
 from asyncjit.graph._nn import conv_layout
 from asyncjit.passes import Graph, channels_last, channels_last_enabled, optimize_graph, set_channels_last
-from asyncjit.passes._fusion import conv_takes_panels
+from asyncjit.passes._fusion import conv_panel_weight, conv_takes_panels
 
 RNG = np.random.default_rng(5)
 
@@ -80,6 +80,31 @@ def test_a_stage_keeps_its_activations_channels_last() -> None:
     layouts = _layouts([out], [x])
     assert sorted(layouts) == [(False, True)] * 2 + [(True, False)] + [(True, True)] * 3
     _both([out], [x], [RNG.standard_normal((1, 256, 7, 7)).astype(np.float32)])
+
+
+def _panels_after_pass(outs: list[Tensor], ins: list[Tensor], on: bool) -> list[bool]:
+    """Per conv after the pass (on or off), in graph order: whether it reads its weight in panels."""
+    set_channels_last(on)
+    g = channels_last(optimize_graph(Graph.of([o.node for o in outs], [i.node for i in ins])))
+    return [conv_panel_weight(n) is not None for n in g.nodes if n.op == "conv"]
+
+
+def test_wide_1x1_convs_over_many_positions_are_panels_convs_only_inside_a_region() -> None:
+    """At 56x56 a 1x1 conv with 256 channels on a side is a panels conv when its output feeds
+    another one untransposed (ResNet's first stage), and is given back to the in-place NCHW
+    kernel when it stands alone or the pass is off (two transposes of 3 MB activations for
+    nothing); the same bits either way."""
+    x = Tensor.placeholder((1, 64, 56, 56), np.float32, "x")
+    chain = x.conv(_w(256, 64, 1), _b(256)).relu().conv(_w(64, 256, 1), _b(64)).relu()
+    assert _layouts([chain], [x]) == [(False, True), (True, False)]
+    assert _panels_after_pass([chain], [x], True) == [True, True]
+    assert _panels_after_pass([chain], [x], False) == [False, False]
+    xv = RNG.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    _both([chain], [x], [xv])
+    lone = x.conv(_w(256, 64, 1), _b(256)).relu()
+    assert _panels_after_pass([lone], [x], True) == [False]
+    assert _layouts([lone], [x]) == [(False, False)]
+    _both([lone], [x], [xv])
 
 
 @pytest.mark.parametrize(

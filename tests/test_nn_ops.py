@@ -344,12 +344,12 @@ def test_conv_panels_need_a_constant_weight() -> None:
         (832, 32, 6, 1, 1, True),  # 1x1 at 6x6, few outputs
         (480, 16, 13, 1, 1, False),  # 1x1 at 13x13, few outputs: x read in place
         (512, 64, 13, 1, 1, True),
-        (64, 256, 56, 1, 1, True),  # 1x1 at 56x56 with 256 channels on one side
+        (64, 256, 56, 1, 1, True),  # 1x1 at 56x56 with 256 channels on one side, in a region
         (256, 64, 56, 1, 1, True),
         (128, 128, 56, 1, 1, False),  # ... fewer on both: x read in place
         (256, 256, 112, 1, 1, False),  # 1x1 at 112x112: x read in place
-        (128, 128, 28, 1, 1, True),  # 1x1 at 28x28
-        (256, 512, 56, 1, 2, True),  # strided 1x1 from 56x56 (to 28x28)
+        (128, 128, 28, 1, 1, True),  # 1x1 at 28x28, in a region
+        (256, 512, 56, 1, 2, True),  # strided 1x1 from 56x56 (to 28x28), in a region
         (512, 1000, 13, 1, 1, False),  # not whole tiles
         (3, 64, 224, 3, 1, False),  # 27 products per output
     ],
@@ -369,6 +369,13 @@ def test_panels_are_chosen_where_they_were_faster(
         pytest.skip(f"{cout} output channels are not whole tiles of this host's width")
     pads = ((k // 2, k // 2),) * 2
     assert _panels_chosen_here(cin, cout, (k, k), (stride, stride), (1, 1), pads, (hw, hw)) is chosen
+    if k == 1 and chosen:  # outside every region, only up to 256 positions
+        from asyncjit.codegen._convpanels import panels_chosen
+
+        geometry = dict(cin=cin, cout=cout, ks=(1, 1), strides=(stride,) * 2, dilations=(1, 1), pads=pads,
+                        groups=1, s_max=(hw, hw))  # fmt: skip
+        out = (hw - 1) // stride + 1
+        assert panels_chosen(**geometry, alone=True) is (out * out <= 256)  # type: ignore[arg-type]
 
 
 def test_conv_float16_and_symbolic_and_3d() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "PANELS_MAX_P_1X1",
     "PANELS_MAX_P_OVER_TAPS",
     "PANELS_MIN_K",
+    "PANELS_REGION_P_1X1",
     "PANELS_WIDE_C_1X1",
     "PANELS_WIDE_P_1X1",
     "emit_conv_panels",
@@ -58,25 +59,29 @@ PANELS_MIN_K = 64
 """Fewer products per output (``cin * prod(K)``) than this and the two transposes (of ``x`` in,
 of ``C^T`` out), each the size of an activation, are not paid back by the product."""
 
-PANELS_MAX_P_1X1 = 1024
-"""A 1x1 conv with more output positions than this (and not wide, see ``PANELS_WIDE_C_1X1``)
-keeps ``_convnd``'s path, which reads ``x`` in place. Alone and warm (``benchmarks/conv_ab.py``,
-per-call minima) this path won from 28x28: the panels conv took 0.84-0.90 of its time at 7x7,
-0.86-0.97 at 13x13 and 14x14, 0.97-1.17 at 28x28, 1.35-1.41 at 56x56. Inside a model the
-order turns: ``_convnd`` writes ``cout`` output rows a tile at a time, streams no prefetcher
-follows into memory that the layers between two calls have evicted, and the panels conv's
-channels-last output feeds the next panels conv untransposed (``passes._layout``). DenseNet-121's
-1x1 convs at 28x28 (128-480 -> 128 channels) took the same time either way, ResNet-50's took
-0.80-0.95 of it (``onnx_models.py --layers``, one process per tree, two rounds)."""
+PANELS_MAX_P_1X1 = 256
+"""A 1x1 conv with more output positions than this keeps ``_convnd``'s path, which reads ``x``
+in place, unless it sits in a channels-last region (``PANELS_REGION_P_1X1``): alone, its two
+transposes, each an activation (3 MB at 56x56 x 256 channels, beyond L2), cost more than the
+product gains. Measured in one process, per-call minima (``benchmarks/conv_ab.py``): at 7x7
+0.84-0.90 of that path's time, 13x13 and 14x14 0.86-0.97, 28x28 0.97-1.17, 56x56 1.35-1.41, a
+stride-2 1x1 from 56x56 1.19."""
 
+PANELS_REGION_P_1X1 = 1024
 PANELS_WIDE_P_1X1 = 4096
 PANELS_WIDE_C_1X1 = 256
-"""Up to ``PANELS_WIDE_P_1X1`` positions (56x56) a 1x1 conv with this many input or output
-channels is a panels conv too: ResNet-50's 64->256, 256->64 and 256->128 at 56x56 took 1.44-1.67
-ms against 1.87-2.16 (the 256-channel ones), 2.67 against 2.95 (ONNX Runtime 1.19-1.24 and
-2.60-2.72 in the same runs), while DenseNet-121's 64-224 -> 128 at 56x56, whose neighbours are
-not panels convs (two transposes each), took 1.02-1.25x their ``_convnd`` time, so they keep it
-(its 256 -> 128 is wide: 1.03-1.08x, a cost of the simple rule)."""
+"""Inside a channels-last region (``passes._layout``: a panels conv's output feeds the next one
+untransposed) a 1x1 conv is a panels conv up to ``PANELS_REGION_P_1X1`` positions, and up to
+``PANELS_WIDE_P_1X1`` (56x56) with ``PANELS_WIDE_C_1X1`` or more channels on one side; the
+layout pass gives such a conv found outside every region back to ``_convnd``
+(``panels_chosen(alone=True)`` says which). There ``_convnd`` writes ``cout`` output rows a tile
+at a time, streams no prefetcher follows, into memory the layers between two calls evicted:
+ResNet-50's 64->256, 256->64 and 256->128 at 56x56 took 1.44-1.67 ms against 1.87-2.16 (the
+256-channel ones), 2.67 against 2.95, its 1x1 convs at 28x28 0.80-0.94 of their time (ONNX
+Runtime's 1.19-1.24 and 2.60-2.72 ms in the same runs; ``onnx_models.py --layers``, one process
+per tree, two rounds), while DenseNet-121's 1x1 convs at 56x56 and 28x28, between NCHW
+neighbours, took 1.0-1.25x their ``_convnd`` time as panels convs (DenseNet-121 1.06-1.07x ONNX
+Runtime's kernel sum against 1.02x)."""
 
 PANELS_MIN_COUT_1X1 = 64
 PANELS_ANY_COUT_P_1X1 = 64
@@ -126,12 +131,14 @@ def panels_chosen(
     pads: Sequence[tuple[int, int]],
     groups: int,
     s_max: Sequence[int],
+    alone: bool = False,
 ) -> bool:
     """Whether a conv runs here (its weight then stored by ``panels_weight``), judged at the
     upper bounds ``s_max`` of its input's spatial extents: one group, output channels a multiple
     of the tile width NR, at least ``PANELS_MIN_K`` products per output, and not a layer another
-    kernel does better: a 1x1 conv with more than ``PANELS_MAX_P_1X1`` output positions unless
-    it is wide (``PANELS_WIDE_C_1X1``; or more than ``PANELS_ANY_COUT_P_1X1`` with fewer than
+    kernel does better: a 1x1 conv with more than ``PANELS_MAX_P_1X1`` output positions (in a
+    channels-last region, ``PANELS_REGION_P_1X1``, or ``PANELS_WIDE_P_1X1`` when wide; ``alone``:
+    judged outside every region; or more than ``PANELS_ANY_COUT_P_1X1`` with fewer than
     ``PANELS_MIN_COUT_1X1`` outputs), or one
     the padded-copy kernel of ``_convtaps`` takes with up to ``TAPS_SMALL_COUT`` output channels
     or more than ``PANELS_MAX_P_OVER_TAPS`` positions."""
@@ -144,10 +151,12 @@ def panels_chosen(
     ]
     p_max = _prod(outs)
     if _prod(ks) == 1:
+        if p_max <= PANELS_ANY_COUT_P_1X1:
+            return True
+        if alone:
+            return p_max <= PANELS_MAX_P_1X1 and cout >= PANELS_MIN_COUT_1X1
         wide = p_max <= PANELS_WIDE_P_1X1 and max(cin, cout) >= PANELS_WIDE_C_1X1
-        return p_max <= PANELS_ANY_COUT_P_1X1 or (
-            cout >= PANELS_MIN_COUT_1X1 and (p_max <= PANELS_MAX_P_1X1 or wide)
-        )
+        return cout >= PANELS_MIN_COUT_1X1 and (p_max <= PANELS_REGION_P_1X1 or wide)
     taps = taps_chosen(
         cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads, groups=groups, s_max=s_max
     )

@@ -201,6 +201,15 @@ def _conv_panels(node: Node) -> Node:
     return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
 
+def nchw_weight(w: Node) -> Node:
+    """The ``[cout, cin, *K]`` constant a weight laid out by ``_conv_panels`` (a ``reshape`` of a
+    ``permute`` of the stored panels) stands for: a conv given back to the NCHW kernels reads it
+    as it is. Its digest is derived from the stored copy's, not hashed."""
+    stored = np.asarray(w.inputs[0].inputs[0].attrs["value"])
+    origin = ("conv_nchw", content_digest(stored), stored.dtype.str, tuple(int(d) for d in w.shape))
+    return _const(np.ascontiguousarray(_value(w)), origin)
+
+
 def _of_constant(node: Node) -> bool:
     """Whether ``node`` is a ``const`` or movement over one (a weight laid out in panels is a
     ``reshape`` of a ``permute`` of its constant): ``_value`` can compute it."""

@@ -16,6 +16,11 @@ values that *could* be (such convs, and commuting ops over candidates), ``_wante
 a channels-last conv input is reached from, so no transpose is moved somewhere it cancels
 nothing. Results are bit for bit those of the NCHW plan: the products, and the order of every
 sum, are the same.
+
+Some convs take the panels kernel only inside a region (1x1 convs over many positions,
+``codegen._convpanels.PANELS_REGION_P_1X1``): one that neither takes nor gives a channels-last
+value (or every such conv, with the pass off) is given its weight back in the NCHW order, so
+``_convnd`` computes it reading ``x`` in place (``_region_only``, ``_alone``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from collections.abc import Sequence
 
 from ..graph import OPS, Node, make_node
 from ..graph._nn import conv_layout
-from ._fusion import conv_panel_weight
+from ._fold import nchw_weight
+from ._fusion import conv_geometry, conv_panel_weight
 from ._graph import Graph, rebuild, remake
 
 __all__ = ["channels_last", "channels_last_enabled", "kernel_layouts", "set_channels_last"]
@@ -63,6 +69,21 @@ def _panels(node: Node) -> bool:
 def _eligible(node: Node) -> bool:
     """A 2-D float32 conv the panels kernel computes, not yet given a layout."""
     return node.op == "conv" and node.ndim == 4 and not any(conv_layout(node.attrs)) and _panels(node)
+
+
+def _region_only(node: Node) -> bool:
+    """An eligible conv the panels kernel takes only inside a channels-last region (a 1x1 over
+    many positions, ``codegen._convpanels.PANELS_REGION_P_1X1``): outside every region its two
+    transposes cost more than ``_convnd``'s in-place product."""
+    from ..codegen._convpanels import panels_chosen
+
+    return not panels_chosen(**conv_geometry(node), alone=True)
+
+
+def _alone(node: Node, inputs: tuple[Node, ...]) -> Node:
+    """``node``, a region-only conv outside every region, on its weight in the NCHW order: the
+    conv ``_convnd`` computes, reading ``x`` in place."""
+    return make_node("conv", (inputs[0], nchw_weight(inputs[1]), *inputs[2:]), **dict(node.attrs))
 
 
 def _channel_broadcast(node: Node) -> Node | None:
@@ -143,14 +164,17 @@ def kernel_layouts(graph: Graph) -> Graph:
 def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
     """The graph with channels-last regions between panels convs (see the module docstring);
     off (``enabled``, by default ``channels_last_enabled()``), it only rewrites convs given
-    channels-last operands that no kernel takes (``kernel_layouts``)."""
+    channels-last operands that no kernel takes (``kernel_layouts``); either way, a conv that is
+    a panels conv only inside a region and is in none goes back to the NCHW kernels."""
     graph = kernel_layouts(graph)
-    if not (_ENABLED if enabled is None else enabled):
-        return graph
     nodes = graph.nodes
-    want = _wanted(nodes, _candidates(nodes))
-    if not want:  # no conv would take or give a channels-last value
-        return graph
+    want = _wanted(nodes, _candidates(nodes)) if (_ENABLED if enabled is None else enabled) else set()
+    if not want:  # no conv would take or give a channels-last value: each conv on its own
+
+        def each(node: Node, inputs: tuple[Node, ...]) -> Node:
+            return _alone(node, inputs) if _eligible(node) and _region_only(node) else remake(node, inputs)
+
+        return rebuild(graph, each)
     memo: dict[int, Node] = {}  # node id -> its NCHW value in the new graph
     last: dict[int, Node] = {}  # node id -> its channels-last value, for the wanted ones
 
@@ -173,6 +197,8 @@ def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
                 memo[n.id] = make_node("permute", (y,), order=TO_FIRST)
             else:
                 memo[n.id] = make_node("conv", (x, *inputs[1:]), **attrs)
+        elif _eligible(n) and _region_only(n):
+            memo[n.id] = _alone(n, inputs)
         elif n.id in want:
             y = make_node(n.op, tuple(nhwc(i) for i in n.inputs), **dict(n.attrs))
             last[n.id] = y
