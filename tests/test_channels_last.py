@@ -52,11 +52,16 @@ def _both(outs: list[Tensor], ins: list[Tensor], values: list[np.ndarray]) -> li
     return got[True]
 
 
+def _convs_after_pass(outs: list[Tensor], ins: list[Tensor], on: bool = True) -> list[Any]:
+    """Every conv of the graph after the pass (on or off), in graph order."""
+    set_channels_last(on)
+    g = channels_last(optimize_graph(Graph.of([o.node for o in outs], [i.node for i in ins])))
+    return [n for n in g.nodes if n.op == "conv"]
+
+
 def _layouts(outs: list[Tensor], ins: list[Tensor]) -> list[tuple[bool, bool]]:
     """The layout of every conv after the pass, in graph order."""
-    set_channels_last(True)
-    g = channels_last(optimize_graph(Graph.of([o.node for o in outs], [i.node for i in ins])))
-    return [conv_layout(n.attrs) for n in g.nodes if n.op == "conv"]
+    return [conv_layout(n.attrs) for n in _convs_after_pass(outs, ins)]
 
 
 def _bottleneck(c: int = 256, mid: int = 160, hw: int = 7) -> tuple[Tensor, Tensor]:
@@ -84,9 +89,7 @@ def test_a_stage_keeps_its_activations_channels_last() -> None:
 
 def _panels_after_pass(outs: list[Tensor], ins: list[Tensor], on: bool) -> list[bool]:
     """Per conv after the pass (on or off), in graph order: whether it reads its weight in panels."""
-    set_channels_last(on)
-    g = channels_last(optimize_graph(Graph.of([o.node for o in outs], [i.node for i in ins])))
-    return [conv_panel_weight(n) is not None for n in g.nodes if n.op == "conv"]
+    return [conv_panel_weight(n) is not None for n in _convs_after_pass(outs, ins, on)]
 
 
 def test_wide_1x1_convs_over_many_positions_are_panels_convs_only_inside_a_region() -> None:

@@ -160,8 +160,8 @@ def taps_chosen(
         return False
     _hq, wq, oh, ow = _frame([max(v, 1) for v in s_max], ks, strides, dilations, pads)
     if max(strides) > 1:
-        narrow = vector_width() >= TAPS_STRIDED_MIN_VW or cin < TAPS_STRIDED_NARROW_CIN
-        many = oh * ow >= TAPS_STRIDED_MIN_P and narrow
+        measured = vector_width() >= TAPS_STRIDED_MIN_VW or cin < TAPS_STRIDED_NARROW_CIN
+        many = oh * ow >= TAPS_STRIDED_MIN_P and measured
         return cout <= TAPS_SMALL_COUT // 2 or (cout <= TAPS_SMALL_COUT and many)
     if cout <= TAPS_SMALL_COUT:
         return True
@@ -228,14 +228,14 @@ def taps_scratch_bytes(
     return 64 + 4 * (xp + (MAX_THREADS if splits else 1) * run)
 
 
-def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]], full: bool) -> ir.Function:
-    """``C[0:mr_eff, 0:nr] (+)= sum_{c < nch, t} A[r, c*T + t] * xb[c*chan + off_t + j]`` with
+def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]]) -> ir.Function:
+    """``C[0:mr, 0:nr] (+)= sum_{c < nch, t} A[r, c*T + t] * xb[c*chan + off_t + j]`` with
     ``off_t = plane_t*plane + row_t*wq + col_t`` (``taps`` as from ``_taps``); the tile stays in
-    registers over every channel and tap. Not ``full``: rows past ``mr_eff`` re-read row
-    ``mr_eff - 1`` and are not stored."""
+    registers over every channel and tap. Every row is whole: the rows after the MR-row tiles
+    get 4/2/1-row tiles of their own (``tiled_runs``)."""
     module = vec.module
     key = "_".join(f"{p}.{r}.{c}" for p, r, c in taps)
-    name = f"asyncjit.conv.taps{mr}x{nr}{'f' if full else ''}.{key}"
+    name = f"asyncjit.conv.taps{mr}x{nr}f.{key}"
     existing = module.globals.get(name)
     if isinstance(existing, ir.Function):
         return existing
@@ -249,13 +249,12 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
         ("c", PTR),
         ("c_rs", I64),
         ("nch", I64),
-        ("mr_eff", I64),
         ("accumulate", I1),
     ]
     fn, b = new_function(module, name, args, noalias=("a", "xb", "c"), inline="noinline")
-    a, a_rs, xb, chan, plane, wq, c, c_rs, nch, mr_eff, accumulate = fn.args
+    a, a_rs, xb, chan, plane, wq, c, c_rs, nch, accumulate = fn.args
     nv, vw, n_taps = nr // vec.vw, vec.vw, len(taps)
-    rows = tile_rows(b, mr, a_rs, mr_eff, full)
+    rows = tile_rows(b, mr, a_rs, i64(mr), True)
     offs = [b.add(b.add(b.mul(i64(p), plane), b.mul(i64(r), wq)), i64(col)) for p, r, col in taps]
     # the tile's rows of Y' wait in L2 (a run of positions), not L1: ask for them now, so that
     # they arrive while the FMAs run rather than stall the stores after them
@@ -277,7 +276,7 @@ def _micro_taps(vec: _Vec, mr: int, nr: int, taps: Sequence[tuple[int, int, int]
         return out
 
     accs = tile_loop(vec, b, mr, nv, nch, step, "ch")
-    store_tile(vec, b, accs, c, c_rs, accumulate, mr_eff, [None] * nv, full)
+    store_tile(vec, b, accs, c, c_rs, accumulate, i64(mr), [None] * nv, True)
     return fn
 
 
@@ -463,7 +462,7 @@ def _emit_runs(
 
         def tile(r0: ir.Value, height: int) -> None:
             b.call(
-                _micro_taps(vec, height, nr, taps, True),
+                _micro_taps(vec, height, nr, taps),
                 [
                     b.gep(w_blk, [b.mul(r0, i64(kk))], source_etype=F32),
                     i64(kk),
@@ -474,7 +473,6 @@ def _emit_runs(
                     b.gep(y_run, [b.mul(r0, ys)], source_etype=F32),
                     ys,
                     nch,
-                    i64(height),
                     acc,
                 ],
             )

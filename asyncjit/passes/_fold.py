@@ -207,7 +207,7 @@ def nchw_weight(w: Node) -> Node:
     as it is. Its digest is derived from the stored copy's, not hashed."""
     stored = np.asarray(w.inputs[0].inputs[0].attrs["value"])
     origin = ("conv_nchw", content_digest(stored), stored.dtype.str, tuple(int(d) for d in w.shape))
-    return _const(np.ascontiguousarray(_value(w)), origin)
+    return _const(_value(w), origin)  # _const copies the transposed view contiguous
 
 
 def _of_constant(node: Node) -> bool:

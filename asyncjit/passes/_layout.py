@@ -168,13 +168,8 @@ def channels_last(graph: Graph, enabled: bool | None = None) -> Graph:
     a panels conv only inside a region and is in none goes back to the NCHW kernels."""
     graph = kernel_layouts(graph)
     nodes = graph.nodes
+    # off, or no conv would take or give a channels-last value: each conv on its own
     want = _wanted(nodes, _candidates(nodes)) if (_ENABLED if enabled is None else enabled) else set()
-    if not want:  # no conv would take or give a channels-last value: each conv on its own
-
-        def each(node: Node, inputs: tuple[Node, ...]) -> Node:
-            return _alone(node, inputs) if _eligible(node) and _region_only(node) else remake(node, inputs)
-
-        return rebuild(graph, each)
     memo: dict[int, Node] = {}  # node id -> its NCHW value in the new graph
     last: dict[int, Node] = {}  # node id -> its channels-last value, for the wanted ones
 
