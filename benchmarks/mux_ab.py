@@ -15,6 +15,14 @@ cost, no compute: nearly every chunk's CPU is the loop's); ``silero`` the real S
 plan. Each stream is a task stepping its chunks one after another, as in ``multiplex.py``.
 Prints each tree's chunks/s and loop-thread CPU per chunk per round, and the median over rounds
 of each round's own ratio (other / this tree's loop CPU: above 1 is this tree cheaper).
+
+``--instructions`` counts instead of timing, for a host whose speed drifts: each tree's mux
+serves a step that resolves in the loop itself (no device thread, batches only when full) under
+``valgrind --tool=callgrind``, at two lengths of the same streams; the difference over the
+extra chunks is the instructions per chunk of the mux and the loop, the same from run to run
+whatever else the machine does (about a minute per count; needs valgrind)::
+
+    .venv/bin/python benchmarks/mux_ab.py /tmp/base --instructions
 """
 
 from __future__ import annotations
@@ -25,12 +33,15 @@ import logging
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
+import numpy as np
 import numpy.typing as npt
 import structlog
 
@@ -78,7 +89,109 @@ def _instant(chunks: npt.NDArray[Any], states: npt.NDArray[Any]) -> tuple[npt.ND
     return chunks[:, 0].copy(), states
 
 
+class LoopStep:
+    """A pipelined step whose batches complete in the loop at the next checkpoint: the mux's and
+    the loop's own work only, with no thread to make the instruction count vary."""
+
+    max_batch_size = 256
+    chunk_shape = (512,)
+    chunk_dtype = np.dtype(np.float32)
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = num_slots
+        self._out = np.zeros((256, 2), np.float32)
+
+    async def run(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> npt.NDArray[Any]:
+        return await self.complete(self.launch(chunks, slots))
+
+    def launch(self, chunks: npt.NDArray[Any], slots: npt.NDArray[np.int32]) -> int:
+        return len(slots)
+
+    async def complete(self, b: int) -> npt.NDArray[Any]:
+        await anyio.lowlevel.checkpoint()
+        return self._out[:b]
+
+    def reset_slot(self, slot: int, state: object | None = None) -> None:
+        pass
+
+    def check_state(self, state: object) -> object:
+        return state
+
+
+INSTRUCTION_LENGTHS = (4, 68)
+"""Chunks per stream of the two counted runs (start-up cancels out of their difference)."""
+
+
+def _child(backend: str, streams: int, length: int) -> None:
+    """The counted run: ``streams`` streams of ``length`` chunks through the ``StreamMux`` on the path."""
+    from asyncjit.scheduler import StreamMux
+
+    chunks = np.full((streams, length, 512), 0.5, np.float32)
+
+    async def go() -> None:
+        step = LoopStep(streams)
+        async with StreamMux(step, max_streams=streams, max_queue_delay=60.0, idle_timeout=None) as mux:
+
+            async def one(i: int) -> None:
+                async with mux.open_stream() as s:
+                    for c in chunks[i]:
+                        await s.step(c)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(streams):
+                    tg.start_soon(one, i)
+
+    anyio.run(go, backend=backend)
+
+
+def _count(tree: str, backend: str, streams: int, length: int, counted: bool = True) -> int:
+    """Instructions of one whole child run under callgrind (``counted`` False: a plain run that
+    writes the tree's bytecode caches first, so that no counted run compiles a module)."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] if counted else []
+    cmd += [sys.executable, os.path.abspath(__file__), tree, "--child", backend, str(streams), str(length)]
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree), "PYTHONHASHSEED": "0"}
+    if counted:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if not counted:
+        return 0
+    total = [line for line in done.stderr.splitlines() if "Collected :" in line]
+    if done.returncode or not total:
+        raise SystemExit(f"callgrind run failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+    return int(total[-1].rsplit(":", 1)[1].replace(",", ""))
+
+
+def instructions_main(other: str, backends: list[str], streams: int) -> None:
+    """Instructions per chunk of each tree's mux per backend: two run lengths each, the runs
+    spread over the cores (the counts do not depend on what else runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    trees = {"this": os.path.dirname(_HERE), "other": other}
+    jobs = [(k, b, n) for k in trees for b in backends for n in INSTRUCTION_LENGTHS]
+    print(f"{streams} streams, loop-resolved step, callgrind instructions per chunk, this tree vs {other}")
+    for tree in trees.values():
+        _count(tree, backends[0], 4, 1, counted=False)
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        counts = dict(
+            zip(jobs, pool.map(lambda j: _count(trees[j[0]], j[1], streams, j[2]), jobs), strict=True)
+        )
+    extra = streams * (INSTRUCTION_LENGTHS[1] - INSTRUCTION_LENGTHS[0])
+    for b in backends:
+        per = {
+            k: (counts[k, b, INSTRUCTION_LENGTHS[1]] - counts[k, b, INSTRUCTION_LENGTHS[0]]) / extra
+            for k in trees
+        }
+        print(
+            f"{b:7s} this {per['this']:8.0f}   other {per['other']:8.0f}   "
+            f"other / this {per['other'] / per['this']:.3f}"
+        )
+
+
 def main() -> None:
+    if "--child" in sys.argv:
+        i = sys.argv.index("--child")
+        _child(sys.argv[i + 1], int(sys.argv[i + 2]), int(sys.argv[i + 3]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("other", help="the other source tree (a checkout with asyncjit/ in it)")
     ap.add_argument("--backend", choices=["both", "asyncio", "trio"], default="both")
@@ -88,7 +201,12 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=12, help="alternated rounds (even: each tree goes first half the time)"
     )
+    ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead")
     args = ap.parse_args()
+    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
+    if args.instructions:
+        instructions_main(args.other, backends, args.streams)
+        return
     other = load_other(args.other)
     from asyncjit.runtime import Client
     from asyncjit.scheduler import HostBatchedStep, StreamMux
@@ -97,7 +215,6 @@ def main() -> None:
     from multiplex import silero_factory, speech_workload
 
     print(machine_line())
-    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
     trees = {"this": StreamMux, "other": other.StreamMux}
     with Client("cpu", inline="never") as client:
         n = args.streams

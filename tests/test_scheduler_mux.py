@@ -158,12 +158,38 @@ async def test_chunks_are_checked_and_copied(client: Client) -> None:
             s.submit_nowait(np.zeros(15, np.float32))
         with pytest.raises(DTypeMismatchError, match="32768"):
             s.submit_nowait(np.zeros(16, np.int16))
-        c = chunks_for(3, 1)[0]
+        c, d = chunks_for(3, 2)
         fut = s.submit_nowait(c.astype(np.float64))
-        c_copy = c.copy()
-        c[:] = 1e6  # the mux took its own copy
-        out = await fut
-    assert close_to([out], run_unbatched(toy_step, [c_copy], ZERO))
+        want = [c.copy(), d.copy()]
+        fut_d = s.submit_nowait(d)  # the plan's dtype already: a private copy all the same
+        d[:] = 1e6
+        outs = [await fut, await fut_d]
+    assert close_to(outs, run_unbatched(toy_step, want, ZERO))
+
+
+@pytest.mark.anyio
+async def test_step_reads_its_chunk_when_the_batch_is_packed(client: Client) -> None:
+    """``step`` queues the caller's array itself (its caller waits until the batch is packed, so
+    no copy is needed): what it computes is the array as it is when the batch goes."""
+    step = HostBatchedStep(client, max_batch_size=4, num_slots=4)
+    a, b = chunks_for(5, 2)
+    late = a + 1
+    got: dict[str, Any] = {}
+    # one batch at a time: it goes when both open streams are ready, not before
+    mux = StreamMux(step, max_queue_delay=60.0, pipeline_depth=1)
+    async with mux, mux.open_stream() as s1, mux.open_stream() as s2:
+
+        async def first() -> None:
+            got["a"] = await s1.step(a)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.wait_all_tasks_blocked()
+            assert mux.statistics().ready_streams == 1  # s1's step waits for s2's
+            a[:] = late
+            got["b"] = await s2.step(b)
+    assert close_to([got["a"]], run_unbatched(toy_step, [late], ZERO))
+    assert close_to([got["b"]], run_unbatched(toy_step, [b], ZERO))
 
 
 # -- batch formation ---------------------------------------------------------------------------

@@ -429,11 +429,15 @@ class StreamMux:
             self._close_stream(stream, (StreamIdleError, message))
 
     # -- producers' side ---------------------------------------------------------------------
-    def _coerce(self, chunk: npt.ArrayLike) -> npt.NDArray[Any]:
-        """A private copy of ``chunk`` in the plan's dtype; a float64 chunk becomes float32."""
+    def _coerce(self, chunk: npt.ArrayLike, copy: bool = True) -> npt.NDArray[Any]:
+        """``chunk`` checked, in the plan's dtype (a float64 chunk becomes float32).
+
+        A private copy, unless ``copy`` is False: ``step`` queues the caller's own array, which
+        it reads when the batch is packed, while the caller still awaits the result.
+        """
         dtype = self._chunk_dtype
         if type(chunk) is np.ndarray and chunk.dtype == dtype and chunk.shape == self._chunk_shape:
-            return chunk.copy()  # the common case, checked in three comparisons
+            return chunk.copy() if copy else chunk  # the common case, checked in three comparisons
         arr = np.asarray(chunk)
         if arr.dtype != dtype and arr.dtype.kind != dtype.kind:
             pcm = arr.dtype.kind in "iu"
@@ -443,7 +447,7 @@ class StreamMux:
             raise ShapeMismatchError(
                 f"{self.name}: a chunk must have shape {self._chunk_shape}, got {arr.shape}"
             )
-        return np.array(arr, dtype=dtype, copy=True)
+        return np.array(arr, dtype=dtype, copy=True if copy else None)
 
     def _update_cap(self) -> None:
         """Streams per batch: ``max_batch_size``, or with pipelining at most the open streams

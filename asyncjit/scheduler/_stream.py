@@ -252,7 +252,9 @@ class MuxStream:
     async def step(self, chunk: npt.ArrayLike) -> npt.NDArray[Any]:
         """Submit ``chunk`` and wait for its output (the simple path).
 
-        A checkpoint: it always waits for the mux's service task to run the batch.
+        A checkpoint: it always waits for the mux's service task to run the batch. ``chunk`` is
+        read when its batch is packed, not copied first: do not write to it while this waits
+        (``submit`` copies, for a caller that reuses its buffer before the step runs).
 
         Raises:
             StreamIdleError, StreamClosedError, MuxClosedError: the stream cannot step.
@@ -263,7 +265,8 @@ class MuxStream:
         """
         mux = self._mux
         if self._status == OPEN and len(self._queue) < mux.queue_depth:
-            fut = self._enqueue(mux._coerce(chunk))  # submit_nowait's common case, inlined
+            # submit_nowait's common case, inlined; no copy: the batch is packed while we await
+            fut = self._enqueue(mux._coerce(chunk, copy=False))
         else:
             fut = await self.submit(chunk)
         if fut._state < DONE:  # StepFuture._wait, inlined: no coroutine per step on asyncio
@@ -279,7 +282,8 @@ class MuxStream:
             except BaseException:
                 fut._abandon()
                 raise
-        return fut.result()
+        value = fut._value  # set only with a result: result()'s common case, inlined
+        return value if value is not None else fut.result()
 
     async def submit(self, chunk: npt.ArrayLike) -> StepFuture:
         """Queue ``chunk`` and return its future; waits while ``queue_depth`` steps are queued.
