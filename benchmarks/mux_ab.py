@@ -64,11 +64,13 @@ def load_other(tree: str, name: str = "asyncjit_other") -> Any:
     return importlib.import_module(f"{name}.scheduler")
 
 
-async def serve(mux_cls: Any, step: Any, chunks: npt.NDArray[Any]) -> tuple[float, float]:
+async def serve(
+    mux_cls: Any, step: Any, chunks: npt.NDArray[Any], max_queue_delay: float = 0.002
+) -> tuple[float, float]:
     """(chunks/s, loop-thread CPU µs per chunk) of ``chunks [streams, n, *shape]`` through a mux."""
     n = chunks.shape[0]
     async with mux_cls(
-        step, max_streams=n, max_batch_size=256, max_queue_delay=0.002, idle_timeout=None
+        step, max_streams=n, max_batch_size=256, max_queue_delay=max_queue_delay, idle_timeout=None
     ) as mux:
 
         async def one(i: int) -> None:
@@ -123,25 +125,12 @@ INSTRUCTION_LENGTHS = (4, 68)
 
 
 def _child(backend: str, streams: int, length: int) -> None:
-    """The counted run: ``streams`` streams of ``length`` chunks through the ``StreamMux`` on the path."""
+    """The counted run: ``streams`` streams of ``length`` chunks through the ``StreamMux`` on the
+    path; batches go only when full (a deadline would depend on valgrind's speed)."""
     from asyncjit.scheduler import StreamMux
 
     chunks = np.full((streams, length, 512), 0.5, np.float32)
-
-    async def go() -> None:
-        step = LoopStep(streams)
-        async with StreamMux(step, max_streams=streams, max_queue_delay=60.0, idle_timeout=None) as mux:
-
-            async def one(i: int) -> None:
-                async with mux.open_stream() as s:
-                    for c in chunks[i]:
-                        await s.step(c)
-
-            async with anyio.create_task_group() as tg:
-                for i in range(streams):
-                    tg.start_soon(one, i)
-
-    anyio.run(go, backend=backend)
+    anyio.run(serve, StreamMux, LoopStep(streams), chunks, 60.0, backend=backend)
 
 
 def _count(tree: str, backend: str, streams: int, length: int, counted: bool = True) -> int:
