@@ -48,6 +48,7 @@ def measure(
     profile: int,
     spy_file: str | None = None,
     real_time: bool = False,
+    max_queue_delay: float = 0.002,
 ) -> dict[str, Any]:
     import anyio
     import structlog
@@ -58,9 +59,14 @@ def measure(
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     server = VadServer(
         load_model("silero-vad", max_streams=conns + 16),
-        ServeConfig(wyoming="tcp://127.0.0.1:0", max_streams=conns + 16, idle_timeout=300.0),
+        ServeConfig(
+            wyoming="tcp://127.0.0.1:0",
+            max_streams=conns + 16,
+            idle_timeout=300.0,
+            max_queue_delay=max_queue_delay,
+        ),
     )
-    result: dict[str, Any] = {"backend": backend, "connections": conns}
+    result: dict[str, Any] = {"backend": backend, "connections": conns, "max_queue_delay": max_queue_delay}
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
@@ -173,6 +179,9 @@ def main() -> None:
         help="each connection sends a frame every 64 ms instead (a fixed load: batch sizes, and so "
         "the CPU per chunk, depend less on how much CPU the server gets)",
     )
+    parser.add_argument(
+        "--max-queue-delay", type=float, default=0.002, help="the server's max_queue_delay (seconds)"
+    )
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print cProfile's top N")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy's collapsed stacks of the window to FILE")
     args = parser.parse_args()
@@ -187,6 +196,7 @@ def main() -> None:
                 args.profile,
                 args.py_spy,
                 args.real_time,
+                args.max_queue_delay,
             )
             profile = r.pop("profile", None)
             print(json.dumps(r), flush=True)
