@@ -592,6 +592,44 @@ def test_idle_timeout_raises_logs_and_frees_slot() -> None:
     assert len(events) == 1 and events[0]["stream"] == "sleepy" and events[0]["log_level"] == "warning"
 
 
+def test_idle_time_counts_from_a_withdrawn_step() -> None:
+    """A withdrawn step counts as its stream's activity: the idle timeout runs from the
+    withdrawal, not from the step (or admission) before it."""
+    trio = pytest.importorskip("trio")
+    from trio.testing import MockClock
+
+    client = Client("cpu", inline="always")
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=2)
+    chunks = chunks_for(7, 2)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        # two open streams, a long max_queue_delay, one batch at a time: a lone step waits
+        async with StreamMux(
+            step, max_streams=2, idle_timeout=10.0, max_queue_delay=60.0, pipeline_depth=1
+        ) as mux:
+            a = mux.open_stream_nowait(name="a")
+            b = mux.open_stream_nowait(name="b")
+            await trio.sleep(8.0)
+            fut = a.submit_nowait(chunks[0])
+            await trio.sleep(1.5)
+            seen["withdrawn"] = fut.cancel()  # at t=9.5, still queued
+            await trio.sleep(1.0)  # t=10.5: b (never stepped) expired at 10
+            seen["b_at_10.5"], seen["a_at_10.5"] = b.closed, a.closed
+            await trio.sleep(8.5)  # t=19
+            seen["a_at_19"] = a.closed
+            await trio.sleep(1.0)  # t=20: ten seconds after the withdrawal
+            seen["a_at_20"] = a.closed
+
+    try:
+        trio.run(main, clock=MockClock(autojump_threshold=0))
+    finally:
+        client.close()
+    assert seen["withdrawn"]
+    assert seen["b_at_10.5"] and not seen["a_at_10.5"]
+    assert not seen["a_at_19"] and seen["a_at_20"]
+
+
 @pytest.mark.anyio
 async def test_closed_stream_and_exited_mux_raise(client: Client) -> None:
     """Steps after close raise StreamClosedError; a mux not running refuses streams; its exit

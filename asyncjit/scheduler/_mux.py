@@ -59,7 +59,7 @@ from ._mux_checks import NOT_RUNNING_PARKER, check_config, not_running, not_runn
 from ._protocol import BatchedStep
 from ._signal import Parker, Signal, SignalFactory, loop_clock, parker, signal_factory
 from ._slots import SlotPool
-from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture, resolve_rows
+from ._stream import BATCHED, CLOSED, OPEN, MuxStream, StepFuture, resolve_rows, trio_resolve_rows
 
 __all__ = ["MuxStatistics", "StreamMux"]
 
@@ -164,6 +164,8 @@ class StreamMux:
         self._tg: anyio.abc.TaskGroup | None = None
         self._signal: SignalFactory = not_running
         self._parker: Parker = NOT_RUNNING_PARKER  # how a step's task waits for its result
+        # how a batch's results reach their waiters (picked per loop)
+        self._resolve: Callable[[list[StepFuture], npt.NDArray[Any], int, int], None] = resolve_rows
         self._clock: Callable[[], float] = not_running_clock
         self._wake: Signal | None = None
         self._sleeping = False
@@ -183,6 +185,7 @@ class StreamMux:
             raise RuntimeError(f"{self!r} can be entered once; create a new StreamMux")
         self._signal = signal_factory()
         self._parker = parker()
+        self._resolve = resolve_rows if self._parker.loop is not None else trio_resolve_rows()
         self._clock = loop_clock()
         # A step may have served an earlier mux: wait for what that one left running, then
         # start every stream from zeros (a freed slot is reset, but not the ones held at exit).
@@ -522,50 +525,55 @@ class StreamMux:
         finally:
             self._sleeping = False
 
-    def _take_batch(self, now: float) -> list[StepFuture]:
-        """Pop the oldest step of up to ``_cap`` ready streams, oldest stream first."""
+    def _take_batch(self, now: float) -> tuple[list[StepFuture], list[Any], list[Any]]:
+        """Pop the oldest step of up to ``_cap`` ready streams, oldest stream first: the steps,
+        their chunks and their streams' slots, gathered in one pass over the batch."""
         ready = self._ready
         batch: list[StepFuture] = []
+        chunks: list[Any] = []
+        index: list[Any] = []
+        again: list[MuxStream] = []
         activity = self._activity
         depth = self.queue_depth
+        popitem = ready.popitem
         for _ in range(min(len(ready), self._cap)):
-            stream, _ = ready.popitem(last=False)
-            fut = stream._queue.popleft()
+            stream, _ = popitem(last=False)
+            queue = stream._queue
+            fut = queue.popleft()
             fut._state = BATCHED
             batch.append(fut)
+            chunks.append(fut.chunk)
+            fut.chunk = None  # the list holds it until it is packed
+            index.append(stream.slot)  # batched streams are open: a slot each
             stream._last_active = now
             activity.move_to_end(stream)
-            if stream._room is not None and len(stream._queue) + stream._room_for <= depth:
+            if queue:
+                again.append(stream)
+            if stream._room is not None and len(queue) + stream._room_for <= depth:
                 stream._wake_producer()
         self._metrics.queue_delay.extend([now - fut.arrival for fut in batch])
-        for fut in batch:  # streams with more steps queue up again, behind every other stream
-            stream = fut.stream
-            if stream._queue:
-                ready[stream] = None
+        for stream in again:  # streams with more steps queue up again, behind every other stream
+            ready[stream] = None
         if not ready:
             self._first_wait = None
         elif len(ready) < self._cap:
             self._first_wait = min(s._queue[0].arrival for s in ready)
         else:
             self._first_wait = now  # the next batch is full already: it goes at once
-        return batch
+        return batch, chunks, index
 
     def _pack_batch(self, now: float) -> tuple[list[StepFuture], npt.NDArray[Any], npt.NDArray[np.int32]]:
         """Take the next batch and pack its chunks and slot indices into the reused arrays."""
-        batch = self._take_batch(now)
+        batch, parts, index = self._take_batch(now)
         b = len(batch)
         if _trace.active is not None:
             _trace.active.instant("mux.batch", "mux", mux=self.name, size=b, waiting=len(self._ready))
         chunks = self._chunks[:b]
         slots = self._slot_index[:b]
         if self._chunk_shape and chunks.size:  # one copy into the reused array (np.stack: 2x)
-            np.concatenate([fut.chunk for fut in batch], out=chunks.reshape(-1, *self._chunk_shape[1:]))  # type: ignore[misc]
+            np.concatenate(parts, out=chunks.reshape(-1, *self._chunk_shape[1:]))
         else:
-            np.stack([fut.chunk for fut in batch], out=chunks)  # type: ignore[misc]
-        index: list[Any] = []
-        for fut in batch:
-            index.append(fut.stream.slot)  # batched streams are open: a slot each
-            fut.chunk = None
+            np.stack(parts, out=chunks)
         slots[:] = index
         if self._chunk_dtype.kind == "f":
             finite = np.isfinite(chunks)
@@ -599,7 +607,7 @@ class StreamMux:
         finally:
             self._in_run = False
         self._metrics.record_batch(b, self._clock() - t0, failed=False)
-        resolve_rows(batch, out, 0, b)  # the waiting tasks run in the next loop iteration
+        self._resolve(batch, out, 0, b)  # the waiting tasks run in the next loop iteration
 
     # -- the pipelined service ---------------------------------------------------------------
     async def _serve_pipelined(self) -> None:
@@ -685,9 +693,9 @@ class StreamMux:
                         try:
                             await anyio.lowlevel.checkpoint()
                         except BaseException:  # exiting: this batch has left _inflight, and
-                            resolve_rows(batch, out, start, b)  # its results are computed
+                            self._resolve(batch, out, start, b)  # its results are computed
                             raise
-                    resolve_rows(batch, out, start, min(b, start + RESOLVE_SLICE))
+                    self._resolve(batch, out, start, min(b, start + RESOLVE_SLICE))
         except BaseException:  # the mux is exiting while batches run
             for batch, _, _ in inflight:
                 for fut in batch:

@@ -161,7 +161,8 @@ def _trio_parker() -> Parker:
     succeeded = trio.lowlevel.Abort.SUCCEEDED
 
     class TrioWaiter:
-        """A parked trio task, woken at most once (a cancelled wait forgets the task)."""
+        """A parked trio task, woken at most once (a cancelled wait forgets the task). The mux
+        resolves a batch by reading and clearing ``task`` itself (``trio_resolve_rows``)."""
 
         __slots__ = ("task",)
 

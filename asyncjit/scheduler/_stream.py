@@ -17,12 +17,14 @@ gives the first outcome explicitly and says whether it happened.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
+import numpy as np
 import numpy.typing as npt
 
 from ..errors import JitError, WouldBlock
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from ._many import StepGroup
     from ._mux import StreamMux
 
-__all__ = ["MuxStream", "StepFuture", "StreamStatistics", "resolve_rows"]
+__all__ = ["MuxStream", "StepFuture", "StreamStatistics", "resolve_rows", "trio_resolve_rows"]
 
 PENDING: Final = 0
 BATCHED: Final = 1
@@ -141,15 +143,43 @@ class StepFuture:
 def resolve_rows(batch: list[StepFuture], out: npt.NDArray[Any], lo: int, hi: int) -> None:
     """Give ``batch[i]`` its row ``out[i, ...]`` for ``i`` in ``lo..hi-1`` and wake its waiter
     (unless that wait was cancelled: its waiter is done then), one loop for the batch."""
-    for i in range(lo, hi):
-        fut = batch[i]
-        fut._value = out[i, ...]
+    # iterating an array of two or more dims yields the views out[i, ...] from C; a 1-D one
+    # would yield numpy scalars where out[i, ...] is a 0-d array
+    rows = out[lo:hi] if getattr(out, "ndim", 0) > 1 else [out[i, ...] for i in range(lo, hi)]
+    for fut, row in zip(batch[lo:hi], rows, strict=True):
+        fut._value = row
         fut._state = DONE
         waiter = fut._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
         if fut._group is not None:
             fut._group._one_done()
+
+
+@functools.cache
+def trio_resolve_rows() -> Callable[[list[StepFuture], npt.NDArray[Any], int, int], None]:
+    """``resolve_rows`` for a mux on trio, where every waiter is the parker's ``TrioWaiter``:
+    its task is rescheduled here, not through two method calls per step (``done`` and
+    ``set_result`` are Python there, where an asyncio future's are C)."""
+    import trio
+
+    reschedule = trio.lowlevel.reschedule
+
+    def resolve(batch: list[StepFuture], out: npt.NDArray[Any], lo: int, hi: int) -> None:
+        rows = out[lo:hi] if getattr(out, "ndim", 0) > 1 else [out[i, ...] for i in range(lo, hi)]
+        for fut, row in zip(batch[lo:hi], rows, strict=True):
+            fut._value = row
+            fut._state = DONE
+            waiter = fut._waiter
+            if waiter is not None:
+                task = waiter.task  # None: woken already, or its wait was cancelled
+                if task is not None:
+                    waiter.task = None
+                    reschedule(task)
+            if fut._group is not None:
+                fut._group._one_done()
+
+    return resolve
 
 
 @attrs.frozen
@@ -264,9 +294,21 @@ class MuxStream:
             Exception: the batch's original error.
         """
         mux = self._mux
-        if self._status == OPEN and len(self._queue) < mux.queue_depth:
-            # submit_nowait's common case, inlined; no copy: the batch is packed while we await
-            fut = self._enqueue(mux._coerce(chunk, copy=False))
+        queue = self._queue
+        if self._status == OPEN and len(queue) < mux.queue_depth:
+            # submit_nowait's common case and _enqueue, inlined; no copy: the batch is packed
+            # while we await. A chunk of the plan's dtype and shape passes three comparisons.
+            if (
+                type(chunk) is not np.ndarray
+                or chunk.dtype != mux._chunk_dtype
+                or chunk.shape != mux._chunk_shape
+            ):
+                chunk = mux._coerce(chunk, copy=False)
+            fut = StepFuture(self, chunk, mux._clock())
+            queue.append(fut)
+            self._submitted += 1
+            if len(queue) == 1:
+                mux._on_ready(self)
         else:
             fut = await self.submit(chunk)
         if fut._state < DONE:  # StepFuture._wait, inlined: no coroutine per step on asyncio
@@ -346,22 +388,22 @@ class MuxStream:
         raise WouldBlock(f"{self!r} is not admitted yet; use `async with mux.open_stream() as s`")
 
     def _enqueue(self, arr: npt.NDArray[Any]) -> StepFuture:
-        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype)."""
+        """Queue a chunk already coerced by the mux (a private copy in the plan's dtype).
+
+        The stream's activity is not touched: a stream with queued steps is never idle (the mux
+        refreshes it when it looks), and taking a step into a batch refreshes it."""
         mux = self._mux
-        now = mux._clock()
-        fut = StepFuture(self, arr, now)
+        fut = StepFuture(self, arr, mux._clock())
         q = self._queue
         q.append(fut)
         self._submitted += 1
-        self._last_active = now
-        mux._activity.move_to_end(self)
         if len(q) == 1:
             mux._on_ready(self)
         return fut
 
     def _enqueue_rows(self, rows: list[npt.NDArray[Any]]) -> list[StepFuture]:
-        """``_enqueue`` for a block of chunks (room checked by the caller): one clock reading and
-        one activity update for all of them."""
+        """``_enqueue`` for a block of chunks (room checked by the caller): one clock reading for
+        all of them."""
         mux = self._mux
         now = mux._clock()
         futures = [StepFuture(self, arr, now) for arr in rows]
@@ -369,15 +411,18 @@ class MuxStream:
         was_empty = not q
         q.extend(futures)
         self._submitted += len(futures)
-        self._last_active = now
-        mux._activity.move_to_end(self)
         if was_empty and q:
             mux._on_ready(self)
         return futures
 
     def _withdraw(self, fut: StepFuture) -> None:
-        """Remove a step that is not batched (cancelled by its waiter or by ``cancel()``)."""
+        """Remove a step that is not batched (cancelled by its waiter or by ``cancel()``): the
+        stream was active when it sent it (its idle time counts from now)."""
         self._queue.remove(fut)
+        mux = self._mux
+        self._last_active = mux._clock()
+        if self in mux._activity:
+            mux._activity.move_to_end(self)
         fut._mark_cancelled()
         self._mux._metrics.cancelled += 1
         if not self._queue:
