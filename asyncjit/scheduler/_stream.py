@@ -193,6 +193,8 @@ class StreamStatistics:
     queue_depth: int
     submitted: int
     last_active: float
+    """The mux clock when the stream was admitted, last had a step batched or withdrawn, or was
+    found with steps waiting by the idle check: its idle time counts from here."""
 
 
 NEW: Final = "new"
