@@ -462,6 +462,13 @@ PEER_STEP = 0.9
 PEER_REFINE = 2
 
 
+def peer_probe(port: int, pid: int, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``n`` real-time connections against the peer for a real-time phase, shown."""
+    rt = loadgen(port, n, args.seconds, False, args.window, pid)
+    show(f"peer, {n} real-time connections", rt)
+    return rt
+
+
 def peer_real_time(port: int, pid: int, ceiling: int, args: argparse.Namespace) -> int:
     """The connections the peer keeps in real time by ``real_time_kept``, the bar asyncjit is
     held to, each probe as long as asyncjit's real-time phase: from its throughput's worth down
@@ -472,8 +479,7 @@ def peer_real_time(port: int, pid: int, ceiling: int, args: argparse.Namespace) 
     If no probe keeps up, the last (smallest) one is credited: a generous figure."""
 
     def probe(n: int) -> bool:
-        rt = loadgen(port, n, args.seconds, False, args.window, pid)
-        show(f"peer, {n} real-time connections", rt)
+        rt = peer_probe(port, pid, n, args)
         kept = real_time_kept(rt)
         if not kept:  # let it work off the backlog of a probe it lost before the next one
             time.sleep(min(30.0, (rt["lag_ms"]["max"] or 0.0) / 1e3 + 2.0))
@@ -566,9 +572,7 @@ def main() -> None:
         peer_cap: dict[str, Any] | None = None
         if args.peer_connections:
             peer_rt = args.peer_connections
-            rt = loadgen(peer_port, peer_rt, args.seconds, False, args.window, peer.pid)
-            show(f"peer, {peer_rt} real-time connections", rt)
-            kept = "kept" if real_time_kept(rt) else "NOT kept"
+            kept = "kept" if real_time_kept(peer_probe(peer_port, peer.pid, peer_rt, args)) else "NOT kept"
             print(f"peer credited with {peer_rt} connections as given (--peer-connections; {kept})")
         else:
             cap = loadgen(peer_port, 64, args.fast_seconds, True, args.window, peer.pid)

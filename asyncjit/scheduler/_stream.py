@@ -140,13 +140,17 @@ class StepFuture:
         self._wake()
 
 
+def _rows(out: npt.NDArray[Any], lo: int, hi: int) -> Any:
+    """The rows ``out[i, ...]`` for ``i`` in ``lo..hi-1``: iterating an array of two or more dims
+    yields those views from C; a 1-D one would yield numpy scalars where ``out[i, ...]`` is a
+    0-d array."""
+    return out[lo:hi] if getattr(out, "ndim", 0) > 1 else [out[i, ...] for i in range(lo, hi)]
+
+
 def resolve_rows(batch: list[StepFuture], out: npt.NDArray[Any], lo: int, hi: int) -> None:
     """Give ``batch[i]`` its row ``out[i, ...]`` for ``i`` in ``lo..hi-1`` and wake its waiter
     (unless that wait was cancelled: its waiter is done then), one loop for the batch."""
-    # iterating an array of two or more dims yields the views out[i, ...] from C; a 1-D one
-    # would yield numpy scalars where out[i, ...] is a 0-d array
-    rows = out[lo:hi] if getattr(out, "ndim", 0) > 1 else [out[i, ...] for i in range(lo, hi)]
-    for fut, row in zip(batch[lo:hi], rows, strict=True):
+    for fut, row in zip(batch[lo:hi], _rows(out, lo, hi), strict=True):
         fut._value = row
         fut._state = DONE
         waiter = fut._waiter
@@ -166,8 +170,7 @@ def trio_resolve_rows() -> Callable[[list[StepFuture], npt.NDArray[Any], int, in
     reschedule = trio.lowlevel.reschedule
 
     def resolve(batch: list[StepFuture], out: npt.NDArray[Any], lo: int, hi: int) -> None:
-        rows = out[lo:hi] if getattr(out, "ndim", 0) > 1 else [out[i, ...] for i in range(lo, hi)]
-        for fut, row in zip(batch[lo:hi], rows, strict=True):
+        for fut, row in zip(batch[lo:hi], _rows(out, lo, hi), strict=True):
             fut._value = row
             fut._state = DONE
             waiter = fut._waiter
@@ -426,9 +429,9 @@ class MuxStream:
         if self in mux._activity:
             mux._activity.move_to_end(self)
         fut._mark_cancelled()
-        self._mux._metrics.cancelled += 1
+        mux._metrics.cancelled += 1
         if not self._queue:
-            self._mux._on_unready(self)
+            mux._on_unready(self)
         self._wake_producer()
 
     def _wake_producer(self) -> None:
