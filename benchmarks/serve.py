@@ -23,6 +23,10 @@ refused, answered, lag p50/p99/max, server RSS over the run, CPU of server and l
 then the same connections as fast as possible, chunks/s. (3) in-process ``vad_mux`` with as many
 streams, chunks/s, for the ratio (goal >= 0.6x).
 
+``--loop`` (default ``auto``: uvloop when installed, as ``asyncjit serve`` itself picks) is
+asyncio's loop for the server under test and for the peer alike; the in-process ``vad_mux`` on
+asyncio then runs on both the standard loop and uvloop, and the faster is the figure scored.
+
 ``--workers N`` runs ``asyncjit serve --workers N`` (N processes sharing the port, each with its
 own loop and mux; server CPU and RSS are then the supervisor's and its workers' together).
 """
@@ -247,7 +251,7 @@ def _rss_mb(pid: int) -> float:
 
 
 # -- the peer: a Wyoming VAD service as they are usually written -----------------------------------
-def run_peer(port_file: str) -> None:
+def run_peer(port_file: str, loop: str) -> None:
     import numpy as np
     import onnxruntime as ort
     from wyoming.audio import AudioChunk, AudioStart
@@ -307,11 +311,28 @@ def run_peer(port_file: str) -> None:
             f.write(str(port))
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    _asyncio_run(main(), loop)
+
+
+def _asyncio_run(main: Any, loop: str) -> Any:
+    """``asyncio.run`` on the standard loop or on uvloop's."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def resolve_loop(loop: str) -> str:
+    """``--loop`` as ``asyncjit serve`` resolves it on asyncio (auto: uvloop when installed)."""
+    from asyncjit.serve._cli import loop_options
+
+    return loop_options("asyncio", loop)[1]
 
 
 # -- in-process vad_mux ---------------------------------------------------------------------------
 def run_inproc(streams: int, seconds: float, backend: str) -> None:
+    """``backend``: asyncio, uvloop (asyncio on uvloop's loop) or trio."""
     import logging
 
     import anyio
@@ -346,7 +367,8 @@ def run_inproc(streams: int, seconds: float, backend: str) -> None:
                     tg.start_soon(stream, k)
             print(json.dumps({"chunks_per_s": count[0] / (time.perf_counter() - t0)}))
 
-    anyio.run(main, backend=backend)
+    options = {"use_uvloop": backend == "uvloop"} if backend in ("asyncio", "uvloop") else {}
+    anyio.run(main, backend="asyncio" if backend == "uvloop" else backend, backend_options=options)
 
 
 # -- orchestration ----------------------------------------------------------------------------------
@@ -382,7 +404,7 @@ def loadgen(
 
 
 def start_server(
-    backend: str, max_streams: int, workers: int = 1, queue_delay: float = 0.002
+    backend: str, max_streams: int, workers: int = 1, queue_delay: float = 0.002, loop: str = "auto"
 ) -> tuple[subprocess.Popen[str], int, int]:
     proc = _python(
         "-m",
@@ -394,6 +416,7 @@ def start_server(
         str(queue_delay),
         "--backend",
         backend,
+        *(["--loop", loop] if backend == "asyncio" else []),
         "--wyoming",
         "tcp://127.0.0.1:0",
         "--metrics",
@@ -547,6 +570,13 @@ def main() -> None:
     )
     parser.add_argument("--window", type=int, default=4, help="frames in flight per connection, fast phases")
     parser.add_argument("--peer-connections", type=int, default=0, help="skip the peer's capacity search")
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="asyncio's loop for the server under test and the peer (asyncjit serve --loop; auto: "
+        "uvloop when installed); the in-process vad_mux runs on both asyncio loops, the faster scored",
+    )
     parser.add_argument("--loadgen", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--peer", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--inproc", nargs=3, help=argparse.SUPPRESS)
@@ -557,16 +587,18 @@ def main() -> None:
         print(json.dumps(result))
         return
     if args.peer:
-        run_peer(args.peer)
+        run_peer(args.peer, args.loop)
         return
     if args.inproc:
         run_inproc(int(args.inproc[0]), float(args.inproc[1]), args.inproc[2])
         return
 
     print(f"load before: {os.getloadavg()}  cpus: {os.cpu_count()}", flush=True)
+    loop = resolve_loop(args.loop)
+    print(f"asyncio's loop (the peer's and asyncjit serve's on asyncio): {loop}", flush=True)
     # 1. the peer
     port_file = f"/tmp/asyncjit-serve-peer-{os.getpid()}"
-    peer = _python(__file__, "--peer", port_file)
+    peer = _python(__file__, "--peer", port_file, "--loop", loop)
     try:
         peer_port = _wait_for_port(port_file)
         peer_cap: dict[str, Any] | None = None
@@ -594,26 +626,36 @@ def main() -> None:
         n = int(-(-args.peer_multiple * peer_rt // 1))
     fast_figures: dict[str, float] = {}
     for backend in args.backends.split(","):
-        server, port, metrics_port = start_server(backend, n + 64, args.workers, args.max_queue_delay)
+        server, port, metrics_port = start_server(backend, n + 64, args.workers, args.max_queue_delay, loop)
+        label = f"{backend} on {loop}" if backend == "asyncio" and loop != "asyncio" else backend
         try:
             rt = loadgen(port, n, args.seconds, False, args.window, server.pid)
-            show(f"asyncjit serve ({backend}, {args.workers} worker(s)), real time", rt)
+            show(f"asyncjit serve ({label}, {args.workers} worker(s)), real time", rt)
             kept = real_time_kept(rt)
             print(f"  {n} connections kept in real time: {'yes' if kept else 'NO'}", flush=True)
             print(f"  drained in {wait_drained(metrics_port):.1f} s", flush=True)
             fast = loadgen(port, n, args.fast_seconds, True, args.window, server.pid)
-            show(f"asyncjit serve ({backend}, {args.workers} worker(s)), as fast as possible", fast)
+            show(f"asyncjit serve ({label}, {args.workers} worker(s)), as fast as possible", fast)
             fast_figures[backend] = fast["chunks_per_s"]
         finally:
             print(f"  SIGTERM: {stop_server(server)}", flush=True)
-        # 3. in-process vad_mux, same streams
-        inproc = _python(
-            __file__, "--inproc", str(n), str(args.fast_seconds), backend, stdout=subprocess.PIPE
-        )
-        out, _ = inproc.communicate()
-        mux_cps = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])["chunks_per_s"]
+        # 3. in-process vad_mux, same streams; on asyncio on both loops (its best form is scored)
+        loops = ["asyncio", "uvloop"] if backend == "asyncio" and loop == "uvloop" else [backend]
+        inproc_cps = {}
+        for mux_loop in loops:
+            inproc = _python(
+                __file__, "--inproc", str(n), str(args.fast_seconds), mux_loop, stdout=subprocess.PIPE
+            )
+            out, _ = inproc.communicate()
+            inproc_cps[mux_loop] = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])[
+                "chunks_per_s"
+            ]
+        best = max(inproc_cps, key=inproc_cps.__getitem__)
+        mux_cps = inproc_cps[best]
+        each = ", ".join(f"on {k} {v:.0f}" for k, v in inproc_cps.items())
         print(
-            f"in-process vad_mux ({backend}), {n} streams: {mux_cps:.0f} chunks/s; through the server "
+            f"in-process vad_mux ({backend}), {n} streams: {mux_cps:.0f} chunks/s"
+            f"{f' ({each}; the faster scored)' if len(loops) > 1 else ''}; through the server "
             f"{fast_figures[backend] / mux_cps:.2f}x of it (goal >= 0.6x)",
             flush=True,
         )

@@ -5,6 +5,7 @@ Run::
 
     .venv/bin/python benchmarks/serve_cpu.py                      # 300 connections, asyncio, 6 s
     .venv/bin/python benchmarks/serve_cpu.py --backend trio --window 1 --seconds 5
+    .venv/bin/python benchmarks/serve_cpu.py --backend asyncio,uvloop --repeat 2   # the two loops
     .venv/bin/python benchmarks/serve_cpu.py --real-time --connections 150
     .venv/bin/python benchmarks/serve_cpu.py --profile 25         # + the loop thread's cProfile
     .venv/bin/python benchmarks/serve_cpu.py --py-spy stacks.txt  # + py-spy's stacks (pip install py-spy)
@@ -160,7 +161,8 @@ def measure(
                 pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(profile)
                 result["profile"] = text.getvalue()
 
-    anyio.run(main, backend=backend)
+    options = {"use_uvloop": backend == "uvloop"} if backend in ("asyncio", "uvloop") else {}
+    anyio.run(main, backend="asyncio" if backend == "uvloop" else backend, backend_options=options)
     return result
 
 
@@ -168,7 +170,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backend", default="asyncio", help="asyncio or trio (comma-separated: each)")
+    parser.add_argument(
+        "--backend",
+        default="asyncio",
+        help="asyncio (the standard loop), uvloop (asyncio on uvloop's) or trio (comma-separated: each)",
+    )
     parser.add_argument("--connections", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=6.0, help="the measured window (plus ramp)")
     parser.add_argument("--window", type=int, default=4, help="frames in flight per connection")

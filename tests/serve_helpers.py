@@ -34,8 +34,27 @@ def speech_pcm() -> bytes:
         return w.readframes(w.getnframes())
 
 
+BACKENDS = ["asyncio", "uvloop", "trio"]
+"""The loops a server is tested on: ``uvloop`` is asyncio on uvloop's loop (``asyncjit serve``'s
+default where installed), ``asyncio`` the standard library's."""
+
+
+def run_options(backend: str) -> tuple[str, dict[str, Any]]:
+    """``anyio.run``'s backend and options for one of ``BACKENDS``."""
+    if backend == "uvloop":
+        return "asyncio", {"use_uvloop": True}
+    return backend, {"use_uvloop": False} if backend == "asyncio" else {}
+
+
+def cli_loop(backend: str) -> list[str]:
+    """``asyncjit serve``'s flags for one of ``BACKENDS``."""
+    if backend == "trio":
+        return ["--backend", "trio"]
+    return ["--backend", "asyncio", "--loop", backend]
+
+
 class ThreadServer:
-    """A ``VadServer`` running on its own event loop (``backend``) in a thread."""
+    """A ``VadServer`` running on its own event loop (``backend``, one of ``BACKENDS``) in a thread."""
 
     def __init__(self, backend: str, **config: Any) -> None:
         config.setdefault("wyoming", "tcp://127.0.0.1:0")
@@ -57,7 +76,8 @@ class ThreadServer:
                 self._ready.set()
 
         try:
-            anyio.run(main, backend=self.backend)
+            name, options = run_options(self.backend)
+            anyio.run(main, backend=name, backend_options=options)
         except BaseException as exc:  # surfaced by stop()
             self._error = exc
         finally:

@@ -214,6 +214,8 @@ CLI = [
     (["serve", "--max-streams", "0"], "max_streams must be >= 1"),
     (["serve", "--idle-timeout", "-1"], "idle_timeout must be > 0"),
     (["serve", "--dim", "nonsense"], "--dim takes NAME=VALUE"),
+    (["serve", "--backend", "trio", "--loop", "uvloop"], "--loop uvloop is an asyncio loop"),
+    (["serve", "--loop", "libuv"], "invalid choice"),
     ([], "required"),
 ]
 

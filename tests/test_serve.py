@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 from serve_helpers import (
+    BACKENDS,
     ThreadServer,
+    cli_loop,
     close_writer,
     model,
     read_wyoming,
@@ -45,7 +47,6 @@ from asyncjit.models import read_wav, speech_sample_path
 from asyncjit.models.silero_vad import SileroVad
 
 pytestmark = pytest.mark.timeout(120)
-BACKENDS = ["asyncio", "trio"]
 CHUNK_MS = 32  # one Silero chunk at 16 kHz
 
 
@@ -306,7 +307,7 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
     """SIGTERM while 20 clients stream: each gets ``error`` ``shutdown`` after the answers to what
     it sent, the process exits 0 (within 5 s: the wait's limit)."""
     model()  # compile once here, not inside the server's startup
-    proc = _cli("--wyoming", "tcp://127.0.0.1:0", "--backend", backend, "--max-streams", "32")
+    proc = _cli("--wyoming", "tcp://127.0.0.1:0", *cli_loop(backend), "--max-streams", "32")
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -364,6 +365,7 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
         proc.communicate()
     closed = [line for line in log.splitlines() if "connection.closed" in line]
     assert len(closed) == 20 and all("reason=shutdown" in line for line in closed)
+    assert re.search(rf"serve.loop .*loop={backend}", log), log[:2000]  # the loop it was asked for
     frozen = re.search(r"serve.heap_frozen objects=(\d+)", log)  # the compiled model's objects
     assert frozen is not None and int(frozen.group(1)) > 10_000, log[:2000]
     for events in results:
@@ -371,6 +373,23 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
             assert events and events[-1]["type"] == "error" and events[-1]["code"] == "shutdown"
             assert all(e["type"] in ("pong", "voice-started", "voice-stopped", "error") for e in events)
     assert sum(events != [{"type": "reset"}] for events in results) > 0
+
+
+def test_loop_option_picks_uvloop_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--loop auto`` is uvloop where installed and the standard loop where not; ``--loop
+    uvloop`` without it, or on trio, is a clear error."""
+    from asyncjit.serve._cli import loop_options
+
+    pytest.importorskip("uvloop")
+    assert loop_options("asyncio", "auto") == ({"use_uvloop": True}, "uvloop")
+    assert loop_options("asyncio", "asyncio") == ({"use_uvloop": False}, "asyncio")
+    assert loop_options("trio", "auto") == ({}, "trio")
+    with pytest.raises(ValueError, match="is an asyncio loop"):
+        loop_options("trio", "uvloop")
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: import fails
+    assert loop_options("asyncio", "auto") == ({"use_uvloop": False}, "asyncio")
+    with pytest.raises(ValueError, match="needs the uvloop package"):
+        loop_options("asyncio", "uvloop")
 
 
 def test_cli_model_path_errors_are_clear() -> None:

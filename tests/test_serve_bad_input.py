@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from serve_helpers import (
+    BACKENDS,
     ThreadServer,
     close_writer,
     read_wyoming,
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.timeout(120)
 START = {"rate": 16000, "width": 2, "channels": 1}
 
 
-@pytest.fixture(scope="module", params=["asyncio", "trio"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def server(request: pytest.FixtureRequest) -> Iterator[ThreadServer]:
     with running(str(request.param)) as srv:
         yield srv

@@ -10,7 +10,37 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_commands"]
+__all__ = ["LOOPS", "add_commands", "loop_options"]
+
+LOOPS = ("auto", "asyncio", "uvloop")
+
+
+def loop_options(backend: str, loop: str) -> tuple[dict[str, Any], str]:
+    """``anyio.run``'s backend options for ``--loop`` on ``--backend``, and the loop's name.
+
+    uvloop (libuv's loop for asyncio) does the transport's reads, writes and callbacks in C: the
+    server's loop thread spends about 1.3x less CPU per chunk on it. ``auto`` takes it when it is
+    installed (the serve extra, not on Windows), as uvicorn does.
+
+    Raises:
+        ValueError: ``uvloop`` asked for on trio, or not installed.
+    """
+    if backend != "asyncio":
+        if loop == "uvloop":
+            raise ValueError(f"--loop uvloop is an asyncio loop; --backend {backend} has its own")
+        return {}, backend
+    if loop == "asyncio":
+        return {"use_uvloop": False}, "asyncio"
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if loop == "uvloop":
+            raise ValueError(
+                "--loop uvloop needs the uvloop package (pip install 'asyncjit[serve]')"
+            ) from None
+        return {"use_uvloop": False}, "asyncio"
+    return {"use_uvloop": True}, "uvloop"
+
 
 EPILOG = """\
 examples:
@@ -18,6 +48,7 @@ examples:
   asyncjit serve --wyoming tcp://0.0.0.0:10400 --websocket ws://0.0.0.0:8765 --metrics :9100
   asyncjit serve --backend trio --max-streams 2048 --idle-timeout 60
   asyncjit serve --workers 2 --metrics :9100       # two processes, one loop each, same ports
+  asyncjit serve --loop asyncio                    # the standard library's loop, not uvloop
 
 Wyoming clients (Home Assistant) get voice-started/voice-stopped; WebSocket clients send binary
 PCM and get JSON events; http://HOST:PORT/ on the WebSocket port is a microphone page;
@@ -77,6 +108,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-queue-delay", type=float, default=0.002, help="seconds a batch waits to fill")
     p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop")
     p.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="asyncio's loop: uvloop (the serve extra installs it; less CPU per chunk) or "
+        "the standard library's; auto (default): uvloop when installed",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -109,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is None:
         try:
             config = _config(args)  # every flag checked before a model loads or a worker starts
+            loop_options(args.backend, args.loop)
         except ValueError as exc:
             problem = str(exc)
         else:
@@ -131,7 +170,9 @@ def _serve(args: argparse.Namespace) -> int:
             raise
         print(f"asyncjit serve: error: {exc}", file=sys.stderr)
         return 2
-    anyio.run(run_until_signal, server, backend=args.backend)
+    options, loop = loop_options(args.backend, args.loop)
+    server.log.info("serve.loop", backend=args.backend, loop=loop)
+    anyio.run(run_until_signal, server, backend=args.backend, backend_options=options)
     return 0
 
 

@@ -142,7 +142,7 @@ def _worker(
     receiver is open: one that arrives while the model loads is acted on then, not lost."""
     import anyio
 
-    from ._cli import run_until_signal
+    from ._cli import loop_options, run_until_signal
 
     for sock in inherited:  # the supervisor's reserved ports and metrics listener
         sock.close()
@@ -160,7 +160,8 @@ def _worker(
         conn.send(("ready", bound, server.model.name))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
-    anyio.run(run_until_signal, server, ready, backend=args.backend)
+    options, _ = loop_options(args.backend, args.loop)
+    anyio.run(run_until_signal, server, ready, backend=args.backend, backend_options=options)
 
 
 class _Joined(Collector):
