@@ -221,6 +221,60 @@ def test_idle_connections_are_closed_with_a_reason(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_clients_that_reset_mid_stream_end_as_gone_not_as_a_crash(backend: str) -> None:
+    """Clients that stream and then reset their sockets (a load generator stopping, a network
+    drop): each connection ends as the client going away, none as a crash of ours, and the
+    server keeps serving. (uvloop raises on a closed transport's half-close, where the standard
+    loop ignores it.)"""
+    import logging
+    import socket
+    import struct
+
+    crashes: list[str] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "connection.crashed" in record.getMessage():
+                crashes.append(record.getMessage())
+
+    handler = Count()
+    logger = logging.getLogger("asyncjit")
+    logger.addHandler(handler)
+    try:
+        with running(backend, max_streams=32) as srv:
+            start = wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1})
+            fmt = {"rate": 16000, "width": 2, "channels": 1}
+
+            async def client(k: int) -> None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
+                pcm = speech_pcm()
+                writer.write(start)
+                for i in range(k % 4 + 1):
+                    writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
+                writer.write(wyoming_frame("ping", {"text": "first"}))
+                await writer.drain()
+                await reader.readuntil(b'"pong"')  # the server is streaming this connection
+                for i in range(8):  # more audio and pings, whose answers we will not read
+                    writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
+                    writer.write(wyoming_frame("ping", {"text": str(i)}))
+                await writer.drain()
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()  # a reset, not a FIN
+
+            async def main() -> list[Any]:
+                await asyncio.gather(*(client(k) for k in range(24)))
+                return await wyoming_stream(srv.port("wyoming"), speech_pcm())  # still serving
+
+            events = asyncio.run(main())
+            assert_edges_match(edges_of(events), reference_edges())
+            wait_until_clean(srv)
+    finally:
+        logger.removeHandler(handler)
+    assert crashes == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_client_that_stops_reading_is_held_back_then_closed(backend: str) -> None:
     """Backpressure: a client that sends audio and pings but never reads stalls the server's writes;
     then the server stops reading it (its own sends block: TCP pushes back) instead of buffering

@@ -694,7 +694,11 @@ class Connection(abc.ABC):
     async def _linger(self) -> None:
         """Half-close, then read and drop what the client still sends until it closes too: closing
         a socket with unread input makes the kernel reset it, and the client could lose the close
-        reason we just sent."""
+        reason we just sent. Not on a transport closed already (the client reset it): there is
+        nothing to half-close, and uvloop raises on it where the standard loop does nothing."""
+        transport = self._transport
+        if transport is not None and transport.is_closing():
+            return
         try:
             await self.stream.send_eof()
             while await self.stream.receive():
