@@ -555,6 +555,13 @@ def main() -> None:
                     + f" (ratio of the medians {mux_rate['trio'] / mux_rate['asyncio']:.2f})"
                 )
                 goals.append(("trio >= 0.85x asyncio chunks/s", paired(trio, aio), 0.85, ">="))
+            if "uvloop" in backends and "asyncio" in backends:
+                uv, aio = ([r["chunks_per_s"] for r in runs[b]] for b in ("uvloop", "asyncio"))
+                print(
+                    "uvloop / asyncio, per round: "
+                    + ", ".join(f"{u / a:.2f}" for u, a in zip(uv, aio, strict=True))
+                    + f" (ratio of the medians {mux_rate['uvloop'] / mux_rate['asyncio']:.2f})"
+                )
             print("goals (medians of this run; ratios: the median of each round's own ratio):")
             for label, value, target, op in goals:
                 met = value >= target if op == ">=" else value < target

@@ -191,6 +191,11 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print cProfile's top N")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy's collapsed stacks of the window to FILE")
     args = parser.parse_args()
+    if "uvloop" in args.backend.split(","):
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            raise SystemExit("--backend uvloop needs the uvloop package (pip install uvloop)") from None
     print(f"load: {os.getloadavg()}", flush=True)
     for _ in range(args.repeat):
         for backend in args.backend.split(","):

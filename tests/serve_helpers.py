@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import threading
 import wave
@@ -14,6 +15,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import pytest
 
 from asyncjit.models import speech_sample_path
 from asyncjit.serve import ServeConfig, ServedModel, VadServer, load_model
@@ -34,7 +36,17 @@ def speech_pcm() -> bytes:
         return w.readframes(w.getnframes())
 
 
-BACKENDS = ["asyncio", "uvloop", "trio"]
+BACKENDS = [
+    "asyncio",
+    pytest.param(
+        "uvloop",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("uvloop") is None,
+            reason="uvloop is not installed (the serve extra has it)",
+        ),
+    ),
+    "trio",
+]
 """The loops a server is tested on: ``uvloop`` is asyncio on uvloop's loop (``asyncjit serve``'s
 default where installed), ``asyncio`` the standard library's."""
 

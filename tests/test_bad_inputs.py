@@ -215,6 +215,7 @@ CLI = [
     (["serve", "--idle-timeout", "-1"], "idle_timeout must be > 0"),
     (["serve", "--dim", "nonsense"], "--dim takes NAME=VALUE"),
     (["serve", "--backend", "trio", "--loop", "uvloop"], "--loop uvloop is an asyncio loop"),
+    (["serve", "--backend", "trio", "--loop", "asyncio"], "--backend trio has its own"),
     (["serve", "--loop", "libuv"], "invalid choice"),
     ([], "required"),
 ]

@@ -226,52 +226,42 @@ def test_clients_that_reset_mid_stream_end_as_gone_not_as_a_crash(backend: str) 
     drop): each connection ends as the client going away, none as a crash of ours, and the
     server keeps serving. (uvloop raises on a closed transport's half-close, where the standard
     loop ignores it.)"""
-    import logging
     import socket
     import struct
 
-    crashes: list[str] = []
+    from asyncjit._log import capture_events
 
-    class Count(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "connection.crashed" in record.getMessage():
-                crashes.append(record.getMessage())
+    with capture_events() as logged, running(backend, max_streams=32) as srv:
+        start = wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1})
+        fmt = {"rate": 16000, "width": 2, "channels": 1}
 
-    handler = Count()
-    logger = logging.getLogger("asyncjit")
-    logger.addHandler(handler)
-    try:
-        with running(backend, max_streams=32) as srv:
-            start = wyoming_frame("audio-start", {"rate": 16000, "width": 2, "channels": 1})
-            fmt = {"rate": 16000, "width": 2, "channels": 1}
+        async def client(k: int) -> None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
+            pcm = speech_pcm()
+            writer.write(start)
+            for i in range(k % 4 + 1):
+                writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
+            writer.write(wyoming_frame("ping", {"text": "first"}))
+            await writer.drain()
+            await reader.readuntil(b'"pong"')  # the server is streaming this connection
+            for i in range(8):  # more audio and pings, whose answers we will not read
+                writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
+                writer.write(wyoming_frame("ping", {"text": str(i)}))
+            await writer.drain()
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()  # a reset, not a FIN
 
-            async def client(k: int) -> None:
-                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port("wyoming"))
-                pcm = speech_pcm()
-                writer.write(start)
-                for i in range(k % 4 + 1):
-                    writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
-                writer.write(wyoming_frame("ping", {"text": "first"}))
-                await writer.drain()
-                await reader.readuntil(b'"pong"')  # the server is streaming this connection
-                for i in range(8):  # more audio and pings, whose answers we will not read
-                    writer.write(wyoming_frame("audio-chunk", fmt, pcm[i * 2048 : (i + 1) * 2048]))
-                    writer.write(wyoming_frame("ping", {"text": str(i)}))
-                await writer.drain()
-                sock = writer.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                writer.transport.abort()  # a reset, not a FIN
+        async def main() -> list[Any]:
+            await asyncio.gather(*(client(k) for k in range(24)))
+            return await wyoming_stream(srv.port("wyoming"), speech_pcm())  # still serving
 
-            async def main() -> list[Any]:
-                await asyncio.gather(*(client(k) for k in range(24)))
-                return await wyoming_stream(srv.port("wyoming"), speech_pcm())  # still serving
-
-            events = asyncio.run(main())
-            assert_edges_match(edges_of(events), reference_edges())
-            wait_until_clean(srv)
-    finally:
-        logger.removeHandler(handler)
-    assert crashes == []
+        events = asyncio.run(main())
+        assert_edges_match(edges_of(events), reference_edges())
+        wait_until_clean(srv)
+    assert [e for e in logged if e["event"] == "connection.crashed"] == []
+    closed = [e for e in logged if e["event"] == "connection.closed"]
+    assert len(closed) == 25 and all(e["reason"] == "done" for e in closed), closed  # 24 reset + 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -434,16 +424,18 @@ def test_loop_option_picks_uvloop_when_installed(monkeypatch: pytest.MonkeyPatch
     uvloop`` without it, or on trio, is a clear error."""
     from asyncjit.serve._cli import loop_options
 
-    pytest.importorskip("uvloop")
-    assert loop_options("asyncio", "auto") == ({"use_uvloop": True}, "uvloop")
     assert loop_options("asyncio", "asyncio") == ({"use_uvloop": False}, "asyncio")
     assert loop_options("trio", "auto") == ({}, "trio")
-    with pytest.raises(ValueError, match="is an asyncio loop"):
-        loop_options("trio", "uvloop")
-    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: import fails
-    assert loop_options("asyncio", "auto") == ({"use_uvloop": False}, "asyncio")
-    with pytest.raises(ValueError, match="needs the uvloop package"):
-        loop_options("asyncio", "uvloop")
+    for loop in ("uvloop", "asyncio"):
+        with pytest.raises(ValueError, match="trio has its own"):
+            loop_options("trio", loop)
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "uvloop", None)  # as if not installed: import fails
+        assert loop_options("asyncio", "auto") == ({"use_uvloop": False}, "asyncio")
+        with pytest.raises(ValueError, match="needs the uvloop package"):
+            loop_options("asyncio", "uvloop")
+    pytest.importorskip("uvloop")
+    assert loop_options("asyncio", "auto") == ({"use_uvloop": True}, "uvloop")
 
 
 def test_cli_model_path_errors_are_clear() -> None:

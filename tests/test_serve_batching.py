@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from serve_helpers import read_wyoming, running, speech_pcm, wait_until_clean, wyoming_frame
+from serve_helpers import BACKENDS, read_wyoming, running, speech_pcm, wait_until_clean, wyoming_frame
 
 pytest.importorskip("wyoming")
 
@@ -24,7 +24,6 @@ from asyncjit.serve._session import MAX_MESSAGE_BYTES
 from asyncjit.serve._wyoming import parse_frames
 
 pytestmark = pytest.mark.timeout(120)
-BACKENDS = ["asyncio", "trio"]
 START = {"rate": 16000, "width": 2, "channels": 1}
 FRAME_BYTES = 2048  # 1,024 samples: two Silero chunks
 

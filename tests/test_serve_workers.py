@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from serve_helpers import model, speech_pcm
+from serve_helpers import BACKENDS, cli_loop, model, speech_pcm
 
 pytest.importorskip("wyoming")
 from test_serve import _cli, assert_edges_match, edges_of, reference_edges, wyoming_stream
@@ -80,13 +80,13 @@ def _stop(proc: Any, timeout: float = 10.0) -> tuple[int, str]:
     return proc.returncode, err
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_workers_share_the_port_and_each_answers_like_one_server(backend: str) -> None:
     """16 Wyoming clients at once over two workers: every one gets the speech timestamps, both
     workers served some of them (the kernel spreads connections by their address), the
     supervisor's /metrics has each worker's samples and /health sums their streams; SIGTERM ends
     both and exits 0."""
-    proc, ports = _start("--backend", backend)
+    proc, ports = _start(*cli_loop(backend))
     try:
         want = reference_edges()
         pcm = speech_pcm()
@@ -113,13 +113,14 @@ def test_workers_share_the_port_and_each_answers_like_one_server(backend: str) -
     assert code == 0, err
     assert "serve.worker_died" not in err
     assert len(re.findall(r"serve.heap_frozen worker=\d objects=\d{5,}", err)) == 2, err[:2000]
+    assert len(re.findall(rf"serve.loop .*loop={backend}", err)) == 2, err[:2000]  # each worker's
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_reaches_every_workers_connections(backend: str) -> None:
     """Clients parked mid-utterance on both workers: SIGTERM to the supervisor closes every one
     with ``shutdown`` and the whole tree exits 0 within the drain's grace."""
-    proc, ports = _start("--grace", "2", "--backend", backend)
+    proc, ports = _start("--grace", "2", *cli_loop(backend))
     try:
 
         async def main() -> list[list[dict[str, Any]]]:

@@ -23,11 +23,11 @@ def loop_options(backend: str, loop: str) -> tuple[dict[str, Any], str]:
     installed (the serve extra, not on Windows), as uvicorn does.
 
     Raises:
-        ValueError: ``uvloop`` asked for on trio, or not installed.
+        ValueError: an asyncio loop asked for on trio, or ``uvloop`` when it is not installed.
     """
     if backend != "asyncio":
-        if loop == "uvloop":
-            raise ValueError(f"--loop uvloop is an asyncio loop; --backend {backend} has its own")
+        if loop != "auto":
+            raise ValueError(f"--loop {loop} is an asyncio loop; --backend {backend} has its own")
         return {}, backend
     if loop == "asyncio":
         return {"use_uvloop": False}, "asyncio"

@@ -696,7 +696,7 @@ class Connection(abc.ABC):
         a socket with unread input makes the kernel reset it, and the client could lose the close
         reason we just sent. Not on a transport closed already (the client reset it): there is
         nothing to half-close, and uvloop raises on it where the standard loop does nothing."""
-        transport = self._transport
+        transport = getattr(self.stream, "_transport", None)  # asyncio's (None on trio)
         if transport is not None and transport.is_closing():
             return
         try:

@@ -160,7 +160,8 @@ def _worker(
         conn.send(("ready", bound, server.model.name))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
-    options, _ = loop_options(args.backend, args.loop)
+    options, loop = loop_options(args.backend, args.loop)
+    server.log.info("serve.loop", backend=args.backend, loop=loop)
     anyio.run(run_until_signal, server, ready, backend=args.backend, backend_options=options)
 
 
