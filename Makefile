@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.stamp-demo
 TEST_STAMP := $(VENV)/.stamp-test
 PIP := $(BIN)/python -m pip install --progress-bar on
 
-.PHONY: demo test lint venv clean bench fuzz fuzz-onnx
+.PHONY: demo test lint venv clean bench fuzz fuzz-onnx fuzz-serve
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ fuzz: $(TEST_STAMP)
 # Mutated ONNX models (attributes, initializers, inputs, opsets, bytes): typed errors or a run
 fuzz-onnx: $(TEST_STAMP)
 	$(BIN)/python tests/fuzz.py --onnx --minutes $(MINUTES) --seed $(SEED)
+
+# Misbehaving network clients against `asyncjit serve` on asyncio, uvloop and trio
+fuzz-serve: $(TEST_STAMP)
+	$(BIN)/python tests/serve_chaos.py --minutes $(MINUTES) --seed $(SEED)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
