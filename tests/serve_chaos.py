@@ -3,10 +3,12 @@
 Each round runs one good Wyoming stream of the built-in speech beside ``--clients`` clients that
 each do one random bad thing: reset the socket (``SO_LINGER`` 0) or close it mid-stream,
 half-close and wait, send garbage bytes, stop in the middle of a frame, send a header line
-over the size limit, an absurd ``audio-start``, read nothing for a while, or the same on the
-WebSocket port (garbage before the handshake, a reset right after it). The good stream must
-still get ``SileroVad.speech_timestamps``'s edges; no connection may end as a crash of ours
-(``connection.crashed``) or as ``internal_error``; nothing may stay open afterwards.
+over the size limit, an absurd ``audio-start``, read nothing for a while; or on the WebSocket
+port: garbage before the handshake, a reset right after it, or audio streamed after it and
+then a reset, garbage bytes, a text message that is not the protocol's, a frame cut short.
+The good stream must still get ``SileroVad.speech_timestamps``'s edges; no connection may end
+as a crash of ours (``connection.crashed``) or as ``internal_error``; nothing may stay open
+afterwards.
 
 Run::
 
@@ -46,6 +48,10 @@ KINDS = (
     "rate",
     "ws_garbage",
     "ws_reset",
+    "ws_stream_reset",
+    "ws_stream_garbage",
+    "ws_bad_text",
+    "ws_midframe",
 )
 HANDSHAKE = (
     b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -70,6 +76,43 @@ async def _websocket(port: int, kind: str, rng: random.Random) -> None:
     writer.write(HANDSHAKE)
     await asyncio.sleep(rng.random() * 0.05)
     _reset(writer)
+
+
+def _ws_frame(opcode: Any, data: bytes) -> bytes:
+    """One masked client frame, as the ``websockets`` package writes it."""
+    from websockets.frames import Frame
+
+    return Frame(opcode, data).serialize(mask=True)
+
+
+async def _websocket_stream(port: int, kind: str, rng: random.Random, pcm: bytes) -> None:
+    """A WebSocket client that streams audio after the handshake, then misbehaves."""
+    from websockets.frames import Opcode
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(HANDSHAKE)
+    await reader.readuntil(b"\r\n\r\n")  # the 101 response; the hello follows
+    writer.write(_ws_frame(Opcode.TEXT, b'{"type": "start", "sample_rate": 16000, "format": "s16le"}'))
+    for i in range(rng.randint(0, 12)):
+        writer.write(_ws_frame(Opcode.BINARY, pcm[i * 2048 : (i + 1) * 2048]))
+        if rng.random() < 0.5:
+            writer.write(_ws_frame(Opcode.TEXT, b'{"type": "ping", "id": %d}' % i))
+    if kind == "ws_stream_garbage":
+        writer.write(rng.randbytes(rng.randint(1, 3000)))
+    elif kind == "ws_bad_text":
+        writer.write(
+            _ws_frame(Opcode.TEXT, rng.choice([rng.randbytes(40), b"[1, 2", b'{"type": 7}', b"\xff\xfe"]))
+        )
+    elif kind == "ws_midframe":
+        frame = _ws_frame(Opcode.BINARY, pcm[:2048])
+        writer.write(frame[: rng.randint(1, len(frame) - 1)])
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+    await asyncio.sleep(rng.random() * 0.1)
+    if kind == "ws_stream_reset" or rng.random() < 0.3:
+        _reset(writer)
+    else:
+        writer.close()
 
 
 async def _wyoming(port: int, kind: str, rng: random.Random, pcm: bytes) -> None:
@@ -109,11 +152,13 @@ async def _wyoming(port: int, kind: str, rng: random.Random, pcm: bytes) -> None
 async def _client(ports: dict[str, int], rng: random.Random, pcm: bytes) -> str:
     kind = rng.choice(KINDS)
     try:
-        if kind.startswith("ws_"):
+        if kind in ("ws_garbage", "ws_reset"):
             await _websocket(ports["websocket"], kind, rng)
+        elif kind.startswith("ws_"):
+            await _websocket_stream(ports["websocket"], kind, rng, pcm)
         else:
             await _wyoming(ports["wyoming"], kind, rng, pcm)
-    except (ConnectionError, OSError):
+    except (ConnectionError, OSError, asyncio.IncompleteReadError):
         pass  # the server closed on us first: what it logged is what is checked
     return kind
 
