@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from asyncjit._loops import run_options, uvloop_installed
 from asyncjit.runtime import Client
 from asyncjit.scheduler import BatchedStep, HostBatchedStep, StreamMux, run_unbatched, toy_step
 
@@ -190,17 +191,8 @@ async def _loop_lag(samples: list[float], stop: anyio.Event, period: float = 0.0
 def run_on(backend: str, fn: Callable[[], Any]) -> Any:
     """``anyio.run(fn)`` on ``backend``: asyncio (the standard library's loop), uvloop (asyncio on
     uvloop's loop, what ``asyncjit serve`` takes when installed) or trio."""
-    if backend == "trio":
-        return anyio.run(fn, backend="trio")
-    return anyio.run(fn, backend="asyncio", backend_options={"use_uvloop": backend == "uvloop"})
-
-
-def _uvloop_installed() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    name, options = run_options(backend)
+    return anyio.run(fn, backend=name, backend_options=options)
 
 
 def step_cpu_us(step: BatchedStep, chunks: npt.NDArray[Any], b: int, iters: int = 20) -> float:
@@ -363,7 +355,7 @@ def main() -> None:
     backends = {"all": ["asyncio", "uvloop", "trio"], "both": ["asyncio", "trio"]}.get(
         args.backend, [args.backend]
     )
-    if "uvloop" in backends and not _uvloop_installed():
+    if "uvloop" in backends and not uvloop_installed():
         if args.backend == "uvloop":
             raise SystemExit("--backend uvloop needs the uvloop package (pip install uvloop)")
         print("uvloop is not installed: its rounds are left out")

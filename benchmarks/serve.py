@@ -346,6 +346,7 @@ def run_inproc(streams: int, seconds: float, backend: str) -> None:
     import numpy as np
     import structlog
 
+    from asyncjit._loops import run_options
     from asyncjit.models import read_wav, speech_sample_path
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -374,8 +375,8 @@ def run_inproc(streams: int, seconds: float, backend: str) -> None:
                     tg.start_soon(stream, k)
             print(json.dumps({"chunks_per_s": count[0] / (time.perf_counter() - t0)}))
 
-    options = {"use_uvloop": backend == "uvloop"} if backend in ("asyncio", "uvloop") else {}
-    anyio.run(main, backend="asyncio" if backend == "uvloop" else backend, backend_options=options)
+    name, options = run_options(backend)
+    anyio.run(main, backend=name, backend_options=options)
 
 
 # -- orchestration ----------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ def measure(
     import anyio
     import structlog
 
+    from asyncjit._loops import run_options
     from asyncjit.serve import ServeConfig, VadServer, load_model
 
     logging.getLogger("asyncjit").setLevel(logging.WARNING)
@@ -161,8 +162,8 @@ def measure(
                 pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(profile)
                 result["profile"] = text.getvalue()
 
-    options = {"use_uvloop": backend == "uvloop"} if backend in ("asyncio", "uvloop") else {}
-    anyio.run(main, backend="asyncio" if backend == "uvloop" else backend, backend_options=options)
+    name, options = run_options(backend)
+    anyio.run(main, backend=name, backend_options=options)
     return result
 
 
@@ -191,11 +192,10 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print cProfile's top N")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy's collapsed stacks of the window to FILE")
     args = parser.parse_args()
-    if "uvloop" in args.backend.split(","):
-        try:
-            import uvloop  # noqa: F401
-        except ImportError:
-            raise SystemExit("--backend uvloop needs the uvloop package (pip install uvloop)") from None
+    from asyncjit._loops import uvloop_installed
+
+    if "uvloop" in args.backend.split(",") and not uvloop_installed():
+        raise SystemExit("--backend uvloop needs the uvloop package (pip install uvloop)")
     print(f"load: {os.getloadavg()}", flush=True)
     for _ in range(args.repeat):
         for backend in args.backend.split(","):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import threading
 import wave
@@ -17,6 +16,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import pytest
 
+from asyncjit._loops import run_options, uvloop_installed
 from asyncjit.models import speech_sample_path
 from asyncjit.serve import ServeConfig, ServedModel, VadServer, load_model
 
@@ -41,7 +41,7 @@ BACKENDS = [
     pytest.param(
         "uvloop",
         marks=pytest.mark.skipif(
-            importlib.util.find_spec("uvloop") is None,
+            not uvloop_installed(),
             reason="uvloop is not installed (the serve extra has it)",
         ),
     ),
@@ -49,13 +49,6 @@ BACKENDS = [
 ]
 """The loops a server is tested on: ``uvloop`` is asyncio on uvloop's loop (``asyncjit serve``'s
 default where installed), ``asyncio`` the standard library's."""
-
-
-def run_options(backend: str) -> tuple[str, dict[str, Any]]:
-    """``anyio.run``'s backend and options for one of ``BACKENDS``."""
-    if backend == "uvloop":
-        return "asyncio", {"use_uvloop": True}
-    return backend, {"use_uvloop": False} if backend == "asyncio" else {}
 
 
 def cli_loop(backend: str) -> list[str]:

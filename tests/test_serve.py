@@ -422,8 +422,11 @@ def test_sigterm_during_load_closes_every_connection_with_a_reason(backend: str)
 def test_loop_option_picks_uvloop_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--loop auto`` is uvloop where installed and the standard loop where not; ``--loop
     uvloop`` without it, or on trio, is a clear error."""
+    from asyncjit._loops import run_options
     from asyncjit.serve._cli import loop_options
 
+    with pytest.raises(ValueError, match="unknown event loop 'libuv'"):
+        run_options("libuv")
     assert loop_options("asyncio", "asyncio") == ({"use_uvloop": False}, "asyncio")
     assert loop_options("trio", "auto") == ({}, "trio")
     for loop in ("uvloop", "asyncio"):

@@ -25,21 +25,17 @@ def loop_options(backend: str, loop: str) -> tuple[dict[str, Any], str]:
     Raises:
         ValueError: an asyncio loop asked for on trio, or ``uvloop`` when it is not installed.
     """
+    from .._loops import run_options, uvloop_installed
+
     if backend != "asyncio":
         if loop != "auto":
             raise ValueError(f"--loop {loop} is an asyncio loop; --backend {backend} has its own")
-        return {}, backend
-    if loop == "asyncio":
-        return {"use_uvloop": False}, "asyncio"
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        if loop == "uvloop":
-            raise ValueError(
-                "--loop uvloop needs the uvloop package (pip install 'asyncjit[serve]')"
-            ) from None
-        return {"use_uvloop": False}, "asyncio"
-    return {"use_uvloop": True}, "uvloop"
+        return run_options(backend)[1], backend
+    installed = loop != "asyncio" and uvloop_installed()
+    if loop == "uvloop" and not installed:
+        raise ValueError("--loop uvloop needs the uvloop package (pip install 'asyncjit[serve]')")
+    name = "uvloop" if installed else "asyncio"
+    return run_options(name)[1], name
 
 
 EPILOG = """\
@@ -147,7 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is None:
         try:
             config = _config(args)  # every flag checked before a model loads or a worker starts
-            loop_options(args.backend, args.loop)
+            options, loop = loop_options(args.backend, args.loop)
         except ValueError as exc:
             problem = str(exc)
         else:
@@ -170,7 +166,6 @@ def _serve(args: argparse.Namespace) -> int:
             raise
         print(f"asyncjit serve: error: {exc}", file=sys.stderr)
         return 2
-    options, loop = loop_options(args.backend, args.loop)
     server.log.info("serve.loop", backend=args.backend, loop=loop)
     anyio.run(run_until_signal, server, backend=args.backend, backend_options=options)
     return 0
