@@ -655,6 +655,68 @@ async def test_closed_stream_and_exited_mux_raise(client: Client) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_slot_handed_over_as_the_mux_exits_opens_no_stream(client: Client) -> None:
+    """A backlog waiter handed a freed slot that resumes only after the mux exited gets
+    ``MuxClosedError``: it was opened on an exited mux, whose steps nothing would ever run
+    (found by ``tests/mux_chaos.py``: a stream task waiting forever in ``step``)."""
+    step = HostBatchedStep(client, max_batch_size=2, num_slots=1)
+    mux = StreamMux(step, max_streams=1)
+    opened: list[BaseException | None] = []
+
+    async def waiter() -> None:
+        try:
+            async with mux.open_stream() as s:
+                with anyio.fail_after(5):
+                    await s.step(np.zeros(16, np.float32))
+            opened.append(None)
+        except (MuxClosedError, TimeoutError) as exc:
+            opened.append(exc)
+
+    async with anyio.create_task_group() as tg, mux:
+        first = mux.open_stream_nowait()
+        tg.start_soon(waiter)
+        while mux.statistics().backlog == 0:
+            await anyio.sleep(0.001)
+        first.close()  # the slot goes to the waiter at once; the mux exits before it resumes
+        assert mux.statistics().backlog == 0
+    assert len(opened) == 1 and isinstance(opened[0], MuxClosedError), opened
+    assert mux.statistics().active_streams == 0
+
+
+@pytest.mark.anyio
+async def test_exiting_a_pipelined_mux_with_a_batch_in_flight_leaves_the_pool_alone(client: Client) -> None:
+    """The exit cancels the task that completes batches while one still runs; a service task
+    woken just before (a step queued) must not take the emptied in-flight list for a finished
+    one and write the slot pool (on trio the exit raised ``RuntimeError: the slot pool is
+    written while a step is in flight``, found by ``tests/mux_chaos.py``). The next mux on the
+    same step adopts the batch once it finished."""
+    gate = threading.Event()
+
+    def slow(chunks: npt.NDArray[Any], states: npt.NDArray[Any]) -> Any:
+        gate.wait(10)
+        return toy_step(chunks, states)
+
+    step = HostBatchedStep(client, slow, max_batch_size=4, num_slots=4)
+    for _ in range(12):  # trio runs a batch of woken tasks in either order: try both
+        gate.clear()
+        mux = StreamMux(step, max_queue_delay=0, pipeline_depth=2)
+        async with mux:
+            a, b, c = (mux.open_stream_nowait() for _ in range(3))
+            ran = a.submit_nowait(np.ones(16, np.float32))
+            while not mux._inflight:
+                await anyio.lowlevel.checkpoint()
+            c.close()  # its slot waits to be reset until nothing is in flight
+            queued = b.submit_nowait(np.ones(16, np.float32))  # wakes the service; exit at once
+        gate.set()
+        await step.settle()
+        for fut in (ran, queued):
+            with pytest.raises(MuxClosedError):
+                fut.result()
+    async with StreamMux(step) as mux, mux.open_stream() as s:
+        assert close_to([await s.step(np.ones(16, np.float32))], run_unbatched(toy_step, [np.ones(16)], ZERO))
+
+
+@pytest.mark.anyio
 async def test_backpressure_submit_waits_and_nowait_raises(client: Client) -> None:
     """A full stream queue: submit_nowait raises WouldBlock, submit waits for room."""
     gate = Gate()

@@ -493,7 +493,7 @@ class StreamMux:
     # -- the service -------------------------------------------------------------------------
     async def _serve(self) -> None:
         delay = self.max_queue_delay
-        while True:
+        while self._running:  # see _serve_pipelined: nothing more once the mux exits
             now = self._clock()
             if now >= self._next_log:
                 self._next_log = now + (self.metrics_interval or math.inf)
@@ -616,13 +616,16 @@ class StreamMux:
         A batch may go while others run once it is full, or when every open stream not in flight
         is in it (waiting could not grow it before a running batch returns), or at its deadline.
         Released slots and initial states are applied only when nothing is in flight: launching
-        pauses until then.
+        pauses until then. Once the mux exits it does nothing more: the exit cancels
+        ``_complete_runs``, which then forgets the batches still running (the next mux on the
+        step adopts them), and a service woken just before must not take that for "nothing in
+        flight" and write the pool under them.
         """
         delay = self.max_queue_delay
         inflight = self._inflight
         depth = self.pipeline_depth
         slots = self._slots
-        while True:
+        while self._running:
             now = self._clock()
             if now >= self._next_log:
                 self._next_log = now + (self.metrics_interval or math.inf)

@@ -131,7 +131,7 @@ class SlotPool:
         except BaseException:
             self._abandon(entry)
             raise
-        if entry.slot is None and self.closed:
+        if self.closed:  # a slot handed over just before the mux exited opens nothing either
             self._abandon(entry)
             raise MuxClosedError("the StreamMux exited while this stream waited for a slot")
         if entry.slot is None:  # timed out (a hand-over that raced the timeout still counts)
