@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.stamp-demo
 TEST_STAMP := $(VENV)/.stamp-test
 PIP := $(BIN)/python -m pip install --progress-bar on
 
-.PHONY: demo test lint venv clean bench fuzz fuzz-onnx fuzz-serve
+.PHONY: demo test lint venv clean bench fuzz fuzz-onnx fuzz-serve fuzz-mux
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,10 @@ fuzz-onnx: $(TEST_STAMP)
 # Misbehaving network clients against `asyncjit serve` on asyncio, uvloop and trio
 fuzz-serve: $(TEST_STAMP)
 	$(BIN)/python tests/serve_chaos.py --minutes $(MINUTES) --seed $(SEED)
+
+# Misbehaving streams (cancels, timeouts, failed batches, closes, exits) against one StreamMux
+fuzz-mux: $(TEST_STAMP)
+	$(BIN)/python tests/mux_chaos.py --minutes $(MINUTES) --seed $(SEED)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
