@@ -242,3 +242,32 @@ async def test_replicated_executions_update_each_device_in_place(client: Client)
     for (_, new), want, addr, bufs in zip(outs, wants, where, per, strict=True):
         assert new.aliased and address(new) == addr and bufs[2].is_deleted()
         np.testing.assert_array_equal(await new.to_numpy(), want)
+
+
+@pytest.mark.parametrize("same_device", [True, False])
+async def test_the_pending_output_of_a_copy_can_be_donated(client: Client, same_device: bool) -> None:
+    """A copy still queued (its source not computed yet) writes the memory it was given, even
+    when an execution queued behind it takes its output by donation: the device thread kept
+    reading the ``Buffer``'s block at run time and died on the ``None`` donation left there
+    (found by ``tests/runtime_chaos.py``). The execution reads the copied data (in place on the
+    copy's device) and both devices keep serving."""
+    d0, d1 = client.devices()
+    gate = Gate()
+    gated = client.load(host_plan("gate", gate, n_in=1, width=WIDTH), [d0, d1])
+    x = np.arange(3 * WIDTH, dtype=np.float32).reshape(3, WIDTH)
+    (held,) = await gated.execute([client.buffer_from_host(x, d0)], {"t": 3}, device=d0)
+    copied = held.copy_to_device(d1)  # waits on d1's queue for d0's gated run
+    double = Tensor.placeholder([3, WIDTH], name="x")
+    doubling = client.load(
+        compile_plan([double * 2], [double], name="dbl", donate=[0], cache_dir="off"), [d0, d1]
+    )
+    (out,) = await doubling.execute([copied], device=d1 if same_device else d0, donate=[0])
+    assert copied.is_deleted() and not out.is_ready()
+    gate.open()
+    with anyio.fail_after(10):
+        np.testing.assert_array_equal(await out.to_numpy(), x * 2)
+    assert out.aliased == same_device  # across devices the donated memory is not the output's space
+    for dev in (d0, d1):  # each device thread is still alive
+        (again,) = await doubling.execute([client.buffer_from_host(x, dev)], device=dev)
+        with anyio.fail_after(10):
+            np.testing.assert_array_equal(await again.to_numpy(), x * 2)

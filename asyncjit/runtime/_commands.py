@@ -25,6 +25,7 @@ from ._uses import release_command_uses
 if TYPE_CHECKING:
     from ..compiler._executable import Launcher, Signature
     from ._buffer import Buffer
+    from ._memory import Block
 
 __all__ = [
     "Command",
@@ -34,6 +35,7 @@ __all__ = [
     "RelayoutCommand",
     "ToHostCommand",
     "launch_error",
+    "target_block",
 ]
 
 _perf_ns = time.perf_counter_ns
@@ -225,31 +227,43 @@ def actual_shapes(
     return signature.output_shapes((*values, *used))
 
 
+def target_block(out: Buffer) -> Block:
+    """The memory a command will write ``out`` into, taken when the command is made.
+
+    A command writes the memory it was given, whatever becomes of the ``Buffer`` meanwhile: a
+    pending output may be donated to an execution queued behind its producer, which takes the
+    block from the ``Buffer`` at once (``take_donated``) and reads it once this command has run
+    (as ``ExecuteCommand`` keeps its output addresses from the submit)."""
+    block = out._block
+    assert block is not None  # a fresh output: nothing can have taken it yet
+    return block
+
+
 class CopyCommand(Command):
     """Device-to-device (or memory-space-to-memory-space) copy of ``nbytes``."""
 
-    __slots__ = ("nbytes",)
+    __slots__ = ("dst", "nbytes")
     label = "d2d"
 
     def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
         super().__init__(event, (src,), (dst,))
         self.nbytes = src.nbytes
+        self.dst = target_block(dst)
 
     def cheap(self, limit_ns: float) -> bool:
         return self.nbytes <= _CHEAP_BYTES
 
     def run(self) -> BaseException | None:
         src = self.inputs[0]._block
-        dst = self.outputs[0]._block
-        assert src is not None and dst is not None  # both hold a use: neither can be freed
-        ctypes.memmove(dst.addr, src.addr, self.nbytes)
+        assert src is not None  # it holds a use: neither freed nor donated (take_donated refuses)
+        ctypes.memmove(self.dst.addr, src.addr, self.nbytes)
         return None
 
 
 class HostToDeviceCommand(Command):
     """The asynchronous half of ``IMMUTABLE_UNTIL_TRANSFER_COMPLETES``: copy, then tell the host."""
 
-    __slots__ = ("host", "on_done")
+    __slots__ = ("dst", "host", "on_done")
     label = "h2d"
 
     def __init__(
@@ -258,14 +272,14 @@ class HostToDeviceCommand(Command):
         super().__init__(event, (), (dst,))
         self.host: npt.NDArray[Any] | None = host
         self.on_done = on_done
+        self.dst = target_block(dst)
 
     def cheap(self, limit_ns: float) -> bool:
         return self.host is None or self.host.nbytes <= _CHEAP_BYTES
 
     def run(self) -> BaseException | None:
-        dst = self.outputs[0]._block
-        assert dst is not None and self.host is not None
-        ctypes.memmove(dst.addr, self.host.ctypes.data, self.host.nbytes)
+        assert self.host is not None
+        ctypes.memmove(self.dst.addr, self.host.ctypes.data, self.host.nbytes)
         return None
 
     def finish(self, error: BaseException | None, poisoned_by: Event | None = None) -> None:
@@ -309,19 +323,20 @@ class ToHostCommand(Command):
 class RelayoutCommand(Command):
     """Copy into another layout (row-major, column-major, tiled) on the target's queue."""
 
-    __slots__ = ()
+    __slots__ = ("dst",)
     label = "relayout"
 
     def __init__(self, event: Event, src: Buffer, dst: Buffer) -> None:
         super().__init__(event, (src,), (dst,))
+        self.dst = target_block(dst)
 
     def cheap(self, limit_ns: float) -> bool:
         return self.inputs[0].nbytes <= _CHEAP_BYTES // 4
 
     def run(self) -> BaseException | None:
         src, dst = self.inputs[0], self.outputs[0]
-        s_block, d_block = src._block, dst._block
-        assert s_block is not None and d_block is not None  # both hold a use
+        s_block, d_block = src._block, self.dst
+        assert s_block is not None  # it holds a use
         logical = src._layout.from_physical(s_block.array[: src.nbytes].view(src.dtype.np), src.shape)
         phys = d_block.array[: dst.nbytes].view(dst.dtype.np).reshape(dst._layout.physical_shape(dst.shape))
         phys[...] = dst._layout.to_physical(logical)

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..errors import ArgumentTypeError, DeviceMismatchError, InvalidArgumentError, ShardingError
 from ..graph._node import allocate_array
 from ._buffer import Buffer
-from ._commands import Command
+from ._commands import Command, target_block
 from ._events import Event
 from ._hostcopy import run_copies
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._client import Client
     from ._device import Device
     from ._executable import LoadedExecutable
+    from ._memory import Block
 
 __all__ = [
     "RegionCopyCommand",
@@ -278,7 +279,7 @@ class RegionCopyCommand(Command):
     once every source's event has fired (the regular cross-device input wait).
     """
 
-    __slots__ = ("nbytes", "pieces")
+    __slots__ = ("dst", "nbytes", "pieces")
     label = "d2d"
 
     def __init__(
@@ -287,19 +288,21 @@ class RegionCopyCommand(Command):
         super().__init__(event, tuple(srcs), (dst,))
         self.pieces = tuple(pieces)
         self.nbytes = dst.nbytes
+        self.dst = target_block(dst)
 
     def cheap(self, limit_ns: float) -> bool:
         return self.nbytes <= 1 << 20
 
     def run(self) -> BaseException | None:
-        dst = _view(self.outputs[0])
+        dst = _view(self.outputs[0], self.dst)
         for i, src_region, dst_region in self.pieces:
             dst[dst_region] = _view(self.inputs[i])[src_region]
         return None
 
 
-def _view(b: Buffer) -> npt.NDArray[Any]:
-    block = b._block
+def _view(b: Buffer, block: Block | None = None) -> npt.NDArray[Any]:
+    """``b``'s data as its logical array, in ``block`` (a command's target) or its own memory."""
+    block = b._block if block is None else block
     assert block is not None  # the command holds a use
     return b._layout.from_physical(block.array[: b.nbytes].view(b.dtype.np), b.shape)
 
