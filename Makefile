@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.stamp-demo
 TEST_STAMP := $(VENV)/.stamp-test
 PIP := $(BIN)/python -m pip install --progress-bar on
 
-.PHONY: demo test lint venv clean bench fuzz fuzz-onnx fuzz-serve fuzz-mux
+.PHONY: demo test lint venv clean bench fuzz fuzz-onnx fuzz-serve fuzz-mux fuzz-runtime
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -61,6 +61,10 @@ fuzz-serve: $(TEST_STAMP)
 # Misbehaving streams (cancels, timeouts, failed batches, closes, exits) against one StreamMux
 fuzz-mux: $(TEST_STAMP)
 	$(BIN)/python tests/mux_chaos.py --minutes $(MINUTES) --seed $(SEED)
+
+# Random buffer programs (donation, failures, copies, deletes) from two threads on two devices
+fuzz-runtime: $(TEST_STAMP)
+	$(BIN)/python tests/runtime_chaos.py --minutes $(MINUTES) --seed $(SEED)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
