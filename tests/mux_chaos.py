@@ -362,6 +362,14 @@ class Round:
                 if _never_ran(exc):
                     ledger.never.add(j)
 
+        async def step(j: int, chunk: npt.NDArray[Any]) -> None:
+            try:
+                ledger.results[j] = await s.step(chunk)
+            except Exception as exc:
+                if _never_ran(exc):
+                    ledger.never.add(j)
+                raise
+
         for action in script:
             self.actions[action] = self.actions.get(action, 0) + 1
             self.doing[ledger.tag] = f"{action} (pending {[(j, f) for j, f in pending]})"
@@ -369,13 +377,7 @@ class Round:
                 break
             try:
                 if action == "step":
-                    j, chunk = ledger.chunk(rng)
-                    try:
-                        ledger.results[j] = await s.step(chunk)
-                    except Exception as exc:
-                        if _never_ran(exc):
-                            ledger.never.add(j)
-                        raise
+                    await step(*ledger.chunk(rng))
                 elif action == "submit":
                     j, chunk = ledger.chunk(rng)
                     try:
@@ -399,12 +401,7 @@ class Round:
                 elif action == "timeout":
                     j, chunk = ledger.chunk(rng)
                     with anyio.move_on_after(rng.choice([0.0, 1e-4, 1e-3])):
-                        try:
-                            ledger.results[j] = await s.step(chunk)
-                        except Exception as exc:
-                            if _never_ran(exc):
-                                ledger.never.add(j)
-                            raise
+                        await step(j, chunk)
                 elif action == "many":
                     chunks, js = [], []
                     for _ in range(rng.randint(1, 3)):

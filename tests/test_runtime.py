@@ -604,3 +604,33 @@ def test_reprs_and_statistics(client: Client) -> None:
     assert ex.statistics().executions == 1
     assert client.statistics().devices[0].completed == 1
     assert y.statistics().ready and not y.statistics().deleted
+
+
+def test_a_command_that_raises_fails_its_outputs_and_the_device_keeps_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Command.run`` returns its error; one that raises instead (asyncjit's own bug, as a
+    queued copy once did on a donated output) fails its outputs with a ``DeviceError`` naming
+    the command, logs it at error level, and leaves the device thread serving, queued and inline."""
+    from asyncjit.errors import DeviceError
+    from asyncjit.runtime import _commands
+    from asyncjit.testing import capture_events
+
+    def broken(self: Any) -> None:
+        raise AssertionError("a runtime bug")
+
+    with Client("cpu:2") as c:
+        d0, d1 = c.devices()
+        small, big = (np.arange(n, dtype=np.float32) for n in (8, 1 << 19))
+        sources = [c.buffer_from_host(x, d0) for x in (small, big)]  # a copy of 2 MB is queued
+        monkeypatch.setattr(_commands.CopyCommand, "run", broken)
+        with capture_events() as events:
+            for src in sources:
+                out = src.copy_to_device(d1)
+                with pytest.raises(DeviceError, match="d2d command failed inside asyncjit") as info:
+                    out.to_numpy_blocking(timeout=10)
+                assert isinstance(info.value.__cause__, AssertionError)
+        assert [e["event"] for e in events].count("command.crashed") == 2
+        monkeypatch.undo()
+        for src, x in zip(sources, (small, big), strict=True):
+            np.testing.assert_array_equal(src.copy_to_device(d1).to_numpy_blocking(timeout=10), x)

@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 
 from .._log import get_logger
-from ..errors import ClosedError, InvalidArgumentError
+from ..errors import ClosedError, DeviceError, InvalidArgumentError
 from ..profiler import _state as _trace
 from ._commands import Command, ExecuteCommand, Noop
 from ._description import Attribute, DeviceDescription, host_attributes
@@ -261,7 +261,10 @@ class Device:
             if bad is not None:
                 error = None
             else:
-                error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
+                try:
+                    error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
+                except Exception as exc:
+                    error = self._broken(cmd, exc)
         finally:
             self._exec_lock.release()
         self._finish(cmd, error, bad)
@@ -287,6 +290,20 @@ class Device:
             if failed:
                 self._direct_failed += 1
         self._exec_lock.release()
+
+    def _broken(self, cmd: Command, exc: Exception) -> DeviceError:
+        """A command's ``run`` raised instead of returning its error: asyncjit's own bug. Its
+        outputs fail with a ``DeviceError`` naming it (the original as ``__cause__``), it is
+        logged at error level, and the device keeps serving: one broken command must not end
+        the thread every later command on this device waits for (the traceback is in the log)."""
+        _log.error("command.crashed", device=self.id, command=cmd.label, error=repr(exc), exc_info=exc)
+        err = DeviceError(
+            f"device {self.kind}:{self.id}: a {cmd.label} command failed inside asyncjit ({exc!r}); "
+            "its outputs hold no data. Please report it"
+        )
+        exc.__traceback__ = None  # logged above; its frames hold the command, thus its buffers
+        err.__cause__ = exc
+        return err
 
     def _log_failure(self, cmd: Command, error: BaseException) -> None:
         _log.warning(
@@ -368,7 +385,10 @@ class Device:
                     self._publish(done)
                     done = []
                 with exec_lock:
-                    error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
+                    try:
+                        error = cmd.run() if _trace.active is None else _trace.active.command(self, cmd)
+                    except Exception as exc:
+                        error = self._broken(cmd, exc)
             done.append((cmd, error, bad))
         if done:
             self._publish(done)
