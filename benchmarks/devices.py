@@ -14,7 +14,10 @@ cannot be split over the cores and narrows the ratio):
   device actor multiplies its half of the batch on its own worker thread (goal >= 1.7x one device);
 * ``one device, 2 threads``: the same one-device plan with its big kernel split over two threads
   by the plan itself (``intra_op_threads=2``): the other way to use both cores;
-* peers: numpy ``matmul`` (its BLAS threads) and, when installed, ``jax.jit`` on its CPU backend.
+* peers: numpy ``matmul`` (its BLAS threads) and, when installed, ``jax.jit`` on its CPU backend;
+* ``one device, x placed`` and ``sharded, x placed``: the same two calls with ``x`` already on
+  the devices (whole on cpu:0, split over both), so no host copy: their ratio is what the
+  kernels themselves gain from the second device on this host, beside the goal's figure.
 
 Then a two-stage ``Pipeline`` (``relu(x @ w1)`` then ``relu(h @ w2)``, x ``[256, 512]``, w
 ``[512, 512]``, 48 items): stage 1 on cpu:0 and stage 2 on cpu:1 (each item handed over by a
@@ -151,11 +154,20 @@ def main() -> None:
     one = jit(f, device=d0, inline=False)
     sharded = jit(f, in_shardings={"x": Sharding.split([d0, d1], 0), "w": Sharding.replicated([d0, d1])})
 
+    x_on0 = client.device_put(x, d0)
+    x_split = client.device_put(x, Sharding.split([d0, d1], 0))
+
     def run_one() -> Any:
         return one(x, w_on[0]).block_until_ready()
 
     def run_sharded() -> Any:
         return sharded(x, w_both).block_until_ready()
+
+    def run_one_placed() -> Any:
+        return one(x_on0, w_on[0]).block_until_ready()
+
+    def run_sharded_placed() -> Any:
+        return sharded(x_split, w_both).block_until_ready()
 
     def one_two_threads() -> Any:
         _parallel.set_intra_op_threads(2)
@@ -169,6 +181,8 @@ def main() -> None:
         "sharded cpu:2": run_sharded,
         "one device, 2 threads": one_two_threads,
         "numpy matmul": lambda: np.maximum(x @ w, 0),
+        "one device, x placed": run_one_placed,
+        "sharded, x placed": run_sharded_placed,
     }
     to_host: dict[str, Callable[[Any], Any]] = {name: np.asarray for name in cases}
     try:
@@ -212,6 +226,13 @@ def main() -> None:
         f"own ratios (goal >= 1.7x), {ratio:.2f}x as a ratio of the medians, "
         f"{ratio_host:.2f}x to one host array; one device's slowest call / fastest: {spread:.2f}; "
         f"load average {os.getloadavg()[0]:.2f}"
+    )
+    placed = statistics.median(
+        a / b for a, b in zip(ready["one device, x placed"], ready["sharded, x placed"], strict=True)
+    )
+    print(
+        f"with x already on the devices (no host copy): sharded vs one device {placed:.2f}x in the "
+        "median of the rounds' own ratios: the kernels' own two-device scaling on this host"
     )
     _parallel.set_intra_op_threads(1)
     pipeline_section(client, rounds)
