@@ -37,16 +37,16 @@ import logging
 import math
 import random
 import sys
-import time
 import traceback
 from typing import Any
 
 import anyio
 import numpy as np
 import numpy.typing as npt
+from chaos_common import add_counts, installed_loops, round_indices
 
 from asyncjit._log import capture_events
-from asyncjit._loops import run_options, uvloop_installed
+from asyncjit._loops import run_options
 from asyncjit.errors import JitError, WouldBlock
 from asyncjit.runtime import Client
 from asyncjit.scheduler import HostBatchedStep, StreamMux
@@ -534,10 +534,6 @@ def run_round(backend: str, seed: int, index: int, client: Client, step: Any) ->
     }
 
 
-def backends() -> list[str]:
-    return [b for b in ("asyncio", "uvloop", "trio") if b != "uvloop" or uvloop_installed()]
-
-
 def run(
     backend: str,
     seed: int,
@@ -552,25 +548,14 @@ def run(
     client = Client("cpu:1")
     step = make_step(step_kind, client)
     totals: dict[str, Any] = {"rounds": 0, "results": 0, "actions": {}, "errors": {}, "bad": []}
-    t0 = time.monotonic()
-    index = 0 if only is None else only
     try:
-        while True:
-            if only is not None and totals["rounds"] == 1:
-                break
-            if only is None and (
-                (rounds is not None and index >= rounds)
-                or (rounds is None and time.monotonic() - t0 >= seconds)
-            ):
-                break
+        for index in round_indices(rounds, seconds, only):
             r = run_round(backend, seed, index, client, step)
             totals["rounds"] += 1
             totals["results"] += r["results"]
-            for key in ("actions", "errors"):
-                for k, v in r[key].items():
-                    totals[key][k] = totals[key].get(k, 0) + v
+            add_counts(totals["actions"], r["actions"])
+            add_counts(totals["errors"], r["errors"])
             totals["bad"] += [f"round {index} ({r['config']}, {r['streams']} streams): {b}" for b in r["bad"]]
-            index += 1
     finally:
         client.close()
     return totals
@@ -583,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=1.0, help="per plan and loop (default 1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--round", type=int, default=None, help="replay this round only")
-    parser.add_argument("--backends", default=",".join(backends()))
+    parser.add_argument("--backends", default=",".join(installed_loops()))
     parser.add_argument("--steps", default=",".join(STEPS), help="plans (host, onnx); --minutes each")
     args = parser.parse_args(argv)
     found = 0

@@ -31,11 +31,11 @@ import logging
 import random
 import sys
 import threading
-import time
 import traceback
 from typing import Any
 
 import numpy as np
+from chaos_common import add_counts, round_indices
 
 from asyncjit._log import capture_events
 from asyncjit.errors import BufferDeletedError, DonationError, JitError, WouldBlock
@@ -318,22 +318,16 @@ def run_round(seed: int, index: int, loaded_plans: dict[str, Any]) -> dict[str, 
     finally:
         if not client.closed:
             client.close()
+    errors: dict[str, int] = {}
     for p in programs:
         bad += p.bad
+        add_counts(errors, p.errors)
     return {
         "bad": bad,
         "ops": {k: sum(p.ops.get(k, 0) for p in programs) for k in OPS},
-        "errors": _merge([p.errors for p in programs]),
+        "errors": errors,
         "reads": sum(p.reads for p in programs),
     }
-
-
-def _merge(ds: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in ds:
-        for k, v in d.items():
-            out[k] = out.get(k, 0) + v
-    return out
 
 
 def run(
@@ -342,23 +336,14 @@ def run(
     """Rounds for ``rounds`` (or ``seconds``); totals and findings (with their round)."""
     compiled = plans()
     totals: dict[str, Any] = {"rounds": 0, "reads": 0, "ops": {}, "errors": {}, "bad": []}
-    t0 = time.monotonic()
-    index = 0 if only is None else only
     with capture_events(logging.WARNING) as logged:
-        while True:
-            if only is not None and totals["rounds"] == 1:
-                break
-            if only is None and (rounds is not None and index >= rounds):
-                break
-            if only is None and rounds is None and time.monotonic() - t0 >= seconds:
-                break
+        for index in round_indices(rounds, seconds, only):
             r = run_round(seed, index, compiled)
             totals["rounds"] += 1
             totals["reads"] += r["reads"]
-            totals["ops"] = _merge([totals["ops"], r["ops"]])
-            totals["errors"] = _merge([totals["errors"], r["errors"]])
+            add_counts(totals["ops"], r["ops"])
+            add_counts(totals["errors"], r["errors"])
             totals["bad"] += [f"round {index}: {b}" for b in r["bad"]]
-            index += 1
     totals["bad"] += [f"logged {e}" for e in logged if e["log_level"] in ("error", "critical")]
     return totals
 

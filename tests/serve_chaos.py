@@ -28,9 +28,9 @@ import random
 import socket
 import struct
 import sys
-import time
 from typing import Any
 
+from chaos_common import round_indices
 from serve_helpers import running, speech_pcm, wait_until_clean, wyoming_frame
 from test_serve import assert_edges_match, edges_of, reference_edges, wyoming_stream
 
@@ -184,8 +184,7 @@ def run(
         running(backend, max_streams=64, idle_timeout=2.0, write_timeout=1.0) as srv,
     ):
         ports = {"wyoming": srv.port("wyoming"), "websocket": srv.port("websocket")}
-        t0 = time.monotonic()
-        while (done < rounds) if rounds is not None else (time.monotonic() - t0 < seconds):
+        for _ in round_indices(rounds, seconds):
             for kind in asyncio.run(_round(ports, rng, pcm, clients)):
                 kinds[kind] = kinds.get(kind, 0) + 1
             done += 1

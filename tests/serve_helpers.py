@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-import pytest
+from chaos_common import LOOP_PARAMS
 
-from asyncjit._loops import run_options, uvloop_installed
+from asyncjit._loops import run_options
 from asyncjit.models import speech_sample_path
 from asyncjit.serve import ServeConfig, ServedModel, VadServer, load_model
 
@@ -36,17 +36,7 @@ def speech_pcm() -> bytes:
         return w.readframes(w.getnframes())
 
 
-BACKENDS = [
-    "asyncio",
-    pytest.param(
-        "uvloop",
-        marks=pytest.mark.skipif(
-            not uvloop_installed(),
-            reason="uvloop is not installed (the serve extra has it)",
-        ),
-    ),
-    "trio",
-]
+BACKENDS = LOOP_PARAMS
 """The loops a server is tested on: ``uvloop`` is asyncio on uvloop's loop (``asyncjit serve``'s
 default where installed), ``asyncio`` the standard library's."""
 

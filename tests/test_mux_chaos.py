@@ -7,24 +7,14 @@ mux keeps a stream. ``make fuzz-mux`` runs it longer."""
 from __future__ import annotations
 
 import pytest
+from chaos_common import LOOP_PARAMS
 from mux_chaos import ACTIONS, STEPS, run
-
-from asyncjit._loops import uvloop_installed
 
 pytestmark = pytest.mark.timeout(240)
 
-BACKENDS = [
-    "asyncio",
-    pytest.param(
-        "uvloop",
-        marks=pytest.mark.skipif(not uvloop_installed(), reason="uvloop is not installed (the serve extra)"),
-    ),
-    "trio",
-]
-
 
 @pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LOOP_PARAMS)
 def test_misbehaving_streams_never_break_the_mux(backend: str, step: str) -> None:
     """Over a numpy step (failed batches raise in the step) and over ``recurrent_step`` of an
     ONNX model (a compiled slot plan, its pool updated in place; failed runs index out of range)."""
