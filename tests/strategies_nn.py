@@ -197,18 +197,28 @@ def _k_conv2d(b: _Builder) -> None:
     # 64+ products per output and stride 3 rows, or a 1x1 kernel, or few positions, runs on its
     # weight laid out in matmul panels (``codegen._convpanels``: both transposes' 8x8 blocks and
     # edges, the prepacked driver's 4/2/1-row tiles).
+    # A 3x3 stride-1 layer with 32+ channels on both sides and 100+ tiles of 2x2 outputs at the
+    # bounds runs by Winograd's F(2x2, 3x3) (``codegen._convwino``): half tiles at odd edges,
+    # patches in the padding, blocks of tiles across rows, float32 only.
+    from asyncjit.codegen._convwino import WINO_MIN_CIN, WINO_MIN_COUT
     from asyncjit.codegen._matmul_tile import matmul_tiling
 
-    kh, kw = b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3))
-    strides = (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
-    dilations = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
-    wide = b.draw(st.integers(0, 3)) == 0
+    wino = b.draw(st.integers(0, 7)) == 0
+    kh, kw = (3, 3) if wino else (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 3)))
+    strides = (1, 1) if wino else (b.draw(st.integers(1, 3)), b.draw(st.integers(1, 2)))
+    dilations = (1, 1) if wino else (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
+    wide = not wino and b.draw(st.integers(0, 3)) == 0
     # the width kept at stride 1 (column pads split either way), one group, enough channels for
     # 16+ products per output: with few outputs on an AVX-512 host, the kernel that reads x in
     # place under lane masks (``codegen._convdirect``)
-    same = not wide and b.draw(st.integers(0, 2)) == 0
-    groups = 1 if wide or same else b.draw(st.sampled_from([1, 2]))
-    if same:
+    same = not wide and not wino and b.draw(st.integers(0, 2)) == 0
+    groups = 1 if wide or same or wino else b.draw(st.sampled_from([1, 2]))
+    if wino:
+        cg, og = (
+            b.draw(st.integers(WINO_MIN_CIN, WINO_MIN_CIN + 8)),
+            b.draw(st.integers(WINO_MIN_COUT, WINO_MIN_COUT + 8)),
+        )
+    elif same:
         strides = (1, 1)
         cg, og = b.draw(st.integers(2, 12)), b.draw(st.integers(1, 20))
     elif wide:
@@ -216,17 +226,17 @@ def _k_conv2d(b: _Builder) -> None:
         cg, og = b.draw(st.integers(8, 72)), b.draw(st.sampled_from([nr, 2 * nr]))
     else:
         cg, og = b.draw(st.integers(1, 6 if groups == 1 else 2)), b.draw(st.integers(1, 8))
-    pads = tuple(b.draw(st.integers(0, 3)) for _ in range(4))
+    pads = tuple(b.draw(st.integers(0, 2 if wino else 3)) for _ in range(4))
     if same:
         left = b.draw(st.integers(0, dilations[1] * (kw - 1)))
         pads = (pads[0], left, pads[2], dilations[1] * (kw - 1) - left)
     extra_h = max(dilations[0] * (kh - 1) - pads[0] - pads[2], 0)
     extra_w = max(dilations[1] * (kw - 1) - pads[1] - pads[3], 0)
-    height = _long_enough(b, extra_h)
-    width = _long_enough(b, extra_w + 2)
+    height = _long_enough(b, 20 if wino else extra_h)
+    width = _long_enough(b, 20 if wino else extra_w + 2)
     n = b.draw_dim(nonzero=True)
     chans = DimChoice(cg * groups, lambda _b, c=cg * groups: c)
-    xi = b.placeholder([n, chans, height, width], b.draw_dtype("f"))
+    xi = b.placeholder([n, chans, height, width], np.dtype(np.float32) if wino else b.draw_dtype("f"))
     rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
     w = (rng.integers(-8, 9, size=(og * groups, cg, kh, kw)) / 4).astype(np.float32)
     x = b.tensors[xi]
@@ -264,7 +274,9 @@ def _k_conv2d(b: _Builder) -> None:
             y = np.maximum(y, 0) if i == 0 else y
         return y
 
-    what = f"conv2d[k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}{',' + epilogue if epilogue else ''}]"
+    kind = "wino," if wino else ""
+    tail = "," + epilogue if epilogue else ""
+    what = f"conv2d[{kind}k{kh}x{kw},s{strides},d{dilations},g{groups},p{pads}{tail}]"
     b.add(out, what, (xi,), oracle)
 
 

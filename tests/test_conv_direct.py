@@ -1,7 +1,8 @@
 """The 2-D conv that reads its input in place under lane masks (``codegen._convdirect``).
 
-It is chosen only on AVX-512 hosts; every test here forces it on (``DIRECT_MIN_VW`` lowered, plans
-compiled without the disk cache), so an AVX2 host runs the same masked loads, only slower.
+It is chosen only on AVX-512 hosts; every test here forces it on (``DIRECT_MIN_VW`` lowered,
+Winograd's conv off, plans compiled without the disk cache), so an AVX2 host runs the same masked
+loads, only slower.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from asyncjit import Tensor, Var, reference
-from asyncjit.codegen import _convdirect, _convtaps, _parallel
+from asyncjit.codegen import _convdirect, _convtaps, _convwino, _parallel
 from asyncjit.codegen._matmul import PARALLEL_MIN_MACS
 from asyncjit.compiler import compile
 
@@ -26,6 +27,7 @@ RNG = np.random.default_rng(20261127)
 @pytest.fixture(autouse=True)
 def _direct_on_any_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_convdirect, "DIRECT_MIN_VW", 8)
+    monkeypatch.setattr(_convwino, "WINO_MIN_TILES", 1 << 30)  # 3x3 layers it would take
     monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "")
 
 

@@ -227,10 +227,11 @@ def test_padded_copy_is_chosen_where_it_was_faster(
     cin: int, cout: int, hw: int, k: int, stride: int, chosen: bool | str
 ) -> None:
     """The 2-D strategy follows the measured rule (``_convtaps.TAPS_SMALL_COUT``/``TAPS_MAX_WASTE``),
-    and the kernel compiled for the layer is the one chosen (unless the weight in matmul panels
-    does better: 512 channels at 7x7; with few outputs at stride 1 on AVX-512 the variant that
-    reads ``x`` in place, ``_convdirect``)."""
+    and the kernel compiled for the layer is the one chosen (unless Winograd's ``F(2x2, 3x3)``
+    takes the layer, or the weight in matmul panels does better: 512 channels at 7x7; with few
+    outputs at stride 1 on AVX-512 the variant that reads ``x`` in place, ``_convdirect``)."""
     from asyncjit.codegen._convtaps import TAPS_STRIDED_MIN_VW, taps_chosen
+    from asyncjit.codegen._convwino import wino_chosen
     from asyncjit.codegen._target import vector_width
 
     if chosen == "avx512":
@@ -244,7 +245,9 @@ def test_padded_copy_is_chosen_where_it_was_faster(
     ir_text = exe.ir_text() if callable(exe.ir_text) else exe.ir_text
     panels = _panels_chosen_here(cin, cout, (k, k), (stride, stride), (1, 1), pads, (hw, hw))
     kernel = _taps_kernel(cout, (k, k), (stride, stride), (1, 1), pads)
-    assert (kernel in ir_text) is (chosen and not panels)
+    wino = wino_chosen(**kw, s_max=(hw, hw))  # type: ignore[arg-type]
+    assert (".wino_in" in ir_text) is wino  # Winograd's F(2x2, 3x3) first, where it takes a layer
+    assert (kernel in ir_text) is (chosen and not panels and not wino)
 
 
 PANELS_CASES = [  # cin, cout, kernel, strides, dilations, pads per axis (lo, hi), bias: one group

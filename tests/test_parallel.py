@@ -297,14 +297,17 @@ def test_parallel_for_with_one_part_spawns_nothing() -> None:
     [(64, 64, 56, 1, True), (32, 48, 112, 2, False), (256, 128, 14, 1, False)],
 )
 def test_a_padded_copy_conv_splits_its_runs_bit_for_bit(
-    cin: int, cout: int, hw: int, stride: int, residual: bool
+    cin: int, cout: int, hw: int, stride: int, residual: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The padded-copy conv (``_convtaps``) hands its runs of positions to the threads, each in
     its own run buffer: every thread count gives one thread's bits, with the bias, a residual
     and the relu applied as each run is copied out (on AVX-512 the 64-channel layer reads ``x``
     in place, ``_convdirect``, each thread finishing its runs in ``y``)."""
+    from asyncjit.codegen import _convwino
     from asyncjit.codegen._convtaps import taps_chosen
 
+    monkeypatch.setattr(_convwino, "WINO_MIN_TILES", 1 << 30)  # the 64-channel layer would be Winograd's
+    monkeypatch.setenv("ASYNCJIT_CACHE_DIR", "")  # a plan compiled under the patched rule is not kept
     pads = ((1, 1), (1, 1))
     assert taps_chosen(cin=cin, cout=cout, ks=(3, 3), strides=(stride,) * 2, dilations=(1, 1), pads=pads,
                        groups=1, s_max=(hw, hw))  # fmt: skip

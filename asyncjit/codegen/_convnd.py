@@ -33,6 +33,7 @@ from llvmlite import ir
 from ._conv import _valid_range
 from ._convpanels import _pointwise, _prod, emit_conv_panels, panels_scratch_bytes
 from ._convtaps import _chunk, emit_conv_taps, row_epilogue, taps_chosen, taps_scratch_bytes
+from ._convwino import emit_conv_wino, wino_chosen, wino_scratch_bytes
 from ._matmul import PARALLEL_MIN_MACS, emit_matmul, matmul_scratch_bytes
 from ._matmul_tile import _Vec, matmul_tiling
 from ._parallel import threads_value
@@ -71,9 +72,12 @@ def convnd_scratch_bytes(
     dilations: Sequence[int],
     s_max: Sequence[int],
     w_panels: bool = False,
+    w_wino: bool = False,
 ) -> int:
     """Scratch for outputs of at most ``p_max`` positions per sample (the upper bound of ``P``)
     and inputs of at most ``s_max`` per spatial axis (needed by the stride-1 2-D kernel)."""
+    if w_wino:
+        return wino_scratch_bytes(cin=cin, cout=cout)
     if w_panels:
         return panels_scratch_bytes(
             cin=cin, cout=cout, ks=ks, strides=strides, pads=pads, p_max=p_max, s_max=s_max
@@ -173,13 +177,15 @@ def emit_convnd(
     has_bias: bool,
     s_max: Sequence[int],
     w_panels: bool = False,
+    w_wino: bool = False,
     relu: bool = False,
     residual: bool = False,
     channels_last: tuple[bool, bool] = (False, False),
 ) -> ir.Function:
     """Add the conv kernel ``name`` (see the module docstring) to ``module``; ``s_max`` bounds the
     input's spatial extents (the scratch is sized there, and it picks the 2-D strategy);
-    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``residual``: the kernel
+    ``w_panels``: ``w`` is laid out by ``_convpanels.panels_weight``; ``w_wino``: ``w`` is the
+    constant ``_convwino.wino_weight`` stores (a layer ``wino_chosen`` takes); ``residual``: the kernel
     takes a last argument ``res`` of ``y``'s shape and adds it (a fused ``conv + r``); ``relu``:
     it stores ``max(y, 0)`` (a ``relu`` after the conv, fused: no pass of its own over ``y``);
     ``channels_last``: ``x`` and/or ``y`` have their channels last (weights in panels only).
@@ -195,6 +201,13 @@ def emit_convnd(
     cin_g, cout_g = cin // groups, cout // groups
     if any(channels_last) and not w_panels:
         raise ValueError("conv: channels-last operands need the weight in panels")
+    if w_wino:
+        fits = wino_chosen(cin=cin, cout=cout, ks=ks, strides=strides, dilations=dilations, pads=pads,
+                           groups=groups, s_max=s_max)  # fmt: skip
+        if any(channels_last) or not fits:
+            raise ValueError(f"conv: a Winograd weight for a layer it does not fit: cin={cin} ks={ks}")
+        return emit_conv_wino(module, name, cin=cin, cout=cout, pads=pads, has_bias=has_bias, relu=relu,
+                              residual=residual)  # fmt: skip
     if w_panels:
         if groups != 1:
             raise ValueError(f"conv: a weight in panels needs one group, got groups={groups}")

@@ -25,6 +25,7 @@ from ..passes._fusion import (
     conv_panel_weight,
     conv_residual,
     conv_spatial,
+    conv_wino_weight,
     matmul_operand,
     tuned_conv,
 )
@@ -78,6 +79,7 @@ def scratch_bytes(kernel: Kernel) -> int:
                     max(upper(d), 0) for d in conv_spatial(node.shape, conv_layout(node.attrs)[1])
                 ),
                 w_panels=conv_panel_weight(node) is not None,
+                w_wino=conv_wino_weight(node) is not None,
             )
         )
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
@@ -588,6 +590,7 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
     x, w = node.inputs[0], node.inputs[1]
     has_bias = len(node.inputs) == 3
     panels = conv_panel_weight(node)  # the weight laid out in matmul panels, read in place
+    wino = conv_wino_weight(node)  # the weight's Winograd transform stored before it
     residual = conv_residual(kernel)  # the other operand of an add fused after the conv
     last_in, last_out = conv_layout(node.attrs)
     fn = emit_convnd(
@@ -596,11 +599,12 @@ def _conv(ctx: _Ctx, kernel: Kernel) -> None:
         **conv_geometry(node),
         has_bias=has_bias,
         w_panels=panels is not None,
+        w_wino=wino is not None,
         relu=kernel.node.op == "relu",
         residual=residual is not None,
         channels_last=(last_in, last_out),
     )
-    w_buf = ctx.buffers[(panels if panels is not None else w).id]
+    w_buf = ctx.buffers[(panels if panels is not None else wino if wino is not None else w).id]
     bias = ctx.buffers[node.inputs[2].id] if has_bias else w_buf
     spatial = (*conv_spatial(x.shape, last_in), *conv_spatial(node.shape, last_out))
     dims = [ctx.em.dim(d) for d in (x.shape[0], *spatial)]

@@ -260,6 +260,7 @@ def emit_matmul(
     n: int | None = None,
     k: int | None = None,
     b_panels: bool = False,
+    split: bool = True,
 ) -> ir.Function:
     """Add the batched strided matmul kernel ``name`` (see the module docstring) to ``module``.
 
@@ -270,6 +271,8 @@ def emit_matmul(
         b_panels: B is laid out in panels of ``matmul_tiling().nr`` columns over all of K
             (``panel_layout``), passed with ``b_rs = NR`` and ``b_cs = K``; the prepacked
             driver reads it without copying and uses no scratch.
+        split: a big product may split its columns over the intra-op threads; False for a
+            caller that runs on those threads itself (one part of a split of its own).
 
     Returns:
         The kernel.  It reads only ``A``/``B`` elements inside the extents, writes only ``C``
@@ -344,7 +347,7 @@ def emit_matmul(
     # the whole product, so every column is computed exactly as on one thread).
     big = b.icmp_signed(">=", b.mul(b.mul(mv, nv), kv), i64(PARALLEL_MIN_MACS))
     col_tiles = b.sdiv(b.add(nv, i64(t.nr - 1)), i64(t.nr))
-    parts = smin(b, b.select(big, threads_value(b), i64(1)), col_tiles)
+    parts = smin(b, b.select(big, threads_value(b), i64(1)), col_tiles) if split else i64(1)
     which = b.select(use_direct, i64(0), b.select(use_dot, i64(1), i64(2)))
     part = split_part(module, t, drivers)
     job = b.alloca(I64, size=len(PART_FIELDS))

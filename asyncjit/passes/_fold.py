@@ -29,7 +29,15 @@ from ..graph import (
 )
 from ..graph._nn import conv_layout
 from ..symbolic import upper
-from ._fusion import CONV1D_KN_ORDER, conv1d_takes_kn, conv_panel_weight, conv_takes_panels, transposed_source
+from ._fusion import (
+    CONV1D_KN_ORDER,
+    conv1d_takes_kn,
+    conv_panel_weight,
+    conv_takes_panels,
+    conv_takes_wino,
+    conv_wino_weight,
+    transposed_source,
+)
 from ._graph import Graph, rebuild, remake
 
 __all__ = ["MAX_FOLD_ELEMENTS", "fold_constants", "fold_conv_affine"]
@@ -60,12 +68,14 @@ def _source(node: Node) -> Node | None:
 
 
 def _value(node: Node) -> np.ndarray:
-    """The value of a view (expand, reshape, permute) of a ``const``."""
+    """The value of a view (expand, reshape, permute, a static shrink) of a ``const``."""
     if node.op == "const":
         return np.asarray(node.attrs["value"])
     inner = _value(node.inputs[0])
     if node.op == "permute":
         return np.transpose(inner, tuple(node.attrs["order"]))
+    if node.op == "shrink":
+        return inner[tuple(slice(int(a), int(e), int(s)) for a, e, s in node.attrs["slices"])]
     shape = tuple(int(d) for d in node.shape)
     return np.broadcast_to(inner, shape) if node.op == "expand" else inner.reshape(shape)
 
@@ -82,7 +92,9 @@ def fold_constants(graph: Graph) -> Graph:
     """Replace foldable nodes by ``const`` nodes holding their value."""
 
     def rewrite(node: Node, inputs: tuple[Node, ...]) -> Node:
-        if node.op == "conv" and conv_panel_weight(new := remake(node, inputs)) is not None:
+        if node.op == "conv" and (
+            conv_panel_weight(new := remake(node, inputs)) is not None or conv_wino_weight(new) is not None
+        ):
             return new  # its weight is laid out already (an earlier round)
         if node.op in _DENSE_CONSUMERS:
             keep = node.op == "matmul" and _few_rows(inputs[0])
@@ -96,7 +108,7 @@ def fold_constants(graph: Graph) -> Graph:
         if new.op == "conv1d":
             new = _conv1d_kn(new)
         if new.op == "conv":
-            new = _conv_panels(new)
+            new = _conv_panels(_conv_wino(new))
         if new.op in ("placeholder", "const", "expand", "reshape") or not new.inputs:
             return new
         sources = [_source(i) for i in new.inputs]
@@ -201,6 +213,24 @@ def _conv_panels(node: Node) -> Node:
     return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
 
 
+def _conv_wino(node: Node) -> Node:
+    """A float32 conv with a constant weight ``[cout, cin, 3, 3]`` that ``conv_takes_wino``: the
+    weight stored as ``codegen._convwino.wino_weight`` (its Winograd transform, then the filters
+    themselves) and the filters cut back out of it, which the kernel knows to read the transform
+    from; else ``node`` itself. The stored copy's digest is derived from the weight's."""
+    from ..codegen._convwino import wino_weight
+
+    w = node.inputs[1]
+    if w.op != "const" or w.dtype.name != "float32" or not conv_takes_wino(node):
+        return node
+    value = np.asarray(w.attrs["value"])
+    stored = _const(wino_weight(value), ("conv_wino", content_digest(value), value.dtype.str, value.shape))
+    head = 16 * value.shape[0] * value.shape[1]
+    tail = make_node("shrink", (stored,), slices=((head, head + value.size, 1),))
+    logical = make_node("reshape", (tail,), shape=tuple(w.shape))
+    return remake(node, (node.inputs[0], logical, *node.inputs[2:]))
+
+
 def nchw_weight(w: Node) -> Node:
     """The ``[cout, cin, *K]`` constant a weight laid out by ``_conv_panels`` (a ``reshape`` of a
     ``permute`` of the stored panels) stands for: a conv given back to the NCHW kernels reads it
@@ -212,8 +242,11 @@ def nchw_weight(w: Node) -> Node:
 
 def _of_constant(node: Node) -> bool:
     """Whether ``node`` is a ``const`` or movement over one (a weight laid out in panels is a
-    ``reshape`` of a ``permute`` of its constant): ``_value`` can compute it."""
-    while node.op in _MOVEMENT:
+    ``reshape`` of a ``permute`` of its constant, a Winograd conv's a ``reshape`` of a ``shrink``):
+    ``_value`` can compute it."""
+    while node.op in _MOVEMENT or node.op == "shrink":
+        if node.op == "shrink" and not all(isinstance(v, int) for sl in node.attrs["slices"] for v in sl):
+            return False
         node = node.inputs[0]
     return node.op == "const"
 

@@ -40,6 +40,8 @@ __all__ = [
     "conv_panel_weight",
     "conv_spatial",
     "conv_takes_panels",
+    "conv_takes_wino",
+    "conv_wino_weight",
     "tuned_conv",
     "CONV1D_KN_ORDER",
     "OWN_LOOP_OPS",
@@ -307,11 +309,41 @@ def _residual(inner: tuple[Node, ...]) -> Node | None:
 def conv_takes_panels(node: Node) -> bool:
     """Whether the tuned kernel would read float32 conv ``node``'s weight laid out in the
     matmul's panels (``codegen._convpanels.panels_chosen``); from shapes and attributes alone."""
-    if not tuned_conv(node):
+    if not tuned_conv(node) or conv_takes_wino(node):
         return False
     from ..codegen._convpanels import panels_chosen
 
     return panels_chosen(**conv_geometry(node))
+
+
+def conv_takes_wino(node: Node) -> bool:
+    """Whether the tuned kernel would run float32 conv ``node`` by Winograd's ``F(2x2, 3x3)``
+    (``codegen._convwino.wino_chosen``), its input and output in NCHW; before any other
+    strategy (a conv it takes never gets its weight in panels)."""
+    if not tuned_conv(node) or any(conv_layout(node.attrs)):
+        return False
+    from ..codegen._convwino import wino_chosen
+
+    return wino_chosen(**conv_geometry(node))
+
+
+def conv_wino_weight(node: Node) -> Node | None:
+    """The constant ``codegen._convwino.wino_weight`` stored for a float32 conv ``node`` that
+    ``conv_takes_wino``, when its weight is that constant's tail (the filters themselves) cut
+    out and reshaped; else None."""
+    if node.op != "conv" or node.dtype.name != "float32":
+        return None
+    w = node.inputs[1]
+    if w.op != "reshape" or w.inputs[0].op != "shrink" or len(w.shape) != 4:
+        return None
+    src = w.inputs[0].inputs[0]
+    cout, cin, kh, kw = (int(d) for d in w.shape)
+    size = cout * cin * kh * kw
+    if src.op != "const" or src.dtype.name != "float32" or tuple(src.shape) != (16 * cout * cin + size,):
+        return None
+    if tuple(w.inputs[0].attrs["slices"]) != ((16 * cout * cin, 16 * cout * cin + size, 1),):
+        return None
+    return src if conv_takes_wino(node) else None
 
 
 def conv_geometry(node: Node) -> dict[str, Any]:
@@ -368,6 +400,8 @@ def _read_in_place(node: Node) -> tuple[Node, ...] | None:
         return tuple(matmul_operand(i).node for i in node.inputs)
     if (panels := conv_panel_weight(node)) is not None:
         return (node.inputs[0], panels, *node.inputs[2:])
+    if (stored := conv_wino_weight(node)) is not None:
+        return (node.inputs[0], stored, *node.inputs[2:])
     kn = conv1d_kn_weight(node)
     return None if kn is None else (node.inputs[0], kn)
 
