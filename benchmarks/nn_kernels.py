@@ -2,16 +2,22 @@
 
     .venv/bin/python benchmarks/nn_kernels.py [--quick] [--pools]
     .venv/bin/python benchmarks/nn_kernels.py --pool-widths
+    .venv/bin/python benchmarks/nn_kernels.py --winograd [--quick]
 
 Each row runs one single-op graph: asyncjit's compiled plan (``compile(...).run``, host checks
-included) and ONNX Runtime's ``InferenceSession`` on the same single-node ONNX model (1 intra-op
-thread, all graph optimisations: ORT may rewrite the conv to its NCHWc kernels), best of several
+included) and ONNX Runtime's ``InferenceSession`` on the same single-node ONNX model, both on one
+thread (ORT with all graph optimisations: it may rewrite the conv to its NCHWc kernels; ours with
+``set_intra_op_threads(1)``, where before it split big kernels over every core), best of several
 repetitions. Shapes are layers of the ``light_*`` models in the onnx wheel (ResNet-50,
 SqueezeNet, ShuffleNet, VGG). The ratio is asyncjit / ORT: below 1.0 is faster than ORT.
 ``--pools`` runs only the pooling rows. ``--pool-widths`` compiles each pool row with blocks of
 8 output columns (AVX2's width) and of the host's vector width (16 with AVX-512) in one process
 and prints both times (best of each, three interleaved rounds) and their ratio; the outputs must
-be the same bits.
+be the same bits. ``--winograd`` runs the 3x3 stride-1 layers of VGG-19, ResNet-50 and SqueezeNet
+(a 3x3 conv + relu each) three ways in turn: as compiled (``codegen._convwino`` takes the layers
+``wino_chosen`` admits), with Winograd's conv turned off (the kernel the layer took before), and
+ONNX Runtime's ``Conv`` + ``Relu``, then ours as compiled on two threads; it prints the times, the
+ratios and which kernel ran.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from asyncjit import Tensor
+from asyncjit.codegen import _parallel
 from asyncjit.compiler import compile
 
 QUICK = False  # --quick: main() sets it from the command line (importing this module parses none)
@@ -146,6 +153,89 @@ def pool_widths(rng: np.random.Generator) -> None:
         print(f"{label:>40} {a * 1e3:13.4f} {b * 1e3:14.4f} {a / b:5.2f}x")
 
 
+WINO_LAYERS = [  # label, cin, cout, height and width
+    ("vgg 3x3 64 @224", 64, 64, 224),
+    ("vgg 3x3 64->128 @112", 64, 128, 112),
+    ("vgg 3x3 128 @112", 128, 128, 112),
+    ("vgg 3x3 128->256 @56", 128, 256, 56),
+    ("vgg 3x3 256 @56", 256, 256, 56),
+    ("vgg 3x3 256->512 @28", 256, 512, 28),
+    ("vgg 3x3 512 @28", 512, 512, 28),
+    ("vgg 3x3 512 @14", 512, 512, 14),
+    ("resnet 3x3 64 @56", 64, 64, 56),
+    ("resnet 3x3 128 @28", 128, 128, 28),
+    ("resnet 3x3 256 @14", 256, 256, 14),
+    ("resnet 3x3 512 @7", 512, 512, 7),
+    ("squeezenet 3x3 16->64 @55", 16, 64, 55),
+    ("squeezenet 3x3 32->128 @27", 32, 128, 27),
+    ("squeezenet 3x3 48->192 @13", 48, 192, 13),
+    ("squeezenet 3x3 64->256 @13", 64, 256, 13),
+]
+
+
+def winograd_rows(rng: np.random.Generator) -> None:
+    """Each 3x3 layer with and without Winograd's conv, beside ONNX Runtime, calls in turn."""
+    from asyncjit.codegen import _convwino
+    from asyncjit.compiler import _api
+
+    head = f"{'3x3 conv + relu, batch 1, 1 thread':>34} {'kernel':>7} {'ours ms':>9} {'before ms':>9}"
+    print(f"{head} {'ORT ms':>9} {'/before':>7} {'/ORT':>6} {'ours 2t ms':>10} {'1t/2t':>6} {'max err':>9}")
+    for label, cin, cout, hw in WINO_LAYERS[:4] if QUICK else WINO_LAYERS:
+        x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+        w = (rng.standard_normal((cout, cin, 3, 3)) / (3 * math.sqrt(cin))).astype(np.float32)
+        bias = rng.standard_normal(cout).astype(np.float32)
+        xt = Tensor.placeholder(x.shape, np.float32, "x")
+        y = xt.conv(Tensor.const(w), Tensor.const(bias), pads=1).relu()
+        exes = []
+        for tiles in (_convwino.WINO_MIN_TILES, 1 << 62):
+            old, _convwino.WINO_MIN_TILES = _convwino.WINO_MIN_TILES, tiles
+            try:
+                _api._PLANS.clear()  # the in-memory plan cache would hand back the other build
+                exes.append(compile(y, [xt], cache_dir="off"))
+            finally:
+                _convwino.WINO_MIN_TILES = old
+        text = exes[0].ir_text() if callable(exes[0].ir_text) else exes[0].ir_text
+        kind = "wino" if ".wino_in" in text else "other"
+        graph = helper.make_graph(
+            [
+                helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=(1,) * 4),
+                helper.make_node("Relu", ["c"], ["y"]),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+            [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")],
+        )
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        fns = [lambda e=e, x=x: e.run([x]) for e in exes] + [lambda s=sess, x=x: s.run(None, {"x": x})]
+        fns.append(_on_two_threads(fns[0]))  # as compiled, its big kernels split over two threads
+        want = fns[2]()[0]
+        err = max(float(np.max(np.abs(f()[0] - want)) / np.max(np.abs(want))) for f in fns[:2])
+        best = [math.inf] * len(fns)
+        for _ in range(2 if QUICK else 4):
+            best = [min(b, best_time(f, 0.15)) for b, f in zip(best, fns, strict=True)]
+        a, b, c, d = (t * 1e3 for t in best)
+        print(
+            f"{label:>34} {kind:>7} {a:9.3f} {b:9.3f} {c:9.3f} {a / b:7.2f} {a / c:6.2f}"
+            f" {d:10.3f} {a / d:6.2f} {err:9.1e}"
+        )
+
+
+def _on_two_threads(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        old = _parallel.set_intra_op_threads(2)
+        try:
+            return fn()
+        finally:
+            _parallel.set_intra_op_threads(old)
+
+    return run
+
+
 def main() -> None:
     global QUICK
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,11 +244,16 @@ def main() -> None:
     ap.add_argument(
         "--pool-widths", action="store_true", help="pools with 8-column blocks against the host's width"
     )
+    ap.add_argument("--winograd", action="store_true", help="3x3 layers with and without Winograd's conv")
     args = ap.parse_args()
     QUICK = args.quick
+    _parallel.set_intra_op_threads(1)  # ONNX Runtime runs on one thread too
     rng = np.random.default_rng(0)
     if args.pool_widths:
         pool_widths(rng)
+        return
+    if args.winograd:
+        winograd_rows(rng)
         return
     print(f"{'single op, batch 1, float32':>44} {'ours ms':>9} {'ORT ms':>9} {'ratio':>6} {'max err':>9}")
     for label, xs, ws, s, p, g in [] if args.pools else CONVS[:4] if QUICK else CONVS:

@@ -22,7 +22,8 @@ conv with one group and strides up to 2 goes to ``_convtaps`` instead (no im2col
 tile reads a zero-padded copy of ``x`` at per-tap offsets). A weight laid out in the matmul's
 panels at compile time (``w_panels``: one group, output channels a multiple of the tile width,
 see ``_convpanels.panels_chosen``) goes to ``_convpanels`` (``Y^T = X_col^T @ W^T``, no per-call
-packing)."""
+packing), and one stored with its Winograd transform (``w_wino``: a 3x3 stride-1 layer, see
+``_convwino.wino_chosen``) to ``_convwino``."""
 
 from __future__ import annotations
 

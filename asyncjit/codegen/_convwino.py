@@ -76,10 +76,11 @@ products' per tile, input and output channel) are not paid back by the products 
 WINO_MIN_TILES = 100
 """Fewer tiles (2x2 outputs, at the input's upper bounds) than this and the matmul's columns are
 too few to run at speed while the other kernels (the panels conv, which small layers take) do
-well: measured in one process against the kernel each layer takes otherwise (AVX2, one thread,
-``Tensor.conv`` + relu), 14x14 outputs (49 tiles) with 256 channels ran 1.08x its time, 13x13
-from 64 to 256 channels 1.12x, 7x7 with 512 1.09x; 27x27 from 32 to 128 (196 tiles) 0.92x,
-28x28 with 128 0.87x, 56x56 with 64 0.65x, VGG's layers from 28x28 to 224x224 0.51-0.58x."""
+well. One thread, against the kernel each layer takes otherwise (``python
+benchmarks/nn_kernels.py --winograd``, AVX2): VGG's layers from 28x28 to 224x224 0.47-0.62x its
+time, 56x56 with 64 channels and 28x28 with 128 0.63x, 27x27 from 32 to 128 (196 tiles) 0.93x;
+forced on, 14x14 outputs (49 tiles) with 256 channels 1.08-1.13x, 13x13 from 48 or 64 channels
+1.12-1.22x, 7x7 with 512 1.09-1.35x."""
 
 WINO_BLOCK_TILES = 128
 WINO_WIDE_BLOCK_TILES = 256
