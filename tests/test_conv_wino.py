@@ -62,6 +62,7 @@ GEOMETRY = dict(ks=(3, 3), strides=(1, 1), dilations=(1, 1), groups=1)
         (dict(cin=256, cout=256, pads=((1, 1), (1, 1)), s_max=(14, 14)), False),  # 49 tiles
         (dict(cin=16, cout=64, pads=((1, 1), (1, 1)), s_max=(55, 55)), False),  # few channels in
         (dict(cin=64, cout=16, pads=((1, 1), (1, 1)), s_max=(55, 55)), False),  # few channels out
+        (dict(cin=64, cout=64, pads=((1, 1), (1, 1)), s_max=(56, 1 << 30)), False),  # 32-bit lane masks
     ],
 )
 def test_which_layers_it_takes(layer: dict[str, Any], chosen: bool) -> None:

@@ -105,7 +105,7 @@ def wino_chosen(
 ) -> bool:
     """Whether a conv runs here: 2-D, 3x3, stride and dilation 1, one group, at least
     ``WINO_MIN_CIN`` input and ``WINO_MIN_COUT`` output channels and ``WINO_MIN_TILES`` tiles
-    of output at the input's upper bounds ``s_max`` (any pads)."""
+    of output at the input's upper bounds ``s_max`` (any pads; padded extents under 2^30)."""
     if not (
         tuple(ks) == (3, 3)
         and tuple(strides) == (1, 1)
@@ -115,6 +115,8 @@ def wino_chosen(
         and cout >= WINO_MIN_COUT
     ):
         return False
+    if any(s + lo + hi >= 1 << 30 for s, (lo, hi) in zip(s_max, pads, strict=True)):
+        return False  # the lane masks compare positions in 32 bits
     tiles = 1
     for s, (lo, hi) in zip(s_max, pads, strict=True):
         tiles *= max(s + lo + hi - 2, 0) // 2 + (max(s + lo + hi - 2, 0) % 2)
