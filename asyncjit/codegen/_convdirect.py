@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ._matmul_tile import _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
-from ._parallel import new_part_function
+from ._parallel import JobBlock, hand_out, new_part_function
 from ._target import (
     CONV_NOALIAS,
     F32,
@@ -227,13 +227,8 @@ def _emit_runs(
     fn, b = new_part_function(module, f"{name}.runs")
     job = fn.args[0]
     lane_bits = b.alloca(I32, size=n_taps + 1)  # the panel's masks (_lane_masks)
-    slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(_FIELDS)}
-
-    def field(f: str) -> ir.Value:
-        return b.load(slot[f], typ=I64)
-
-    def pointer(f: str) -> ir.Value:
-        return b.inttoptr(field(f), PTR)
+    block = JobBlock(b, job, _FIELDS)
+    slot, field, pointer = block.slot, block.field, block.pointer
 
     x, w, bias, y, res_p = (pointer(f) for f in ("x", "w", "bias", "y", "res"))
     chan, wd, hd, frame, ys, lo, hi, run = (field(f) for f in _FIELDS[5:13])
@@ -309,7 +304,7 @@ def emit_conv_direct(
     """The conv kernel ``name`` with ``_convnd``'s ABI (``x, w, bias, y, scratch, N, H, W, OH,
     OW`` [, ``res``]) for a layer :func:`direct_eligible` accepts; no scratch; it touches
     ``x``/``w``/``bias``/``y`` only inside their extents (a lane outside ``x`` is masked)."""
-    from ._convtaps import hand_out, run_length
+    from ._convtaps import run_length
 
     t = matmul_tiling()
     vec = _Vec(module, t.vw)

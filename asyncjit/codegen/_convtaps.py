@@ -42,7 +42,7 @@ from llvmlite import ir
 from ._convdirect import direct_eligible, emit_conv_direct
 from ._matmul import PARALLEL_MIN_MACS
 from ._matmul_tile import _round_up, _row_sizes, _Vec, matmul_tiling, store_tile, tile_loop, tile_rows
-from ._parallel import MAX_THREADS, emit_parallel_for, new_part_function, threads_value
+from ._parallel import MAX_THREADS, JobBlock, hand_out, new_part_function, threads_value
 from ._target import (
     CONV_NOALIAS,
     F32,
@@ -387,27 +387,6 @@ def tiled_runs(
     b.position_at_end(done)
 
 
-def hand_out(
-    b: ir.IRBuilder,
-    job: ir.Value,
-    names: Sequence[str],
-    fields: dict[str, ir.Value],
-    runs: ir.Function,
-    parts: ir.Value,
-) -> None:
-    """Write ``fields`` into the i64 job block ``job`` (each at its index in ``names``, pointers
-    as integers) and run the part function ``runs`` on ``parts`` parts: the intra-op threads,
-    or this thread alone."""
-    for f, v in fields.items():
-        slot = b.gep(job, [i64(names.index(f))], source_etype=I64)
-        b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
-    with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
-        with split:
-            emit_parallel_for(b, runs, job, parts)
-        with alone:
-            b.call(runs, [job, i64(0), i64(1)])
-
-
 _RUN_FIELDS = (
     "xp", "w", "bias", "y", "res", "yp", "n", "chan", "plane", "wq", "oh", "ow", "oh_arg", "ow_arg",
     "pr", "ys", "region", "run", "next",
@@ -439,13 +418,8 @@ def _emit_runs(
     kk = cin * n_taps
     fn, b = new_part_function(module, f"{name}.runs")
     job, part, _ = fn.args
-    slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(_RUN_FIELDS)}
-
-    def field(f: str) -> ir.Value:
-        return b.load(slot[f], typ=I64)
-
-    def pointer(f: str) -> ir.Value:
-        return b.inttoptr(field(f), PTR)
+    block = JobBlock(b, job, _RUN_FIELDS)
+    slot, field, pointer = block.slot, block.field, block.pointer
 
     xp, w, bias, y, res_p = (pointer(f) for f in ("xp", "w", "bias", "y", "res"))
     res = res_p if residual else None

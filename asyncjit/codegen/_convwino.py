@@ -33,9 +33,9 @@ from collections.abc import Sequence
 import numpy as np
 from llvmlite import ir
 
-from ._convtaps import hand_out
+from ._convpanels import _align
 from ._matmul import PARALLEL_MIN_MACS, emit_matmul, matmul_scratch_bytes
-from ._parallel import MAX_THREADS, new_part_function, threads_value
+from ._parallel import MAX_THREADS, JobBlock, hand_out, new_part_function, threads_value
 from ._target import (
     CONV_NOALIAS,
     F32,
@@ -170,10 +170,6 @@ def _region_bytes(cin: int, cout: int) -> int:
 def wino_scratch_bytes(*, cin: int, cout: int) -> int:
     """Scratch for one call: a region for each part that may claim blocks (``_parts_cap``)."""
     return _region_bytes(cin, cout) * _parts_cap(cin, cout)
-
-
-def _align(b: ir.IRBuilder, ptr: ir.Value) -> ir.Value:
-    return b.inttoptr(b.and_(b.add(b.ptrtoint(ptr, I64), i64(63)), i64(-64)), PTR)
 
 
 class _V16:
@@ -379,13 +375,8 @@ def _emit_blocks(
     a block's outputs are the same bits whichever part computed it."""
     fn, b = new_part_function(module, f"{name}.blocks")
     job, part, _ = fn.args
-    slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(_BLOCK_FIELDS)}
-
-    def field(f: str) -> ir.Value:
-        return b.load(slot[f], typ=I64)
-
-    def pointer(f: str) -> ir.Value:
-        return b.inttoptr(field(f), PTR)
+    block = JobBlock(b, job, _BLOCK_FIELDS)
+    slot, field, pointer = block.slot, block.field, block.pointer
 
     x, w, bias, y, res = (pointer(f) for f in ("x", "w", "bias", "y", "res"))
     s0, s1, o0, o1, th, tw, rb, cb = (field(f) for f in ("S0", "S1", "O0", "O1", "th", "tw", "rb", "cb"))

@@ -39,6 +39,7 @@ import ctypes
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from llvmlite import ir
@@ -292,3 +293,40 @@ def _emit_placement(b: ir.IRBuilder, mask: ir.Value, avoid: ir.Value, attr: ir.V
 def new_part_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
     """``void name(ptr ctx, i64 part, i64 parts)``: the body type ``emit_parallel_for`` calls."""
     return new_function(module, name, [("ctx", PTR), ("part", I64), ("parts", I64)], inline="noinline")
+
+
+class JobBlock:
+    """A part function's view of its i64 job block, which ``hand_out`` writes: each named field
+    as an i64 (``field``), as a pointer (``pointer``), or its slot (``slot``: a counter the
+    parts claim their work from)."""
+
+    def __init__(self, b: ir.IRBuilder, job: ir.Value, names: Sequence[str]) -> None:
+        self._b = b
+        self.slot = {f: b.gep(job, [i64(i)], source_etype=I64) for i, f in enumerate(names)}
+
+    def field(self, name: str) -> ir.Value:
+        return self._b.load(self.slot[name], typ=I64)
+
+    def pointer(self, name: str) -> ir.Value:
+        return self._b.inttoptr(self.field(name), PTR)
+
+
+def hand_out(
+    b: ir.IRBuilder,
+    job: ir.Value,
+    names: Sequence[str],
+    fields: dict[str, ir.Value],
+    runs: ir.Function,
+    parts: ir.Value,
+) -> None:
+    """Write ``fields`` into the i64 job block ``job`` (each at its index in ``names``, pointers
+    as integers) and run the part function ``runs`` on ``parts`` parts: the intra-op threads,
+    or this thread alone."""
+    for f, v in fields.items():
+        slot = b.gep(job, [i64(names.index(f))], source_etype=I64)
+        b.store(b.ptrtoint(v, I64) if v.type == PTR else v, slot)
+    with b.if_else(b.icmp_signed(">", parts, i64(1))) as (split, alone):
+        with split:
+            emit_parallel_for(b, runs, job, parts)
+        with alone:
+            b.call(runs, [job, i64(0), i64(1)])
