@@ -102,6 +102,46 @@ def _reduce_bound(node: Node, value: np.ndarray, x: np.ndarray) -> np.ndarray:
         return _ulp(value) + n * 2.0**-53 * scale.reshape(value.shape)
 
 
+def _winograd_shaped(node: Node) -> bool:
+    """A float32 3x3 conv with stride and dilation 1, one group, NCHW: what Winograd's
+    ``F(2x2, 3x3)`` may compute (``docs/semantics.md``)."""
+    from asyncjit.graph._nn import conv_layout
+
+    a = node.attrs
+    return (
+        node.op == "conv"
+        and node.dtype.name == "float32"
+        and tuple(int(d) for d in node.inputs[1].shape[2:]) == (3, 3)
+        and tuple(a["strides"]) == (1, 1)
+        and tuple(a["dilations"]) == (1, 1)
+        and a["groups"] == 1
+        and not any(conv_layout(a))
+    )
+
+
+def _winograd_overflow(node: Node, args: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """Outputs (of ``shape``) a Winograd conv may give as inf or NaN while the exact result is
+    finite: its input transform sums up to 4 inputs of a 4x4 patch (any channel's, whatever the
+    weight), and its products and sums reach 16 times ``sum_c max|x_c| * sum |w_oc|`` over the
+    patch; a non-finite input in the patch may turn into NaN there (inf - inf)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x, w = args[0].astype(np.float64), args[1].astype(np.float64)
+    (pt, _), (pl, _) = node.attrs["pads"]
+    n, c, h, wd = x.shape
+    oh, ow = shape[2:]
+    mag = np.where(np.isfinite(x), np.abs(x), np.inf)
+    # output (i, j) reads the patch of its 2x2 tile: input rows i - 1 - pt .. i + 3 - pt (columns
+    # alike), so input row r sits at row r + pt + 1 of a zero frame and the patch is a 5x5 window
+    padded = np.zeros((n, c, max(oh + 4, h + pt + 1), max(ow + 4, wd + pl + 1)))
+    padded[:, :, pt + 1 : pt + 1 + h, pl + 1 : pl + 1 + wd] = mag
+    patch = sliding_window_view(padded[:, :, : oh + 4, : ow + 4], (5, 5), axis=(2, 3)).max(axis=(-1, -2))
+    limit = float(np.finfo(np.float32).max)
+    with np.errstate(all="ignore"):
+        spread = np.einsum("nchw,oc->nohw", patch, np.abs(w).sum(axis=(2, 3)))
+    return (4 * patch.max(axis=1, keepdims=True) > limit) | ~(16 * spread <= limit)
+
+
 _DIVISOR = {"div": 1, "recip": 0, "rsqrt": 0}
 """Ops that divide by an argument (its index): near 0 their result is unbounded."""
 
@@ -129,6 +169,8 @@ def _perturb(
         with np.errstate(all="ignore"):
             mags = OPS[node.op].reference(node, [np.abs(a) for a in args], bindings).astype(np.float64)
             bound = (k + 1) * 2.0**-24 * mags + _ulp(value)
+            if _winograd_shaped(node):
+                bound = np.where(_winograd_overflow(node, args, value.shape), np.inf, bound)
     elif node.op == "pool" and node.attrs["mode"] == "avg":
         # each window summed in float32 (float64 for float64), then divided: like a dot of the
         # window with ones, |error| <= (taps + 1) * u * mean(|x|) plus the division's rounding;

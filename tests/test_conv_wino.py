@@ -138,3 +138,28 @@ def test_winograd_conv_gives_the_same_bits_on_every_thread_count(channels: int, 
     for out in outs.values():
         np.testing.assert_array_equal(out, outs[1])
     np.testing.assert_allclose(outs[1], reference.evaluate(y, {xt: x, rt: r}, {}), rtol=1e-4, atol=1e-4)
+
+
+def test_outputs_outside_the_documented_range_are_the_only_ones_that_differ() -> None:
+    """Inputs near the float32 maximum make Winograd's intermediate sums overflow where a direct
+    conv's do not (``docs/semantics.md``): the outputs whose 4x4 patches hold such an input (or an
+    inf) may be inf or NaN. Every other output equals the reference, and the fuzzer's bound
+    (``fuzzing._winograd_overflow``) flags every one that does not."""
+    from fuzzing import _winograd_overflow
+
+    cin, cout, hw = 32, 32, 24
+    w = (RNG.integers(-8, 9, size=(cout, cin, 3, 3)) / 4).astype(np.float32)
+    x = RNG.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    x[0, 3, 5, 7] = 2.0e38  # 4x it overflows in the input transform
+    x[0, 9, 17, 2] = -1.5e38
+    x[0, 20, 11, 19] = np.inf
+    xt = Tensor.placeholder(x.shape, np.float32, "x")
+    y = xt.conv(Tensor.const(w), pads=1)
+    exe = compile(y, [xt], name="conv_wino_range", cache_dir="off")
+    assert ".wino_in" in _ir(exe)
+    (got,) = exe.run([x], {})
+    want = reference.evaluate(y, {xt: x}, {})
+    flagged = _winograd_overflow(y.node, [x, w], want.shape)
+    assert 0 < flagged.sum() < flagged.size // 2
+    assert not np.all(np.isfinite(got[flagged]))  # the documented case happens
+    np.testing.assert_allclose(got[~flagged], want[~flagged], rtol=1e-4, atol=1e-3)
