@@ -79,8 +79,11 @@ too few to run at speed while the other kernels (the panels conv, which small la
 well. One thread, against the kernel each layer takes otherwise (``python
 benchmarks/nn_kernels.py --winograd``, AVX2): VGG's layers from 28x28 to 224x224 0.47-0.62x its
 time, 56x56 with 64 channels and 28x28 with 128 0.63x, 27x27 from 32 to 128 (196 tiles) 0.93x;
-forced on, 14x14 outputs (49 tiles) with 256 channels 1.08-1.13x, 13x13 from 48 or 64 channels
-1.12-1.22x, 7x7 with 512 1.09-1.35x."""
+forced on, 13x13 from 48 or 64 channels 1.02-1.22x, 7x7 with 512 1.09-1.53x. Alone, 14x14 with
+256 or 512 channels gained (0.89-0.91x), but inside ResNet-50 those layers are panels convs in
+a channels-last region, which Winograd's NCHW conv breaks: with them taken, ResNet-50's kernel
+sum went to 1.05x ONNX Runtime's from 0.99x and Inception v2's to 0.96x from 0.94x (VGG-19's
+0.71x to 0.68x; ``onnx_models.py --kernels``, one process each), so the rule leaves them."""
 
 WINO_BLOCK_TILES = 128
 WINO_WIDE_BLOCK_TILES = 256
