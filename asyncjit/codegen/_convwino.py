@@ -52,6 +52,7 @@ from ._target import (
     residual_arg,
     smax,
     smin,
+    splat,
 )
 
 __all__ = [
@@ -122,7 +123,7 @@ def wino_chosen(
         return False  # the lane masks compare positions in 32 bits
     tiles = 1
     for s, (lo, hi) in zip(s_max, pads, strict=True):
-        tiles *= max(s + lo + hi - 2, 0) // 2 + (max(s + lo + hi - 2, 0) % 2)
+        tiles *= (max(s + lo + hi - 2, 0) + 1) // 2  # 2x2 tiles over the outputs, the last ones half
     return tiles >= WINO_MIN_TILES
 
 
@@ -188,16 +189,11 @@ class _V16:
         self.mstore = intrinsic(module, "llvm.masked.store.v16f32.p0", VOID, [self.v16, PTR, I32, self.m16])
         self.iota = ir.Constant(self.i16, list(range(16)))
 
-    def splat(self, b: ir.IRBuilder, v: ir.Value, ty: ir.VectorType) -> ir.Value:
-        undef = ir.Constant(ty, ir.Undefined)
-        one = b.insert_element(undef, v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count))
-
     def lanes_in(self, b: ir.IRBuilder, first: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
         """Mask of lanes ``l`` with ``lo <= first + l < hi`` (positions of one image row or
         column: 32-bit lanes)."""
-        at = b.add(self.splat(b, b.trunc(first, I32), self.i16), self.iota)
-        lo_v, hi_v = self.splat(b, b.trunc(lo, I32), self.i16), self.splat(b, b.trunc(hi, I32), self.i16)
+        at = b.add(splat(b, b.trunc(first, I32), 2 * _LANES), self.iota)
+        lo_v, hi_v = splat(b, b.trunc(lo, I32), 2 * _LANES), splat(b, b.trunc(hi, I32), 2 * _LANES)
         return b.and_(b.icmp_signed(">=", at, lo_v), b.icmp_signed("<", at, hi_v))
 
     def load(self, b: ir.IRBuilder, base: ir.Value, at: ir.Value, mask: ir.Value) -> ir.Value:
@@ -240,7 +236,7 @@ def _emit_input(
             at = b.add(b.mul(row, s1), col0)
             if masked:
                 inside = b.and_(b.icmp_signed(">=", row, zero), b.icmp_signed("<", row, s0))
-                keep = vec.splat(b, inside, vec.m16)
+                keep = splat(b, inside, 2 * _LANES)
                 lo = vec.load(b, xc, at, b.and_(cols_a, keep))
                 hi = vec.load(b, xc, b.add(at, i64(2)), b.and_(cols_b, keep))
             else:
@@ -292,7 +288,7 @@ def _emit_output(
     with for_range(b, zero, i64(cout), name="co") as co:
         bv = None
         if has_bias:
-            bv = vec.splat(b, b.load(b.gep(bias, [co], source_etype=F32), typ=F32), vec.v16)
+            bv = splat(b, b.load(b.gep(bias, [co], source_etype=F32), typ=F32), 2 * _LANES)
         yc = b.gep(y, [b.mul(co, plane)], source_etype=F32)
         rc = None if res is None else b.gep(res, [b.mul(co, plane)], source_etype=F32)
         with for_range(b, zero, rr, name="r") as r, for_range(b, zero, cc, _LANES, name="g") as g:
@@ -331,7 +327,7 @@ def _emit_output(
                     at = b.add(b.mul(row, o1), col0)
                     mask = None
                     if cols is not None:
-                        mask = b.and_(cols, vec.splat(b, b.icmp_signed("<", row, o0), vec.m16))
+                        mask = b.and_(cols, splat(b, b.icmp_signed("<", row, o0), 2 * _LANES))
                     if bv is not None:
                         out = b.fadd(out, bv)
                     if rc is not None:
