@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/silero_vad.py            # ~1 minute
     .venv/bin/python benchmarks/silero_vad.py --quick    # fewer repetitions
     .venv/bin/python benchmarks/silero_vad.py --profile  # also print per-kernel profiles
+    .venv/bin/python benchmarks/silero_vad.py --stft     # the STFT by FFT against folded frames
 
 Prints:
 
@@ -18,6 +19,11 @@ The machine may be shared, so every measurement is interleaved: each round runs 
 of every contender in turn (with a 5 ms pause before each block, so ONNX Runtime's spinning
 worker threads do not steal the core from the next contender), and the medians are taken over
 all rounds. Per-kernel profiles (``--profile``) come from ``JitWrapper.execute_profiled``.
+
+``--stft`` prints instead the batched step's kernel time per chunk at B = 1, 16 and 128 with the
+STFT run by FFT (``codegen/_convfft.py``, what the model builds) and on folded frames (two
+matmuls: what it built before), the two plans profiled in alternating rounds in one process:
+the sum of the kernels' times (minimum and median over rounds) and the STFT's own kernels.
 """
 
 from __future__ import annotations
@@ -165,11 +171,50 @@ def profiles(sizes: tuple[int, ...]) -> None:
             print(f"  {med[i] * 1e6:9.2f} us {100 * med[i] / total:5.1f}% {rate:6.1f} GFLOP/s  {p.name}")
 
 
+def stft_rows(sizes: tuple[int, ...], rounds: int = 8, per_round: int = 15) -> None:
+    """The batched step's kernel time per chunk, STFT by FFT against folded frames, alternated."""
+    import asyncjit.models.silero_vad as sv
+
+    weights = load_weights(16000)
+    rng = np.random.default_rng(2)
+    real = sv.dft_sign
+    plans: dict[str, SileroVadJit] = {}
+    try:
+        sv.dft_sign = lambda _value: None  # the basis not recognised: folded frames
+        plans["folded"] = SileroVadJit.prepared(weights, max_batch=max(sizes))
+    finally:
+        sv.dft_sign = real
+    plans["fft"] = SileroVadJit.prepared(weights, max_batch=max(sizes))
+    chunk = (rng.standard_normal(plans["fft"].chunk_mut().shape) * 0.1).astype(np.float32)
+    print("batched step, kernel time per chunk (us): all kernels min / median | the STFT's median")
+    for b in sizes:
+        totals: dict[str, list[float]] = {k: [] for k in plans}
+        stft: dict[str, list[float]] = {k: [] for k in plans}
+        for _ in range(rounds):
+            for name, jit in plans.items():
+                jit.chunk_mut()[:] = chunk
+                for _ in range(per_round):
+                    run = jit.execute_with_vars_profiled({"b": b})
+                    totals[name].append(sum(p.duration for p in run) / b * 1e6)
+                    # the STFT's kernels: the padding, the frames and their transform, up to |X|
+                    last = next(i for i, p in enumerate(run) if "sqrt" in p.name)
+                    stft[name].append(sum(p.duration for p in run[: last + 1]) / b * 1e6)
+        cells = [
+            f"{k} {min(totals[k]):.2f} / {np.median(totals[k]):.2f} | {np.median(stft[k]):.2f}" for k in plans
+        ]
+        ratio = np.median(totals["fft"]) / np.median(totals["folded"])
+        print(f"  B={b:4d}: " + "   ".join(cells) + f"   fft/folded {ratio:.2f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--profile", action="store_true", help="also print per-kernel profiles")
+    ap.add_argument("--stft", action="store_true", help="only the STFT by FFT against folded frames")
     args = ap.parse_args()
+    if args.stft:
+        stft_rows((1, 16, 128))
+        return 0
     sizes = (8, 64, 256)
     if args.profile:
         profiles(sizes)

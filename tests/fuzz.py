@@ -3,6 +3,7 @@
     python tests/fuzz.py --minutes 30 --seed 1      # what ``make fuzz MINUTES=30 SEED=1`` runs
     python tests/fuzz.py --seed 1 --case 417        # replay one graph, print it and its findings
     python tests/fuzz.py --onnx --minutes 10        # mutated ONNX models (tests/fuzzing_onnx.py)
+    python tests/fuzz.py --kinds conv1d --minutes 5 # only these op kinds (a focused run)
 
 Graph ``i`` of seed ``S`` is drawn by ``tests/strategies.graph_cases`` from a random source
 seeded with ``"S:i"``, so ``--seed S --case i`` rebuilds exactly that graph in any process.
@@ -66,6 +67,8 @@ def draw_case(seed: int, index: int) -> Any:
         # cumsum); argmax/topk stay in tests/test_nn_ops.py, on exact inputs: over rounded values
         # a tie in the reference may break either way, which no perturbed run can show
         kinds = (*ALL_KINDS, "conv2d", "pool", "cumsum") if index % 4 == 3 else ALL_KINDS
+        if chosen := os.environ.get("ASYNCJIT_FUZZ_KINDS"):
+            kinds = tuple(chosen.split(","))
         return data.draw(
             graph_cases(kinds=kinds, dtypes=dtypes, profiles=VALUE_PROFILES, max_bound=24, max_steps=8)
         )
@@ -296,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--onnx", action="store_true", help="mutated ONNX models: each must run or raise a typed error"
     )
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="only these op kinds, comma-separated (e.g. conv1d,conv2d): a focused run after a change",
+    )
     parser.add_argument("--crash-at", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
@@ -306,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["ASYNCJIT_FUZZ_DYNAMIC"] = "1"
     if args.onnx:
         os.environ["ASYNCJIT_FUZZ_ONNX"] = "1"
+    if args.kinds:
+        os.environ["ASYNCJIT_FUZZ_KINDS"] = args.kinds
     sys.path[:0] = [str(HERE.parent), str(HERE)]
     if args.worker:
         worker(args.seed, args.start, args.stop, args.out_fd, args.crash_at)

@@ -31,6 +31,7 @@ from strategies_case import GraphCase
 from asyncjit import Tensor, Var, jit, reference
 from asyncjit.compiler import compile as aj_compile
 from asyncjit.graph import OPS, Node, defined_var, make_node, toposort
+from asyncjit.graph._ops import COMPARISONS
 from asyncjit.passes._graph import Graph
 from asyncjit.passes._refine import refine
 from asyncjit.symbolic import DataVar, evaluate, free_vars
@@ -142,6 +143,68 @@ def _winograd_overflow(node: Node, args: list[np.ndarray], shape: tuple[int, ...
     return (4 * patch.max(axis=1, keepdims=True) > limit) | ~(16 * spread <= limit)
 
 
+def _divisor_lost(args: list[np.ndarray], nominal: list[np.ndarray] | None, at: int) -> np.ndarray | bool:
+    """Where argument ``at``, a divisor, was moved by the rounding bounds before it by its own
+    size or more (against its ``nominal`` value): it may be 0 or change sign there, so a
+    quotient, a ``//`` or a ``mod`` by it may come out anywhere, infinities included. A float32
+    conv whose +-9e16 terms cancel gave 0 here and 1.57e6 exactly; an FFT conv's exact 0 in a
+    DFT basis's sine row of bin 0 or k/2 stands where the reference sums the basis's rounded
+    zeros (1e-17) times the inputs, and the FFT's bound spans 0, which no perturbed run reaches."""
+    if nominal is None or nominal[at].shape != args[at].shape:
+        return False
+    with np.errstate(all="ignore"):
+        d, d0 = args[at].astype(np.float64), nominal[at].astype(np.float64)
+        return (np.abs(d - d0) >= np.abs(d0)) | (np.isfinite(d) != np.isfinite(d0))
+
+
+def _compared(node: Node, value: np.ndarray, args: list[np.ndarray], nominal: list[np.ndarray]) -> np.ndarray:
+    """A float comparison, flipped where the rounding before it moved its operands by as much as
+    they differ (they may compare either way: the flip makes the position skipped). Sampling
+    alone misses equality: an FFT conv's exact 0 in a DFT basis's sine row of bin k/2, where
+    the reference sums the basis's rounded zeros (1e-17), compared ``!=`` with a 0."""
+    if not node.inputs[0].dtype.is_float or any(
+        n.shape != a.shape for n, a in zip(nominal, args, strict=True)
+    ):
+        return value
+    with np.errstate(all="ignore"):
+        a, b = (x.astype(np.float64) for x in args)
+        a0, b0 = (x.astype(np.float64) for x in nominal)
+        moved = np.abs(a - a0) + np.abs(b - b0)
+        near = (moved > 0) & (np.abs(a0 - b0) <= moved)
+    return np.where(np.broadcast_to(near, value.shape), ~value, value)
+
+
+def _fft_shaped(node: Node) -> bool:
+    """A float32 conv1d whose constant weight is a windowed DFT basis: what the compiler may run
+    by FFT (``codegen._convfft``, ``docs/semantics.md``)."""
+    from asyncjit.passes._fusion import conv1d_fft_sign
+
+    return conv1d_fft_sign(node) is not None
+
+
+def _fft_bound(node: Node, args: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """The FFT's error at each output (of ``shape``): ``(4 log2 K + 4) u sum |win x|`` over the
+    output's frame (every FFT intermediate is a partial sum of the windowed frame's terms, each
+    stage rounds it twice, the window's product and the basis's 1.5-ulp match add two), the
+    same for every row of a frame; inf where a frame holds a non-finite input or that sum may
+    overflow float32 (the FFT mixes every sample of a frame into every row)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x, w = args[0].astype(np.float64), args[1].astype(np.float64)
+    k = w.shape[2]
+    lo, hi = (int(p) for p in node.attrs["padding"])
+    stride = int(node.attrs["stride"])
+    win = np.abs(w[0, 0])
+    padded = np.pad(x[:, 0], ((0, 0), (lo, hi)))
+    frames = sliding_window_view(padded, k, axis=1)[:, ::stride][:, : shape[2]]  # [n, lout, k]
+    with np.errstate(all="ignore"):
+        mag = np.where(np.isfinite(frames), np.abs(frames), np.inf)
+        total = (mag * win).sum(axis=2)  # an inf times a zero window value: NaN, unknown below
+        bound = (4 * np.log2(k) + 4) * 2.0**-24 * total
+        unknown = ~(2 * total <= float(np.finfo(np.float32).max)) | ~np.isfinite(frames).all(axis=2)
+    return np.broadcast_to(np.where(unknown, np.inf, bound)[:, None, :], shape)
+
+
 _DIVISOR = {"div": 1, "recip": 0, "rsqrt": 0}
 """Ops that divide by an argument (its index): near 0 their result is unbounded."""
 
@@ -157,6 +220,8 @@ def _perturb(
 ) -> np.ndarray:
     """``value`` moved within its rounding bound (``sign``: all up, all down, 0 at random);
     ``nominal``: the op's arguments in the unperturbed reference run."""
+    if node.op in COMPARISONS and nominal is not None and value.size:
+        return _compared(node, value, args, nominal)
     if not node.dtype.is_float or value.size == 0:
         return value
     if node.op in _DOT_OPS:
@@ -171,6 +236,8 @@ def _perturb(
             bound = (k + 1) * 2.0**-24 * mags + _ulp(value)
             if _winograd_shaped(node):
                 bound = np.where(_winograd_overflow(node, args, value.shape), np.inf, bound)
+            if _fft_shaped(node):
+                bound = np.maximum(bound, _fft_bound(node, args, value.shape))
     elif node.op == "pool" and node.attrs["mode"] == "avg":
         # each window summed in float32 (float64 for float64), then divided: like a dot of the
         # window with ones, |error| <= (taps + 1) * u * mean(|x|) plus the division's rounding;
@@ -188,9 +255,20 @@ def _perturb(
         # exact itself, but where the dividend is 2^20 times the divisor or more, a few ulps of the
         # dividend (a conv's float32 sum: 3.36e25 one ulp off, mod 9.2e18) change the result
         # anywhere in [0, divisor); perturbed runs can miss that, the shift wrapping round
+        # (and, as for a division, anywhere where its divisor may be 0: ``_divisor_lost``; and
+        # where the rounding before it moves the quotient by half a period or more: an FFT conv's
+        # -1.8488e-4 for the reference's -1.8479e-4, within its bound, as the divisor of 2.0)
         with np.errstate(all="ignore"):
-            ratio = np.abs(args[0].astype(np.float64)) / np.abs(args[1].astype(np.float64))
-        bound = np.where(np.broadcast_to(ratio >= 2.0**20, value.shape), np.inf, 0.0)
+            a, d = args[0].astype(np.float64), args[1].astype(np.float64)
+            ratio = np.abs(a) / np.abs(d)
+            lost = (ratio >= 2.0**20) | _divisor_lost(args, nominal, 1)
+            if nominal is not None and all(n.shape == x.shape for n, x in zip(nominal, args, strict=True)):
+                q0 = nominal[0].astype(np.float64) / nominal[1].astype(np.float64)
+                lost = lost | (np.isfinite(q0) & ~(np.abs(a / d - q0) < 0.5))
+        bound = np.where(np.broadcast_to(lost, value.shape), np.inf, 0.0)
+    elif node.op == "idiv" and node.dtype.is_float:
+        # a float ``//``: exact itself, but anything where its divisor may be 0
+        bound = np.where(np.broadcast_to(_divisor_lost(args, nominal, 1), value.shape), np.inf, 0.0)
     elif node.op == "cumsum" and _is_product(node.inputs[0]):
         # a product contracted into the running sum (an FMA) skips its rounding, so one that
         # overflowed here may not there (-inf + inf gave NaN here, +inf compiled): a line of the
@@ -208,14 +286,8 @@ def _perturb(
                 lost = (shift >= 1.0) | (np.isfinite(args[0]) != np.isfinite(nominal[0]))
             bound = np.where(np.broadcast_to(lost, value.shape), np.inf, bound)
         at = _DIVISOR.get(node.op)
-        if at is not None and nominal is not None and nominal[at].shape == args[at].shape:
-            # a divisor the rounding bounds before it move by its own size or more (a float32
-            # conv whose +-9e16 terms cancel: 0 here, 1.57e6 exactly) may be 0 or change sign:
-            # the quotient may come out anywhere, infinities included
-            with np.errstate(all="ignore"):
-                d, d0 = args[at].astype(np.float64), nominal[at].astype(np.float64)
-                lost = (np.abs(d - d0) >= np.abs(d0)) | (np.isfinite(d) != np.isfinite(d0))
-            bound = np.where(np.broadcast_to(lost, value.shape), np.inf, bound)
+        if at is not None:
+            bound = np.where(np.broadcast_to(_divisor_lost(args, nominal, at), value.shape), np.inf, bound)
         if node.op in ("add", "sub") and any(_is_product(i) for i in node.inputs):
             # a*b + c contracted to an FMA skips the rounding of a*b: up to an ulp of the product,
             # and anything where that product overflowed here

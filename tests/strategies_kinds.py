@@ -269,6 +269,9 @@ def _matmul_ok(a: Sequence[Dim], c: Sequence[Dim]) -> bool:
 
 
 def _k_conv1d(b: _Builder) -> None:
+    if b.draw(st.integers(0, 7)) == 0:
+        _k_conv1d_dft(b)
+        return
     k = b.draw(st.one_of(st.integers(1, 3), st.integers(8, 12)))  # long kernels loop over taps
     dilation = b.draw(st.integers(1, 2))
     stride = b.draw(st.integers(1, 2))
@@ -303,6 +306,41 @@ def _k_conv1d(b: _Builder) -> None:
         return oracle_conv1d(a[0], oracle_cast(w, a[0].dtype), stride, padding, dilation, groups)
 
     b.add(out, f"conv1d[k{k},s{stride},d{dilation},g{groups},p{padding}]", (xi,), oracle)
+
+
+def _k_conv1d_dft(b: _Builder) -> None:
+    """A one-channel float32 conv1d whose weight is a windowed DFT basis (cos rows, then sin rows
+    of either sign), as models export an STFT: the compiler runs it by FFT (``codegen._convfft``)
+    with frames reaching into the padding, groups of eight frames with tails, and each way of
+    storing a group (eight frames of one sample, two runs of four, lane by lane)."""
+    k = b.draw(st.sampled_from([16, 32, 64]))
+    stride = b.draw(st.sampled_from([1, 3, k // 4, k // 2, k, k + 5]))
+    padding = (b.draw(st.integers(0, k)), b.draw(st.integers(0, k)))
+    extra = max(k - padding[0] - padding[1], 1)  # the shortest input with an output
+    if b.variables and b.draw(st.booleans()):
+        v = b.draw(st.sampled_from(b.variables))
+        length = DimChoice(v + extra, lambda bb, n=v.name, e=extra: bb[n] + e)
+    else:
+        short = extra + b.draw(st.integers(0, 12)) * stride + b.draw(st.integers(0, stride))
+        length = DimChoice(short, lambda _b, e=short: e)
+    n = b.draw_dim(nonzero=True)
+    xi = b.placeholder([n, DimChoice(1, lambda _b: 1), length], np.dtype(np.float32))
+    rng = np.random.default_rng(b.draw(st.integers(0, 2**16)))
+    taps = np.arange(k)
+    window = b.draw(st.sampled_from(["hann", "ones", "random"]))
+    if window == "hann":
+        win = 0.5 - 0.5 * np.cos(2 * np.pi * taps / k)
+    else:
+        win = np.ones(k) if window == "ones" else rng.uniform(0.1, 2.0, k)
+    sign = b.draw(st.sampled_from([-1, 1]))
+    phase = 2 * np.pi * ((np.arange(k // 2 + 1)[:, None] * taps) % k) / k
+    w = np.concatenate([win * np.cos(phase), sign * win * np.sin(phase)])[:, None, :].astype(np.float32)
+    out = b.tensors[xi].conv1d(Tensor.const(w), stride=stride, padding=padding)
+
+    def oracle(a: list[np.ndarray], _b: Mapping[str, int]) -> np.ndarray:
+        return oracle_conv1d(a[0], w, stride, padding, 1, 1)
+
+    b.add(out, f"conv1d[dft,k{k},s{stride},p{padding},{window},{sign:+d}]", (xi,), oracle)
 
 
 def _k_reshape(b: _Builder) -> None:

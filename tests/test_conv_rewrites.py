@@ -157,21 +157,28 @@ def _dft_basis(k: int, bins: int, windowed: bool = True) -> np.ndarray:
     [
         (256, 128, (0, 0), 640),  # Silero VAD 16 kHz: frames of two hops
         (128, 64, (0, 0), 320),  # Silero VAD 8 kHz
-        (64, 16, (32, 32), 200),  # hop of a quarter window, centred: gathered frames
+        (64, 16, (32, 32), 200),  # hop of a quarter window, centred: frames in the padding
         (32, 32, (0, 5), 100),  # no overlap
         (16, 40, (0, 0), 100),  # hops longer than the window
+        (400, 160, (0, 0), 1200),  # Whisper's 25 ms window at 16 kHz: not a power of two
+        (48, 24, (24, 24), 150),  # ... centred
     ],
 )
-def test_dft_conv_runs_folded_and_equals_the_conv(
+def test_dft_conv_runs_by_fft_or_folded_and_equals_the_conv(
     k: int, stride: int, pads: tuple[int, int], length: int
 ) -> None:
-    """The folded STFT equals numpy's direct convolution (float64) at every batch size, the
-    rows in the file's order, through the compiler."""
+    """A windowed DFT basis stays a conv1d, which the compiler runs by FFT, when its window is a
+    power of two (``codegen._convfft``); other lengths run on folded frames (two matmuls). Either
+    equals numpy's direct convolution (float64) at every batch size, the rows in the file's
+    order, and a row's result does not depend on the batch."""
     w = _dft_basis(k, k // 2 + 1)
     b = Var("b", 1, 6)
     xt = Tensor.placeholder((b, 1, length), np.float32, "x")
     y = xt.conv1d(Tensor.const(w), stride=stride, padding=pads)
-    assert "conv1d" not in _ops(y) and "matmul" in _ops(y)
+    if k & (k - 1):
+        assert "conv1d" not in _ops(y) and "matmul" in _ops(y)
+    else:
+        assert "conv1d" in _ops(y) and "matmul" not in _ops(y)
     exe = compile(y, [xt])
     for bv in (1, 4, 6):
         x = RNG.standard_normal((bv, 1, length)).astype(np.float32)

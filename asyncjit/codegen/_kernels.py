@@ -20,6 +20,7 @@ from ..graph import Node, reduce_identity
 from ..graph._nn import conv_layout
 from ..passes import Kernel
 from ..passes._fusion import (
+    conv1d_fft_sign,
     conv1d_kn_weight,
     conv_geometry,
     conv_panel_weight,
@@ -30,6 +31,7 @@ from ..passes._fusion import (
     tuned_conv,
 )
 from ..symbolic import Dim, Index, Var, is_planned, prod, upper
+from ._convfft import emit_conv1d_fft, fft_scratch_bytes
 from ._convnd import convnd_scratch_bytes, emit_convnd
 from ._dynamic import emit_index_check, emit_prefix
 from ._expr import Emitter, flat_eligible, linearize
@@ -82,6 +84,8 @@ def scratch_bytes(kernel: Kernel) -> int:
                 w_wino=conv_wino_weight(node) is not None,
             )
         )
+    if kernel.kind == "conv1d" and conv1d_fft_sign(node) is not None:
+        return fft_scratch_bytes(int(node.inputs[1].shape[2]))
     if kernel.kind == "conv1d" and (lib := conv_library()) is not None and _static_pads(node):
         x, w = node.inputs
         cout, cin_g, k = (int(d) for d in w.shape)
@@ -451,6 +455,21 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
     em = ctx.em
     lib = conv_library()
     kn = conv1d_kn_weight(node)  # the weight stored [cin/groups, k, cout], read in place
+    if (sign := conv1d_fft_sign(node)) is not None:  # a windowed DFT basis: by FFT
+        fn = emit_conv1d_fft(
+            ctx.fn.module, f"{kernel.name}.fft", k=k, stride=stride, pad_l=int(pl), pad_r=int(pr), sign=sign
+        )
+        args = [
+            ctx.buffers[x.id],
+            ctx.buffers[w.id],
+            ctx.out,
+            ctx.scratch,
+            em.dim(n_),
+            em.dim(length),
+            em.dim(lout),
+        ]
+        ctx.b.call(fn, args)
+        return
     if node.dtype.name == "float32" and lib is not None and _static_pads(node):
         fn = lib.emit_conv1d(
             ctx.fn.module,

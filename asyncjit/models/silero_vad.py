@@ -46,6 +46,7 @@ import attrs
 import numpy as np
 
 from .. import dtypes as dt
+from ..codegen._convfft import dft_sign
 from ..errors import ArgumentTypeError, DTypeMismatchError, ModelFormatError, ShapeMismatchError
 from ..graph import shape_str
 from ..recurrent import LstmState, StepTiming
@@ -142,7 +143,8 @@ def _stft_magnitude(w: SileroWeights, chunk: Tensor, b: Dim) -> Tensor:
     matmuls instead of a ``[2F, K]`` convolution. Otherwise: the convolution with the file's basis.
     """
     x = chunk.pad([None, (0, w.reflect_pad)], mode="reflect")
-    folded = _folded_stft_basis(w)
+    # a windowed DFT basis (both published ones) stays a conv1d, which the compiler runs by FFT
+    folded = None if dft_sign(np.asarray(w.stft_basis)) is not None else _folded_stft_basis(w)
     if folded is None:
         spec = x.unsqueeze(1).conv1d(Tensor.const(w.stft_basis), stride=w.hop)
         re, im = spec.split([w.n_freq, w.n_freq], axis=1)

@@ -31,6 +31,7 @@ from ..graph._nn import conv_layout
 from ..symbolic import upper
 from ._fusion import (
     CONV1D_KN_ORDER,
+    conv1d_fft_sign,
     conv1d_takes_kn,
     conv_panel_weight,
     conv_takes_panels,
@@ -185,6 +186,8 @@ def _conv1d_kn(node: Node) -> Node:
     x, w = node.inputs
     if w.op != "const" or w.dtype.name != "float32" or not conv1d_takes_kn(node):
         return node
+    if conv1d_fft_sign(node) is not None:
+        return node  # the FFT kernel reads the weight's first row, the window, as it is
     value = w.attrs["value"]
     origin = ("conv1d_kn", content_digest(value), value.dtype.str, value.shape)
     swapped = make_node("permute", (_const(np.transpose(value, (1, 2, 0)), origin),), order=CONV1D_KN_ORDER)

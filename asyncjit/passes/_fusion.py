@@ -33,6 +33,7 @@ __all__ = [
     "fuse",
     "matmul_operand",
     "conv1d_kn_weight",
+    "conv1d_fft_sign",
     "conv1d_takes_kn",
     "conv_epilogues",
     "conv_residual",
@@ -198,6 +199,22 @@ def conv1d_takes_kn(node: Node) -> bool:
     return bool(
         lib.takes_kn_weight(cin_g, cout // groups, groups, lout_max, int(upper(x.shape[0])) * lout_max)
     )
+
+
+def conv1d_fft_sign(node: Node) -> int | None:
+    """The sign of the sine rows when float32 conv1d ``node``'s constant weight is a windowed DFT
+    basis (``codegen._convfft.dft_sign``): the conv then runs by FFT, its weight kept as it is
+    (the kernel reads the window, row 0); None for any other conv1d."""
+    if node.op != "conv1d" or node.dtype.name != "float32":
+        return None
+    w = node.inputs[1]
+    if w.op != "const" or node.attrs["groups"] != 1 or node.attrs["dilation"] != 1:
+        return None
+    if not all(isinstance(p, int) for p in node.attrs["padding"]):
+        return None
+    from ..codegen._convfft import dft_sign
+
+    return dft_sign(w.attrs["value"])
 
 
 def conv1d_kn_weight(node: Node) -> Node | None:

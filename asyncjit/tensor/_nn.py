@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ArgumentTypeError, TensorError
 from ..graph import Node, aligned_copy, make_node
-from ..symbolic import Dim, as_dim
+from ..symbolic import Dim, as_dim, upper
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -145,7 +145,10 @@ def _rewritten_conv1d(
 ) -> Tensor | None:
     """The conv1d (its arguments checked) by a cheaper route: taps that read only padding
     dropped, then as a matmul of one position or on folded DFT frames; the conv1d node of the
-    cut weight where only the cut applies. None: the conv1d as given."""
+    cut weight where only the cut applies. None: the conv1d as given, which a windowed DFT basis
+    over more than one frame stays (the compiler runs it by FFT, ``codegen._convfft``)."""
+    if _by_fft(x, w, stride, pad, dilation, groups):
+        return None
     live = _live_weight(x, w, (stride,), (dilation,), (pad,))
     if live is not None:
         w, (pad,) = live
@@ -250,6 +253,22 @@ def _single_position(x: Tensor, w: Tensor, pads: Sequence[tuple[Dim, Dim]], grou
     cout = w.shape[0]
     flat = x.reshape(x.shape[0], x.shape[1]) @ w.reshape(cout, w.shape[1]).T
     return flat.reshape(x.shape[0], cout, *([1] * r))
+
+
+def _by_fft(x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: int, groups: int) -> bool:
+    """Whether a float32 conv1d of one input channel, static pads and more than one output frame
+    has a constant windowed DFT basis for its weight (``codegen._convfft.dft_sign``)."""
+    if w.node.op != "const" or groups != 1 or dilation != 1 or x.dtype != dt.float32 or x.ndim != 3:
+        return False
+    lo, hi = pad
+    if not (isinstance(lo, int) and isinstance(hi, int)) or x.shape[1] != 1:
+        return False
+    from ..codegen._convfft import dft_sign
+
+    if dft_sign(np.asarray(w.node.attrs["value"])) is None:
+        return False
+    k = int(w.shape[2])
+    return upper(x.shape[2]) + lo + hi - k >= stride  # two frames or more at the bound
 
 
 def _dft_halves(value: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
