@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,17 @@ def _direct(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int]) ->
     lout = (xp.shape[1] - k) // stride + 1
     frames = np.stack([xp[:, j * stride : j * stride + k] for j in range(lout)], 1)  # [n, lout, k]
     return np.einsum("nlk,ck->ncl", frames, w[:, 0].astype(np.float64))
+
+
+def _nodes(t: Tensor) -> list[Any]:
+    seen: dict[int, Any] = {}
+    stack = [t.node]
+    while stack:
+        node = stack.pop()
+        if node.id not in seen:
+            seen[node.id] = node
+            stack.extend(node.inputs)
+    return list(seen.values())
 
 
 def _ops(t: Tensor) -> set[str]:
@@ -180,3 +193,50 @@ def test_emitter_rejects_bad_parameters() -> None:
         with pytest.raises(ValueError, match="bad parameters"):
             emit_conv1d_fft(module, f"f{len(module.globals)}", **kw)  # type: ignore[arg-type]
     assert fft_scratch_bytes(256) == 64 + (2 * 256 + 1) * 8 * 4
+
+
+@pytest.mark.parametrize(("window", "step"), [("hann", 160), ("none", 256), ("runtime", 128)])
+def test_onnx_stft_by_fft_equals_onnx_runtime(window: str, step: int) -> None:
+    """ONNX ``STFT`` of a real signal, one-sided, with a constant Hann window or none and a
+    512-sample frame: a conv1d the compiler runs by FFT, equal to ONNX Runtime's within the
+    FFT's rounding; a window given at run time keeps the frames and matmuls, equal too."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    import asyncjit.onnx as ao
+
+    k, total = 512, 4000
+    win = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(k) / k)).astype(np.float32)
+    inits = [helper.make_tensor("step", TensorProto.INT64, [], [step])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", total, 1])]
+    names = ["x", "step"]
+    if window == "hann":
+        inits.append(helper.make_tensor("win", TensorProto.FLOAT, [k], win.tolist()))
+        names.append("win")
+    elif window == "runtime":
+        inputs.append(helper.make_tensor_value_info("win", TensorProto.FLOAT, [k]))
+        names.append("win")
+    else:
+        inits.append(helper.make_tensor("len", TensorProto.INT64, [], [k]))
+        names += ["", "len"]
+    node = helper.make_node("STFT", names, ["y"], onesided=1)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph([node], "stft", inputs, [out], initializer=inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    data = model.SerializeToString()
+    traced = ao.load(data, dims={"b": (1, 4)}).outputs_traced.values()
+    convs = [n for t in traced if isinstance(t, Tensor) for n in _nodes(t) if n.op == "conv1d"]
+    assert [conv1d_fft_sign(c) for c in convs] == ([] if window == "runtime" else [-1])
+    sess = ao.InferenceSession(data, dims={"b": (1, 4)})
+    x = RNG.standard_normal((3, total, 1)).astype(np.float32)
+    feed = {"x": x, **({"win": win} if window == "runtime" else {})}
+    got = sess.run(None, feed)[0]
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    frames = (total - k) // step + 1
+    assert got.shape == want.shape == (3, frames, k // 2 + 1, 2)
+    scale = float(np.abs(x).max()) * float(win.sum() if window != "none" else k)
+    np.testing.assert_allclose(got, want, rtol=0, atol=(4 * np.log2(k) + 4) * 2.0**-24 * scale)
+    del onnx

@@ -16,9 +16,10 @@ value stored twice at the same address). A group whose frames all lie inside ``x
 frame's eight consecutive samples as one vector and transposes 8x8 blocks (``_transpose8``);
 one that reaches into the padding loads lane by lane, clamped into ``x``, and selects 0 there.
 Each sample times its window value is stored at its bit-reversed index in scratch (the real
-parts; the first radix-2 stage is real and writes the imaginary parts' zeros), the stages
-``4 .. K/2`` run as loops of vector butterflies with twiddles from a table, and the last stage
-is fused with the store of the ``F`` outputs of each half into ``y [N, 2F, Lout]``. A frame
+parts). The stages run two to a pass over scratch, whose stores bound them: spans 2 and 4 on
+real values (writing the imaginary parts), then pairs of complex spans as vector butterflies
+with twiddles from a table; the last pass (span ``K``, with ``K/2`` when the stages before are
+odd in number) stores the ``F`` real and ``F`` imaginary rows into ``y [N, 2F, Lout]``. A frame
 holding an inf or NaN gives NaN in every output (each sample's product with 0, summed while
 loading, is added to every output), as a direct conv gives inf or NaN in each.
 A lane's arithmetic does not depend on its neighbours, so every batch position and group gives

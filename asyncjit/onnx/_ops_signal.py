@@ -2,8 +2,10 @@
 
 A DFT of static length L is a matmul with cos/sin basis matrices made at load time (in float64,
 rounded once). It computes in float32 (float64 for float64 signals), as numpy's FFT, ONNX's
-reference, does for complex64: a matmul is the fastest kernel the compiler has, and its rounding
-error is of the FFT's order. ``MelWeightMatrix`` folds to a constant at load time.
+reference, does for complex64, with a rounding error of the FFT's order. The one-sided ``STFT``
+of a real float32 signal with a constant window (or none) and a power-of-two frame is instead a
+``conv1d`` with the windowed basis, which the compiler runs by FFT (``codegen/_convfft.py``).
+``MelWeightMatrix`` folds to a constant at load time.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def _stft(n: NodeCtx, ins: list[Value | None]) -> Value:
     if step < 1 or length < 1 or length > total:
         raise n.fail(f"frame_step {step} and frame_length {length} do not fit a signal of {total}")
     frames = (total - length) // step + 1
+    onesided = n.flag("onesided", 1)
+    if (fft := _stft_by_fft(x, step, window, length, onesided)) is not None:
+        return fft
     index = (np.arange(frames).reshape(-1, 1) * step + np.arange(length)).reshape(-1)
     taps = Tensor.const(index.astype(np.int64))
     xf = x.cast(_compute_dtype(x))
@@ -149,9 +154,34 @@ def _stft(n: NodeCtx, ins: list[Value | None]) -> Value:
 
     re = framed(xf[:, :, 0])
     im = framed(xf[:, :, 1]) if int(x.shape[2]) == 2 else None
-    real, imag = dft_last(re, im, length, False, n.flag("onesided", 1))
+    real, imag = dft_last(re, im, length, False, onesided)
     assert imag is not None
     return Tensor.stack([real, imag], -1).cast(x.dtype)
+
+
+def _stft_by_fft(x: Tensor, step: int, window: Tensor | None, length: int, onesided: bool) -> Tensor | None:
+    """The one-sided STFT of a real float32 signal ``[batch, total, 1]`` with a constant window
+    (or none) as a ``conv1d`` of stride ``step`` with the windowed basis ``[win cos ; -win sin]``
+    (``F = length/2 + 1`` rows each, float64 rounded once), which the compiler runs by FFT when
+    ``length`` is a power of two it takes (``codegen._convfft.dft_sign``); its ``[batch, 2F,
+    frames]`` output as ``[batch, frames, F, 2]``. None: the frames and matmuls instead."""
+    from ..codegen._convfft import dft_sign
+
+    if x.dtype != dt.float32 or int(x.shape[2]) != 1 or not onesided:
+        return None
+    if window is None:
+        win = np.ones(length)
+    elif window.node.op == "const" and tuple(window.shape) == (length,):
+        win = np.asarray(window.node.attrs["value"], dtype=np.float64)
+    else:
+        return None
+    cos, sin = _basis(length, length // 2 + 1, length)  # [length, F]
+    basis = np.concatenate([(cos * win[:, None]).T, (-sin * win[:, None]).T]).astype(np.float32)[:, None, :]
+    if dft_sign(basis) is None:
+        return None
+    f = length // 2 + 1
+    y = x.permute(0, 2, 1).conv1d(Tensor.const(basis), stride=step)  # [batch, 2F, frames]
+    return Tensor.stack([y[:, :f], y[:, f:]], -1).permute(0, 2, 1, 3)
 
 
 @op("MelWeightMatrix", since=17)
