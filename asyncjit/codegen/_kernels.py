@@ -455,22 +455,13 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
     em = ctx.em
     lib = conv_library()
     kn = conv1d_kn_weight(node)  # the weight stored [cin/groups, k, cout], read in place
+    fn: ir.Function | None = None
+    w_read = w
     if (sign := conv1d_fft_sign(node)) is not None:  # a windowed DFT basis: by FFT
         fn = emit_conv1d_fft(
             ctx.fn.module, f"{kernel.name}.fft", k=k, stride=stride, pad_l=int(pl), pad_r=int(pr), sign=sign
         )
-        args = [
-            ctx.buffers[x.id],
-            ctx.buffers[w.id],
-            ctx.out,
-            ctx.scratch,
-            em.dim(n_),
-            em.dim(length),
-            em.dim(lout),
-        ]
-        ctx.b.call(fn, args)
-        return
-    if node.dtype.name == "float32" and lib is not None and _static_pads(node):
+    elif node.dtype.name == "float32" and lib is not None and _static_pads(node):
         fn = lib.emit_conv1d(
             ctx.fn.module,
             f"{kernel.name}.conv",
@@ -484,16 +475,10 @@ def _conv1d(ctx: _Ctx, kernel: Kernel) -> None:
             pad_r=int(pr),
             w_kn=kn is not None,
         )
-        args = [
-            ctx.buffers[x.id],
-            ctx.buffers[(w if kn is None else kn).id],
-            ctx.out,
-            ctx.scratch,
-            em.dim(n_),
-            em.dim(length),
-            em.dim(lout),
-        ]
-        ctx.b.call(fn, args)
+        w_read = w if kn is None else kn
+    if fn is not None:  # both take (x, w, y, scratch, N, L, Lout)
+        buffers = [ctx.buffers[x.id], ctx.buffers[w_read.id], ctx.out, ctx.scratch]
+        ctx.b.call(fn, [*buffers, em.dim(n_), em.dim(length), em.dim(lout)])
         return
     og = cout // groups
     acc_ty = _float_acc(node)
