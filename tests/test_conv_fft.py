@@ -199,7 +199,8 @@ def test_emitter_rejects_bad_parameters() -> None:
 def test_onnx_stft_by_fft_equals_onnx_runtime(window: str, step: int) -> None:
     """ONNX ``STFT`` of a real signal, one-sided, with a constant Hann window or none and a
     512-sample frame: a conv1d the compiler runs by FFT, equal to ONNX Runtime's within the
-    FFT's rounding; a window given at run time keeps the frames and matmuls, equal too."""
+    FFT's rounding; with a window given at run time, the frames are gathered and windowed,
+    then run by the same FFT (a conv1d with the plain basis over them), equal too."""
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
@@ -229,7 +230,7 @@ def test_onnx_stft_by_fft_equals_onnx_runtime(window: str, step: int) -> None:
     data = model.SerializeToString()
     traced = ao.load(data, dims={"b": (1, 4)}).outputs_traced.values()
     convs = [n for t in traced if isinstance(t, Tensor) for n in _nodes(t) if n.op == "conv1d"]
-    assert [conv1d_fft_sign(c) for c in convs] == ([] if window == "runtime" else [-1])
+    assert [conv1d_fft_sign(c) for c in convs] == [-1]
     sess = ao.InferenceSession(data, dims={"b": (1, 4)})
     x = RNG.standard_normal((3, total, 1)).astype(np.float32)
     feed = {"x": x, **({"win": win} if window == "runtime" else {})}
@@ -240,3 +241,53 @@ def test_onnx_stft_by_fft_equals_onnx_runtime(window: str, step: int) -> None:
     scale = float(np.abs(x).max()) * float(win.sum() if window != "none" else k)
     np.testing.assert_allclose(got, want, rtol=0, atol=(4 * np.log2(k) + 4) * 2.0**-24 * scale)
     del onnx
+
+
+@pytest.mark.parametrize(("size", "length", "opset"), [(256, None, 17), (200, 256, 17), (64, None, 20)])
+def test_onnx_real_dft_by_fft_equals_numpy_and_onnx_runtime(
+    size: int, length: int | None, opset: int
+) -> None:
+    """ONNX ``DFT`` of a real float32 signal, one-sided, of a power-of-two length (a signal
+    zero-padded to ``dft_length`` too): a conv1d over the rows, run by FFT; equal to numpy's
+    ``rfft`` and to ONNX Runtime within the FFT's rounding."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    import asyncjit.onnx as ao
+
+    n = length or size
+    inits, names = [], ["x"]
+    if length is not None:
+        inits.append(helper.make_tensor("len", TensorProto.INT64, [], [length]))
+        names.append("len")
+    attrs = {"onesided": 1}
+    if opset >= 20:
+        names += [""] * (2 - len(names)) + ["axis"]
+        inits.append(helper.make_tensor("axis", TensorProto.INT64, [], [1]))
+    else:
+        attrs["axis"] = 1
+    node = helper.make_node("DFT", names, ["y"], **attrs)
+    model = helper.make_model(
+        helper.make_graph(
+            [node],
+            "dft",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", size, 1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            initializer=inits,
+        ),
+        opset_imports=[helper.make_opsetid("", opset)],
+    )
+    data = model.SerializeToString()
+    traced = ao.load(data, dims={"b": (1, 9)}).outputs_traced.values()
+    convs = [c for t in traced if isinstance(t, Tensor) for c in _nodes(t) if c.op == "conv1d"]
+    assert [conv1d_fft_sign(c) for c in convs] == [-1]
+    x = RNG.standard_normal((9, size, 1)).astype(np.float32)
+    got = ao.InferenceSession(data, dims={"b": (1, 9)}).run(None, {"x": x})[0]
+    ref = np.fft.rfft(x[..., 0].astype(np.float64), n=n, axis=1)
+    want = np.stack([ref.real, ref.imag], -1)
+    assert got.shape == want.shape == (9, n // 2 + 1, 2)
+    atol = (4 * np.log2(n) + 4) * 2.0**-24 * float(np.abs(x).sum(axis=1).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+    peer = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, peer, rtol=0, atol=atol)

@@ -2,9 +2,10 @@
 
 A DFT of static length L is a matmul with cos/sin basis matrices made at load time (in float64,
 rounded once). It computes in float32 (float64 for float64 signals), as numpy's FFT, ONNX's
-reference, does for complex64, with a rounding error of the FFT's order. The one-sided ``STFT``
-of a real float32 signal with a constant window (or none) and a power-of-two frame is instead a
-``conv1d`` with the windowed basis, which the compiler runs by FFT (``codegen/_convfft.py``).
+reference, does for complex64, with a rounding error of the FFT's order. The one-sided DFT of a
+real float32 signal of a power-of-two length, and the one-sided ``STFT`` of one with a constant
+window (or none) and a power-of-two frame, are instead a ``conv1d`` with the (windowed) basis,
+which the compiler runs by FFT (``codegen/_convfft.py``).
 ``MelWeightMatrix`` folds to a constant at load time.
 """
 
@@ -70,6 +71,8 @@ def dft_last(
             out = out - _mm(_fit(im, half), weight * sin / length)
         return out, None
     re = _fit(re, length)
+    if im is None and onesided and not inverse and (fft := _rfft_by_conv(re, length)) is not None:
+        return fft
     n_out = length // 2 + 1 if onesided and not inverse else length
     cos, sin = _basis(length, n_out, length)
     if inverse:
@@ -157,6 +160,25 @@ def _stft(n: NodeCtx, ins: list[Value | None]) -> Value:
     real, imag = dft_last(re, im, length, False, onesided)
     assert imag is not None
     return Tensor.stack([real, imag], -1).cast(x.dtype)
+
+
+def _rfft_by_conv(re: Tensor, length: int) -> tuple[Tensor, Tensor] | None:
+    """The one-sided DFT of real float32 rows ``re [..., length]`` as a ``conv1d`` of stride
+    ``length`` over them with the basis ``[cos ; -sin]``, which the compiler runs by FFT
+    (``codegen._convfft``), when ``length`` is a power of two it takes; None otherwise."""
+    from ..codegen._convfft import dft_sign
+
+    if re.dtype != dt.float32:
+        return None
+    f = length // 2 + 1
+    cos, sin = _basis(length, f, length)
+    basis = np.concatenate([cos.T, -sin.T]).astype(np.float32)[:, None, :]
+    if dft_sign(basis) is None:
+        return None
+    lead = re.shape[:-1]
+    y = re.reshape(-1, 1, length).conv1d(Tensor.const(basis), stride=length)  # [rows, 2F, 1]
+    y = y.reshape(*lead, 2 * f)
+    return y[..., :f], y[..., f:]
 
 
 def _stft_by_fft(x: Tensor, step: int, window: Tensor | None, length: int, onesided: bool) -> Tensor | None:

@@ -257,7 +257,7 @@ def _single_position(x: Tensor, w: Tensor, pads: Sequence[tuple[Dim, Dim]], grou
 
 def _by_fft(x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: int, groups: int) -> bool:
     """Whether a float32 conv1d of one input channel, static pads and more than one output frame
-    has a constant windowed DFT basis for its weight (``codegen._convfft.dft_sign``)."""
+    over the batch has a constant windowed DFT basis for its weight (``codegen._convfft.dft_sign``)."""
     if w.node.op != "const" or groups != 1 or dilation != 1 or x.dtype != dt.float32 or x.ndim != 3:
         return False
     lo, hi = pad
@@ -268,7 +268,8 @@ def _by_fft(x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: i
     if dft_sign(np.asarray(w.node.attrs["value"])) is None:
         return False
     k = int(w.shape[2])
-    return upper(x.shape[2]) + lo + hi - k >= stride  # two frames or more at the bound
+    frames = (upper(x.shape[2]) + lo + hi - k) // stride + 1
+    return upper(x.shape[0]) * frames >= 2  # two frames or more at the bounds
 
 
 def _dft_halves(value: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
