@@ -291,3 +291,16 @@ def test_onnx_real_dft_by_fft_equals_numpy_and_onnx_runtime(
     np.testing.assert_allclose(got, want, rtol=0, atol=atol)
     peer = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, peer, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("length", [0, 1, 5])
+def test_frames_of_padding_only(length: int) -> None:
+    """An input shorter than a frame, even empty, with pads that make whole frames of them: the
+    frames of padding and the few samples there are, as the direct sums give them."""
+    w = _basis(16)
+    xt = Tensor.placeholder((2, 1, length), np.float32, "x")
+    y = xt.conv1d(Tensor.const(w), stride=4, padding=(10, 10))
+    assert conv1d_fft_sign(y.node) == -1
+    x = RNG.standard_normal((2, 1, length)).astype(np.float32)
+    got = compile(y, [xt]).run([x])[0]
+    np.testing.assert_allclose(got, _direct(x, w, 4, (10, 10)), rtol=0, atol=1e-6)
