@@ -3,7 +3,7 @@
     python tests/fuzz.py --minutes 30 --seed 1      # what ``make fuzz MINUTES=30 SEED=1`` runs
     python tests/fuzz.py --seed 1 --case 417        # replay one graph, print it and its findings
     python tests/fuzz.py --onnx --minutes 10        # mutated ONNX models (tests/fuzzing_onnx.py)
-    python tests/fuzz.py --kinds conv1d --minutes 5 # only these op kinds (a focused run)
+    python tests/fuzz.py --kinds conv1d_dft,unary,binary --minutes 5   # only these op kinds
 
 Graph ``i`` of seed ``S`` is drawn by ``tests/strategies.graph_cases`` from a random source
 seeded with ``"S:i"``, so ``--seed S --case i`` rebuilds exactly that graph in any process.

@@ -669,4 +669,6 @@ KIND_BUILDERS: dict[str, Callable[[_Builder], None]] = {
     "nonzero": _k_nonzero,
     "arange": _k_arange,
     "const": _k_const,
+    # not in ALL_KINDS (``conv1d`` draws it one time in eight): for focused runs and tests
+    "conv1d_dft": _k_conv1d_dft,
 }

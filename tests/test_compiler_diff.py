@@ -90,6 +90,17 @@ def test_movement_and_index_ops(case: GraphCase) -> None:
     _check(case)
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_cases(kinds=("conv1d_dft", "conv1d_dft", "unary", "binary"), profiles=VALUE_PROFILES, max_steps=5)
+)
+def test_dft_basis_convs(case: GraphCase) -> None:
+    """One-channel conv1d's whose weight is a windowed DFT basis, which the compiler runs by FFT
+    (``codegen/_convfft.py``): frames in the padding, eight-frame groups with tails, every store
+    path, and downstream ops that amplify its rounding (``fuzzing._fft_bound``)."""
+    _check(case)
+
+
 def _with_dtypes(dtypes: tuple[np.dtype[Any], ...]) -> st.SearchStrategy[GraphCase]:
     return graph_cases(dtypes=dtypes, profiles=VALUE_PROFILES, max_steps=5)
 
