@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/nn_kernels.py [--quick] [--pools]
     .venv/bin/python benchmarks/nn_kernels.py --pool-widths
     .venv/bin/python benchmarks/nn_kernels.py --winograd [--quick]
+    .venv/bin/python benchmarks/nn_kernels.py --fft [--quick]
 
 Each row runs one single-op graph: asyncjit's compiled plan (``compile(...).run``, host checks
 included) and ONNX Runtime's ``InferenceSession`` on the same single-node ONNX model, both on one
@@ -17,7 +18,11 @@ be the same bits. ``--winograd`` runs the 3x3 stride-1 layers of VGG-19, ResNet-
 (a 3x3 conv + relu each) three ways in turn: as compiled (``codegen._convwino`` takes the layers
 ``wino_chosen`` admits), with Winograd's conv turned off (the kernel the layer took before), and
 ONNX Runtime's ``Conv`` + ``Relu``, then ours as compiled on two threads; it prints the times, the
-ratios and which kernel ran.
+ratios and which kernel ran. ``--fft`` runs the STFT of 2,000 Hann-windowed frames of K
+samples (hop K/2, K from 32 to 2048) four ways: ours as compiled (a ``conv1d`` with the windowed
+DFT basis, run by ``codegen._convfft``), ours with one basis entry nudged by 1e-3 (no longer a
+basis: the plain ``conv1d`` kernel, the same multiply-adds), ONNX Runtime's ``STFT`` op with the
+same window, and numpy's ``rfft`` of the windowed frames (pocketfft; its framing copy included).
 """
 
 from __future__ import annotations
@@ -225,6 +230,59 @@ def winograd_rows(rng: np.random.Generator) -> None:
         )
 
 
+def fft_rows(rng: np.random.Generator) -> None:
+    """The STFT by FFT against the plain conv1d, ONNX Runtime's STFT and numpy's rfft, per K."""
+    frames = 2000
+    print(
+        f"{'STFT, 2000 frames, hop K/2, 1 thread':>40} {'ours ms':>9} {'conv1d ms':>9} {'ORT ms':>9}", end=""
+    )
+    print(f" {'numpy ms':>9} {'/conv1d':>7} {'/ORT':>6} {'/numpy':>6} {'max err':>9}")
+    for k in (64, 256, 1024) if QUICK else (32, 64, 128, 256, 512, 1024, 2048):
+        hop, f = k // 2, k // 2 + 1
+        length = hop * (frames - 1) + k
+        x = rng.standard_normal((1, length)).astype(np.float32)
+        win = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(k) / k)).astype(np.float32)
+        phase = 2 * np.pi * ((np.arange(f)[:, None] * np.arange(k)) % k) / k
+        basis = np.concatenate([win * np.cos(phase), -win * np.sin(phase)]).astype(np.float32)[:, None, :]
+        nudged = basis.copy()
+        nudged[3, 0, 5] += 1e-3
+        exes = []
+        for w in (basis, nudged):
+            xt = Tensor.placeholder((1, 1, length), np.float32, "x")
+            exes.append(compile(xt.conv1d(Tensor.const(w), stride=hop), [xt]))
+        graph = helper.make_graph(
+            [helper.make_node("STFT", ["x", "step", "win"], ["y"], onesided=1)],
+            "g",
+            [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), (1, length, 1))],
+            [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+            [numpy_helper.from_array(np.array(hop, np.int64), "step"), numpy_helper.from_array(win, "win")],
+        )
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        x3, xo = x.reshape(1, 1, length), x.reshape(1, length, 1)
+        idx = np.arange(frames)[:, None] * hop + np.arange(k)
+
+        def numpy_stft(x: np.ndarray = x, idx: np.ndarray = idx, win: np.ndarray = win) -> Any:
+            return np.fft.rfft(x[0, idx] * win, axis=1)
+
+        fns = [lambda e=e, x3=x3: e.run([x3]) for e in exes]
+        fns += [lambda s=sess, xo=xo: s.run(None, {"x": xo}), numpy_stft]
+        ours = fns[0]()[0][0]  # [2F, frames]
+        want = fns[2]()[0][0]  # [frames, F, 2]
+        err = float(
+            np.max(np.abs(ours - np.concatenate([want[..., 0].T, want[..., 1].T]))) / np.abs(want).max()
+        )
+        best = [math.inf] * len(fns)
+        for _ in range(2 if QUICK else 3):
+            best = [min(b, best_time(fn, 0.15)) for b, fn in zip(best, fns, strict=True)]
+        a, b, c, d = (t * 1e3 for t in best)
+        times = f"{a:9.3f} {b:9.3f} {c:9.3f} {d:9.3f}"
+        print(f"{'K = ' + str(k):>40} {times} {a / b:7.2f} {a / c:6.2f} {a / d:6.2f} {err:9.1e}")
+
+
 def _on_two_threads(fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         old = _parallel.set_intra_op_threads(2)
@@ -245,6 +303,7 @@ def main() -> None:
         "--pool-widths", action="store_true", help="pools with 8-column blocks against the host's width"
     )
     ap.add_argument("--winograd", action="store_true", help="3x3 layers with and without Winograd's conv")
+    ap.add_argument("--fft", action="store_true", help="STFTs by FFT against the conv1d, ORT and numpy")
     args = ap.parse_args()
     QUICK = args.quick
     _parallel.set_intra_op_threads(1)  # ONNX Runtime runs on one thread too
@@ -254,6 +313,9 @@ def main() -> None:
         return
     if args.winograd:
         winograd_rows(rng)
+        return
+    if args.fft:
+        fft_rows(rng)
         return
     print(f"{'single op, batch 1, float32':>44} {'ours ms':>9} {'ORT ms':>9} {'ratio':>6} {'max err':>9}")
     for label, xs, ws, s, p, g in [] if args.pools else CONVS[:4] if QUICK else CONVS:
