@@ -37,7 +37,7 @@ from ..graph._node import content_digest
 from ._convpanels import _transpose8
 from ._target import F32, I32, I64, PTR, for_range, i64, intrinsic, new_function, smax, smin, splat
 
-__all__ = ["FFT_MAX_K", "FFT_MIN_K", "dft_sign", "emit_conv1d_fft", "fft_scratch_bytes"]
+__all__ = ["FFT_MAX_K", "FFT_MIN_K", "dft_sign", "emit_conv1d_fft", "fft_length", "fft_scratch_bytes"]
 
 FFT_MIN_K = 16
 """Smallest frame: below it the folded matmuls (``_folded_dft``) leave the FFT little to save."""
@@ -54,14 +54,21 @@ def dft_sign(value: np.ndarray) -> int | None:
     if value.dtype != np.float32 or value.ndim != 3 or value.shape[1] != 1:
         return None
     rows, k = value.shape[0], value.shape[2]
-    if k < FFT_MIN_K or k > FFT_MAX_K or k & (k - 1) or rows != 2 * (k // 2 + 1):
+    if not fft_length(k) or rows != 2 * (k // 2 + 1):
         return None
     digest = content_digest(value)
-    if digest not in _SIGNS:
-        if len(_SIGNS) >= 256:
-            _SIGNS.clear()
-        _SIGNS[digest] = _dft_sign(value)
-    return _SIGNS[digest]
+    if digest in _SIGNS:
+        return _SIGNS[digest]
+    sign = _dft_sign(value)
+    if len(_SIGNS) >= 256:
+        _SIGNS.clear()
+    _SIGNS[digest] = sign
+    return sign
+
+
+def fft_length(k: int) -> bool:
+    """Whether the kernel takes frames of ``k``: a power of two in ``[FFT_MIN_K, FFT_MAX_K]``."""
+    return FFT_MIN_K <= k <= FFT_MAX_K and not k & (k - 1)
 
 
 _SIGNS: dict[str, int | None] = {}
@@ -77,15 +84,18 @@ def _dft_sign(value: np.ndarray) -> int | None:
     if not np.isfinite(basis).all() or not np.abs(win).max() > 0:
         return None
     n = np.arange(k)
-    phase = (np.arange(f)[:, None] * n[None, :]) % k  # exact angle indices: 2 pi phase / K
-    cos, sin = np.cos(2 * np.pi * phase / k) * win, np.sin(2 * np.pi * phase / k) * win
     tol = 1.5 * float(np.finfo(np.float32).eps) * np.abs(win)[None, :] + np.finfo(np.float32).tiny
-    if not (np.abs(basis[:f] - cos) <= tol).all():
-        return None
-    for sign in (-1, 1):
-        if (np.abs(basis[f:] - sign * sin) <= tol).all():
-            return sign
-    return None
+    signs = {-1, 1}
+    for lo in range(0, f, 64):  # 64 rows at a time: K = 4096 needs no 70 MB temporaries
+        rows = np.arange(lo, min(lo + 64, f))
+        angle = 2 * np.pi * ((rows[:, None] * n[None, :]) % k) / k  # exact angle indices
+        if not (np.abs(basis[rows] - np.cos(angle) * win) <= tol).all():
+            return None
+        sin = np.sin(angle) * win
+        signs = {s for s in signs if (np.abs(basis[f + rows] - s * sin) <= tol).all()}
+        if not signs:
+            return None
+    return min(signs)  # both fit when the window is 0 wherever a sine is not: either sign, -1
 
 
 def fft_scratch_bytes(k: int) -> int:
@@ -130,8 +140,7 @@ def emit_conv1d_fft(
         ValueError: ``k`` not a power of two in range, a stride below 1, negative pads or a sign
             other than +-1.
     """
-    bad_k = k < FFT_MIN_K or k > FFT_MAX_K or k & (k - 1)
-    if bad_k or stride < 1 or min(pad_l, pad_r) < 0 or sign not in (-1, 1):
+    if not fft_length(k) or stride < 1 or min(pad_l, pad_r) < 0 or sign not in (-1, 1):
         raise ValueError(f"conv1d by FFT: bad parameters {k=} {stride=} {pad_l=} {pad_r=} {sign=}")
     args: list[tuple[str, ir.Type]] = [
         ("x", PTR), ("w", PTR), ("y", PTR), ("scratch", PTR), ("N", I64), ("L", I64), ("Lout", I64),

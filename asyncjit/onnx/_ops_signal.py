@@ -166,9 +166,9 @@ def _rfft_by_conv(re: Tensor, length: int) -> tuple[Tensor, Tensor] | None:
     """The one-sided DFT of real float32 rows ``re [..., length]`` as a ``conv1d`` of stride
     ``length`` over them with the basis ``[cos ; -sin]``, which the compiler runs by FFT
     (``codegen._convfft``), when ``length`` is a power of two it takes; None otherwise."""
-    from ..codegen._convfft import dft_sign
+    from ..codegen._convfft import dft_sign, fft_length
 
-    if re.dtype != dt.float32:
+    if re.dtype != dt.float32 or not fft_length(length):
         return None
     f = length // 2 + 1
     cos, sin = _basis(length, f, length)
@@ -187,9 +187,9 @@ def _stft_by_fft(x: Tensor, step: int, window: Tensor | None, length: int, onesi
     (``F = length/2 + 1`` rows each, float64 rounded once), which the compiler runs by FFT when
     ``length`` is a power of two it takes (``codegen._convfft.dft_sign``); its ``[batch, 2F,
     frames]`` output as ``[batch, frames, F, 2]``. None: the frames and matmuls instead."""
-    from ..codegen._convfft import dft_sign
+    from ..codegen._convfft import dft_sign, fft_length
 
-    if x.dtype != dt.float32 or int(x.shape[2]) != 1 or not onesided:
+    if x.dtype != dt.float32 or int(x.shape[2]) != 1 or not onesided or not fft_length(length):
         return None
     if window is None:
         win = np.ones(length)
