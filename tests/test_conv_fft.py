@@ -10,6 +10,7 @@ import pytest
 from asyncjit import Tensor, Var
 from asyncjit.codegen._convfft import FFT_MAX_K, dft_sign, emit_conv1d_fft, fft_scratch_bytes
 from asyncjit.compiler import compile
+from asyncjit.graph import toposort
 from asyncjit.passes._fusion import conv1d_fft_sign
 
 RNG = np.random.default_rng(11)
@@ -38,26 +39,11 @@ def _direct(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int]) ->
 
 
 def _nodes(t: Tensor) -> list[Any]:
-    seen: dict[int, Any] = {}
-    stack = [t.node]
-    while stack:
-        node = stack.pop()
-        if node.id not in seen:
-            seen[node.id] = node
-            stack.extend(node.inputs)
-    return list(seen.values())
+    return list(toposort([t.node]))
 
 
 def _ops(t: Tensor) -> set[str]:
-    seen, stack, ops = set(), [t.node], set()
-    while stack:
-        node = stack.pop()
-        if node.id in seen:
-            continue
-        seen.add(node.id)
-        ops.add(node.op)
-        stack.extend(node.inputs)
-    return ops
+    return {n.op for n in _nodes(t)}
 
 
 @pytest.mark.parametrize(

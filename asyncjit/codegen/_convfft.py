@@ -34,8 +34,9 @@ import numpy as np
 from llvmlite import ir
 
 from ..graph._node import content_digest
-from ._convpanels import _transpose8
-from ._target import F32, I32, I64, PTR, for_range, i64, intrinsic, new_function, smax, smin, splat
+from ._conv import _conv_entry
+from ._convpanels import _align, _transpose8
+from ._target import F32, I32, I64, for_range, i64, intrinsic, smax, smin, splat
 
 __all__ = ["FFT_MAX_K", "FFT_MIN_K", "dft_sign", "emit_conv1d_fft", "fft_length", "fft_scratch_bytes"]
 
@@ -142,13 +143,8 @@ def emit_conv1d_fft(
     """
     if not fft_length(k) or stride < 1 or min(pad_l, pad_r) < 0 or sign not in (-1, 1):
         raise ValueError(f"conv1d by FFT: bad parameters {k=} {stride=} {pad_l=} {pad_r=} {sign=}")
-    args: list[tuple[str, ir.Type]] = [
-        ("x", PTR), ("w", PTR), ("y", PTR), ("scratch", PTR), ("N", I64), ("L", I64), ("Lout", I64),
-    ]  # fmt: skip
-    fn, b = new_function(module, name, args, noalias=("x", "w", "y", "scratch"))
+    fn, b = _conv_entry(module, name)  # returns at once when N or Lout is not positive
     x, w, y, scratch, n_arg, length, lout = fn.args
-    with b.if_then(b.or_(b.icmp_signed("<=", n_arg, i64(0)), b.icmp_signed("<=", lout, i64(0)))):
-        b.ret_void()
     fft = _Fft(b, k, scratch)
     total = b.mul(n_arg, lout)
     last = b.sub(total, i64(1))
@@ -156,7 +152,8 @@ def emit_conv1d_fft(
         # each lane's frame (a tail repeats the last), its sample and its first sample's index
         frames = [smin(b, b.add(g, i64(lane)), last) for lane in range(_LANES)]
         samples = [b.sdiv(fr, lout) for fr in frames]
-        starts = [b.sub(b.mul(b.srem(fr, lout), i64(stride)), i64(pad_l)) for fr in frames]
+        positions = [b.srem(fr, lout) for fr in frames]
+        starts = [b.sub(b.mul(p, i64(stride)), i64(pad_l)) for p in positions]
         rows = [b.mul(s, length) for s in samples]
         lo = functools.reduce(lambda u, v: smin(b, u, v), starts)
         hi = functools.reduce(lambda u, v: smax(b, u, v), starts)
@@ -169,10 +166,7 @@ def emit_conv1d_fft(
                 fft.load_clamped(x, w, rows, starts, length)
         fft.stages()
         cout = 2 * (k // 2 + 1)
-        out = [
-            b.add(b.mul(b.mul(s, i64(cout)), lout), b.srem(fr, lout))
-            for s, fr in zip(samples, frames, strict=True)
-        ]
+        out = [b.add(b.mul(b.mul(s, i64(cout)), lout), p) for s, p in zip(samples, positions, strict=True)]
         fft.last_stage(y, out, frames, samples, lout, sign)
     b.ret_void()
     return fn
@@ -189,7 +183,7 @@ class _Fft:
         angles = 2 * np.pi * np.arange(k // 2) / k
         self.cos = _table(module, f"asyncjit_fft_cos_{k}", np.cos(angles).astype(np.float32), F32)
         self.sin = _table(module, f"asyncjit_fft_sin_{k}", np.sin(angles).astype(np.float32), F32)
-        self.re = b.inttoptr(b.and_(b.add(b.ptrtoint(scratch, I64), i64(63)), i64(-64)), PTR)
+        self.re = _align(b, scratch)
         self.im = b.gep(self.re, [i64(k)], source_etype=_V8)
         self.marks = b.gep(self.re, [i64(2 * k)], source_etype=_V8)
         self.fma = intrinsic(module, "llvm.fma.v8f32", _V8, [_V8, _V8, _V8])

@@ -162,19 +162,26 @@ def _stft(n: NodeCtx, ins: list[Value | None]) -> Value:
     return Tensor.stack([real, imag], -1).cast(x.dtype)
 
 
+def _fft_basis(length: int, win: np.ndarray) -> np.ndarray | None:
+    """The conv1d weight ``[win cos ; -win sin]`` (``[2F, 1, length]``, float64 rounded once) that
+    the compiler runs by FFT (``codegen._convfft.dft_sign``), or None for a length it does not take."""
+    from ..codegen._convfft import dft_sign, fft_length
+
+    if not fft_length(length):
+        return None
+    cos, sin = _basis(length, length // 2 + 1, length)  # [length, F]
+    basis = np.concatenate([(cos * win[:, None]).T, (-sin * win[:, None]).T]).astype(np.float32)[:, None, :]
+    return basis if dft_sign(basis) is not None else None
+
+
 def _rfft_by_conv(re: Tensor, length: int) -> tuple[Tensor, Tensor] | None:
     """The one-sided DFT of real float32 rows ``re [..., length]`` as a ``conv1d`` of stride
     ``length`` over them with the basis ``[cos ; -sin]``, which the compiler runs by FFT
     (``codegen._convfft``), when ``length`` is a power of two it takes; None otherwise."""
-    from ..codegen._convfft import dft_sign, fft_length
-
-    if re.dtype != dt.float32 or not fft_length(length):
+    basis = _fft_basis(length, np.ones(length)) if re.dtype == dt.float32 else None
+    if basis is None:
         return None
     f = length // 2 + 1
-    cos, sin = _basis(length, f, length)
-    basis = np.concatenate([cos.T, -sin.T]).astype(np.float32)[:, None, :]
-    if dft_sign(basis) is None:
-        return None
     lead = re.shape[:-1]
     y = re.reshape(-1, 1, length).conv1d(Tensor.const(basis), stride=length)  # [rows, 2F, 1]
     y = y.reshape(*lead, 2 * f)
@@ -187,9 +194,7 @@ def _stft_by_fft(x: Tensor, step: int, window: Tensor | None, length: int, onesi
     (``F = length/2 + 1`` rows each, float64 rounded once), which the compiler runs by FFT when
     ``length`` is a power of two it takes (``codegen._convfft.dft_sign``); its ``[batch, 2F,
     frames]`` output as ``[batch, frames, F, 2]``. None: the frames and matmuls instead."""
-    from ..codegen._convfft import dft_sign, fft_length
-
-    if x.dtype != dt.float32 or int(x.shape[2]) != 1 or not onesided or not fft_length(length):
+    if x.dtype != dt.float32 or int(x.shape[2]) != 1 or not onesided:
         return None
     if window is None:
         win = np.ones(length)
@@ -197,9 +202,8 @@ def _stft_by_fft(x: Tensor, step: int, window: Tensor | None, length: int, onesi
         win = np.asarray(window.node.attrs["value"], dtype=np.float64)
     else:
         return None
-    cos, sin = _basis(length, length // 2 + 1, length)  # [length, F]
-    basis = np.concatenate([(cos * win[:, None]).T, (-sin * win[:, None]).T]).astype(np.float32)[:, None, :]
-    if dft_sign(basis) is None:
+    basis = _fft_basis(length, win)
+    if basis is None:
         return None
     f = length // 2 + 1
     y = x.permute(0, 2, 1).conv1d(Tensor.const(basis), stride=step)  # [batch, 2F, frames]

@@ -132,7 +132,7 @@ def conv1d(
     pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
     # the op checks the arguments (and names the caller's weight) before any rewrite
     node = make_node("conv1d", (x.node, w.node), stride=stride, padding=pad, dilation=dilation, groups=groups)
-    out = _rewritten_conv1d(x, w, stride, (pad[0], pad[1]), dilation, groups)
+    out = None if _by_fft(node, x) else _rewritten_conv1d(x, w, stride, (pad[0], pad[1]), dilation, groups)
     if out is None:
         out = type(x)(node)
     if bias is not None:
@@ -145,10 +145,7 @@ def _rewritten_conv1d(
 ) -> Tensor | None:
     """The conv1d (its arguments checked) by a cheaper route: taps that read only padding
     dropped, then as a matmul of one position or on folded DFT frames; the conv1d node of the
-    cut weight where only the cut applies. None: the conv1d as given, which a windowed DFT basis
-    over more than one frame stays (the compiler runs it by FFT, ``codegen._convfft``)."""
-    if _by_fft(x, w, stride, pad, dilation, groups):
-        return None
+    cut weight where only the cut applies. None: the conv1d as given."""
     live = _live_weight(x, w, (stride,), (dilation,), (pad,))
     if live is not None:
         w, (pad,) = live
@@ -255,21 +252,17 @@ def _single_position(x: Tensor, w: Tensor, pads: Sequence[tuple[Dim, Dim]], grou
     return flat.reshape(x.shape[0], cout, *([1] * r))
 
 
-def _by_fft(x: Tensor, w: Tensor, stride: int, pad: tuple[Dim, Dim], dilation: int, groups: int) -> bool:
-    """Whether a float32 conv1d of one input channel, static pads and more than one output frame
-    over the batch has a constant windowed DFT basis for its weight (``codegen._convfft.dft_sign``)."""
-    if w.node.op != "const" or groups != 1 or dilation != 1 or x.dtype != dt.float32 or x.ndim != 3:
-        return False
-    lo, hi = pad
-    if not (isinstance(lo, int) and isinstance(hi, int)) or x.shape[1] != 1:
-        return False
-    from ..codegen._convfft import dft_sign
+def _by_fft(node: Node, x: Tensor) -> bool:
+    """Whether conv1d ``node`` over ``x`` stays as it is for the compiler to run by FFT: its
+    weight a constant windowed DFT basis (``passes._fusion.conv1d_fft_sign``, what the kernel
+    choice asks) and two output frames or more at the bounds (one frame: the other rewrites)."""
+    from ..passes._fusion import conv1d_fft_sign
 
-    if dft_sign(np.asarray(w.node.attrs["value"])) is None:
+    if conv1d_fft_sign(node) is None:
         return False
-    k = int(w.shape[2])
-    frames = (upper(x.shape[2]) + lo + hi - k) // stride + 1
-    return upper(x.shape[0]) * frames >= 2  # two frames or more at the bounds
+    lo, hi = node.attrs["padding"]
+    frames = (upper(x.shape[2]) + lo + hi - int(node.inputs[1].shape[2])) // node.attrs["stride"] + 1
+    return bool(upper(x.shape[0]) * frames >= 2)
 
 
 def _dft_halves(value: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
